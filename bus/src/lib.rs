@@ -1,0 +1,259 @@
+//! NATS plumbing shared by the Arbiter binaries: connecting, declaring the
+//! streams and buckets (idempotently), publishing protocol messages with
+//! their `Nats-Msg-Id` and W3C trace context, and decoding them strictly.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod trace;
+
+use std::time::Duration;
+
+use arbiter_protocol::{WireError, subjects};
+use async_nats::jetstream::{self, kv, stream};
+use async_nats::{Client, HeaderMap};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use trace::TraceContext;
+
+/// The header JetStream deduplicates on.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// How long JetStream remembers message ids for deduplication.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+pub type Result<T, E = BusError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot connect to NATS at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("JetStream {what} failed: {message}")]
+    JetStream { what: String, message: String },
+    #[error("cannot encode a message for {subject}: {message}")]
+    Encode { subject: String, message: String },
+}
+
+impl BusError {
+    fn js(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+        BusError::JetStream {
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Connects with a client name; retries in the background for a server that
+/// is not up yet when `wait_for_server` is set (services), fails at once otherwise (CLIs).
+pub async fn connect(url: &str, name: &str, wait_for_server: bool) -> Result<Client> {
+    let mut options =
+        async_nats::ConnectOptions::new()
+            .name(name)
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("NATS connection lost; reconnecting")
+                    }
+                    async_nats::Event::Connected => tracing::info!("NATS connected"),
+                    other => tracing::debug!(%other, "NATS event"),
+                }
+            });
+    if wait_for_server {
+        options = options.retry_on_initial_connect();
+    }
+    options.connect(url).await.map_err(|e| BusError::Connect {
+        url: redact_url(url),
+        message: e.to_string(),
+    })
+}
+
+/// A URL with any user:password part hidden, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}<credentials>{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The JetStream handles every binary works with.
+#[derive(Clone)]
+pub struct Bus {
+    pub client: Client,
+    pub js: jetstream::Context,
+    pub sessions_kv: kv::Store,
+}
+
+impl Bus {
+    /// Declares the streams and the sessions bucket if they do not exist yet.
+    pub async fn setup(client: Client) -> Result<Self> {
+        let js = jetstream::new(client.clone());
+        let streams = [
+            stream::Config {
+                name: subjects::SESSIONS_STREAM.into(),
+                subjects: vec![
+                    subjects::ALL_SESSION_HUMAN.into(),
+                    subjects::ALL_SESSION_LOG.into(),
+                ],
+                ..Default::default()
+            },
+            stream::Config {
+                name: subjects::ORCH_STREAM.into(),
+                subjects: vec![
+                    subjects::ALL_ORCH_IN.into(),
+                    subjects::ALL_ORCH_OUT.into(),
+                    subjects::ALL_ORCH_CTL.into(),
+                ],
+                ..Default::default()
+            },
+            stream::Config {
+                name: subjects::SUMMONS_STREAM.into(),
+                subjects: vec![subjects::ALL_SUMMONS.into()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                ..Default::default()
+            },
+        ];
+        for config in streams {
+            let name = config.name.clone();
+            js.get_or_create_stream(stream::Config {
+                storage: stream::StorageType::File,
+                duplicate_window: DUPLICATE_WINDOW,
+                ..config
+            })
+            .await
+            .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
+        }
+        let sessions_kv = match js.get_key_value(subjects::SESSIONS_BUCKET).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    bucket: subjects::SESSIONS_BUCKET.into(),
+                    history: 1,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BusError::js("creating the sessions bucket", e))?,
+        };
+        Ok(Self {
+            client,
+            js,
+            sessions_kv,
+        })
+    }
+
+    /// Publishes to a JetStream subject and waits for the server's ack.
+    /// `msg_id` makes a resend within [`DUPLICATE_WINDOW`] a no-op.
+    pub async fn publish_js<T: Serialize>(
+        &self,
+        subject: String,
+        msg_id: &str,
+        trace: &TraceContext,
+        payload: &T,
+    ) -> Result<()> {
+        let bytes = encode(&subject, payload)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(MSG_ID_HEADER, msg_id);
+        trace.inject(&mut headers);
+        let ack = self
+            .js
+            .publish_with_headers(subject.clone(), headers, bytes.into())
+            .await
+            .map_err(|e| BusError::js(format!("publish to {subject}"), e))?;
+        ack.await
+            .map_err(|e| BusError::js(format!("ack of {subject}"), e))?;
+        Ok(())
+    }
+
+    /// Every message stored on `subject`, oldest first, up to the newest one
+    /// at the time of the call (the stream sequence of which is returned too).
+    /// `None` when the subject holds no message.
+    pub async fn replay_subject(
+        &self,
+        stream: &str,
+        subject: &str,
+    ) -> Result<Option<(Vec<jetstream::Message>, u64)>> {
+        let what = || format!("replaying {subject}");
+        let stream = self
+            .js
+            .get_stream(stream)
+            .await
+            .map_err(|e| BusError::js(what(), e))?;
+        let last = match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(last) => last.sequence,
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(BusError::js(what(), e)),
+        };
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subject.to_owned(),
+                deliver_policy: jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::js(what(), e))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| BusError::js(what(), e))?;
+        let mut out = Vec::new();
+        while let Some(next) = futures::StreamExt::next(&mut messages).await {
+            let msg = next.map_err(|e| BusError::js(what(), e))?;
+            let seq = msg
+                .info()
+                .map_err(|e| BusError::js(what(), e))?
+                .stream_sequence;
+            out.push(msg);
+            if seq >= last {
+                break;
+            }
+        }
+        Ok(Some((out, last)))
+    }
+
+    /// Publishes on core NATS (status, heartbeats): fire and forget.
+    pub async fn publish_core<T: Serialize>(&self, subject: String, payload: &T) -> Result<()> {
+        let bytes = encode(&subject, payload)?;
+        self.client
+            .publish(subject.clone(), bytes.into())
+            .await
+            .map_err(|e| BusError::js(format!("publish to {subject}"), e))
+    }
+}
+
+fn encode<T: Serialize>(subject: &str, payload: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(payload).map_err(|e| BusError::Encode {
+        subject: subject.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a payload strictly; a failure is the wire error the log shows.
+pub fn decode<T: DeserializeOwned>(subject: &str, payload: &[u8]) -> Result<T, WireError> {
+    serde_json::from_slice(payload).map_err(|e| WireError::MalformedMessage {
+        subject: subject.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_hidden_in_urls() {
+        assert_eq!(
+            redact_url("nats://user:s3cret@host:4222"),
+            "nats://<credentials>@host:4222"
+        );
+        assert_eq!(redact_url("nats://host:4222"), "nats://host:4222");
+    }
+
+    #[test]
+    fn decode_reports_the_subject() {
+        let err = decode::<arbiter_protocol::HumanMessage>("a.b", b"{oops").unwrap_err();
+        assert!(matches!(err, WireError::MalformedMessage { ref subject, .. } if subject == "a.b"));
+    }
+}

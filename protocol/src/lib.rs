@@ -1,0 +1,82 @@
+//! The Arbiter wire protocol: NATS subjects, the messages carried on them, and
+//! the structured outputs the models must produce. Pure data: no I/O, no async.
+//!
+//! Every payload carries `v` (see [`VERSION`]); new fields are added with
+//! `#[serde(default)]` so that older peers keep decoding newer messages.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod error;
+pub mod orchestrator;
+pub mod outputs;
+pub mod schema;
+pub mod session;
+pub mod subjects;
+
+pub use error::{ModelErrorKind, Role, WireError};
+pub use orchestrator::{
+    Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
+    OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,
+};
+pub use outputs::{ArbiterIntent, ArbiterOutput, OrchestratorOutput};
+pub use session::{
+    ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterToOrchestratorEntry, ErrorEntry,
+    HumanEntry, HumanMessage, LogBody, LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry,
+    SessionState, SessionStatus, SummonedEntry, SystemEntry,
+};
+
+/// Version of the payloads this build writes. Readers accept any version and
+/// ignore fields they do not know; a breaking change would move to `arbiter.v2`.
+pub const VERSION: u32 = 1;
+
+/// Serde default for the `v` field, so payloads without it still decode.
+pub fn version() -> u32 {
+    VERSION
+}
+
+/// Orchestrators are numbered I, II, III… within a session.
+pub fn roman(mut n: u32) -> String {
+    if n == 0 {
+        return "0".to_owned();
+    }
+    const TABLE: [(u32, &str); 13] = [
+        (1000, "M"),
+        (900, "CM"),
+        (500, "D"),
+        (400, "CD"),
+        (100, "C"),
+        (90, "XC"),
+        (50, "L"),
+        (40, "XL"),
+        (10, "X"),
+        (9, "IX"),
+        (5, "V"),
+        (4, "IV"),
+        (1, "I"),
+    ];
+    let mut out = String::new();
+    for (value, digits) in TABLE {
+        while n >= value {
+            out.push_str(digits);
+            n -= value;
+        }
+    }
+    out
+}
+
+/// The name a session shows for its Orchestrator number `n`: `Orchestrator II`.
+pub fn orchestrator_name(n: u32) -> String {
+    format!("Orchestrator {}", roman(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roman_numerals() {
+        let got: Vec<String> = [1, 2, 3, 4, 9, 14, 40, 1994].map(roman).to_vec();
+        assert_eq!(got, ["I", "II", "III", "IV", "IX", "XIV", "XL", "MCMXCIV"]);
+        assert_eq!(orchestrator_name(2), "Orchestrator II");
+    }
+}

@@ -1,0 +1,120 @@
+//! Messages between the coordinator and the workers that run Orchestrators.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{OrchestratorOutput, WireError};
+
+/// `summon.<pool>`: start a new Orchestrator. Taken by exactly one worker of the pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Summon {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    pub orch_id: String,
+    /// I, II, III… within the session.
+    pub number: u32,
+    /// The Arbiter's complete brief: the Orchestrator's first user message.
+    pub brief: String,
+    /// Workspace directory name under the worker's workspace root; the session id when absent.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    pub pool: String,
+    pub summoned_at: DateTime<Utc>,
+}
+
+/// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrchestratorInput {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    pub orch_id: String,
+    /// 1, 2, 3… per Orchestrator, so duplicates can be recognised.
+    pub seq: u64,
+    pub message: String,
+    pub sent_at: DateTime<Utc>,
+}
+
+/// What the coordinator asks of a running Orchestrator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlAction {
+    /// The Arbiter is done with it: stop work, free the slot.
+    Release,
+    /// Abort at once (operator request).
+    Cancel,
+}
+
+/// `orch.<orch_id>.ctl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Control {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub orch_id: String,
+    pub action: ControlAction,
+    pub sent_at: DateTime<Utc>,
+}
+
+/// `orch.<orch_id>.out`: one event from an Orchestrator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrchestratorMessage {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    pub orch_id: String,
+    /// 1, 2, 3… per Orchestrator.
+    pub seq: u64,
+    pub event: OrchestratorEvent,
+    pub sent_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OrchestratorEvent {
+    /// The Orchestrator ended a turn with its structured output.
+    Output(OrchestratorOutput),
+    /// The Orchestrator could not go on (model failure, schema budget spent…).
+    Failed(OrchestratorFailed),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrchestratorFailed {
+    pub error: WireError,
+}
+
+/// What an Orchestrator is doing right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrchestratorState {
+    /// Calling the model or running a tool.
+    Working,
+    /// Waiting for the Arbiter's answer.
+    Waiting,
+    /// Released or failed; no longer running.
+    Stopped,
+}
+
+/// `orch.<orch_id>.status`: published after every step, and as a heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrchestratorStatus {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    pub orch_id: String,
+    pub number: u32,
+    pub worker_id: String,
+    pub state: OrchestratorState,
+    /// Context used, 0–100, of the role's context budget.
+    pub context_pct: f32,
+    /// Input tokens of the last model call (cache included).
+    pub context_tokens: u64,
+    pub context_budget: u64,
+    /// The tool running now, if any (`Edit`, `Bash`…).
+    #[serde(default)]
+    pub current_tool: Option<String>,
+    /// Tool calls made so far.
+    pub tool_count: u32,
+    pub at: DateTime<Utc>,
+}

@@ -1,0 +1,169 @@
+//! Messages of a conversation: what the human sends, the log every console
+//! replays, and the live session status.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{ArbiterIntent, WireError};
+
+/// `session.<session_id>.human`: one message typed by the human.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HumanMessage {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    /// Unique per message; also the `Nats-Msg-Id`, so a resend is not delivered twice.
+    pub message_id: String,
+    pub text: String,
+    pub sent_at: DateTime<Utc>,
+}
+
+/// `session.<session_id>.log`: one entry of the conversation, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LogEntry {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    /// 1, 2, 3… without gaps within the session.
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    pub body: LogBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LogBody {
+    /// The human spoke.
+    Human(HumanEntry),
+    /// The Arbiter spoke to the human.
+    Arbiter(ArbiterEntry),
+    /// The Arbiter spoke to its Orchestrator.
+    ArbiterToOrchestrator(ArbiterToOrchestratorEntry),
+    /// An Orchestrator spoke; `expects_response: false` is a note.
+    Orchestrator(OrchestratorEntry),
+    /// The Arbiter's private thoughts; consoles hide them by default.
+    Musing(MusingEntry),
+    /// A new Orchestrator was summoned with this brief.
+    Summoned(SummonedEntry),
+    /// Orchestrators were released.
+    Released(ReleasedEntry),
+    /// The system told the Arbiter something (e.g. that an intent could not be carried out).
+    System(SystemEntry),
+    /// Something failed; the session goes on.
+    Error(ErrorEntry),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HumanEntry {
+    pub message_id: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArbiterEntry {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArbiterToOrchestratorEntry {
+    pub number: u32,
+    pub orch_id: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrchestratorEntry {
+    pub number: u32,
+    pub orch_id: String,
+    pub expects_response: bool,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MusingEntry {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SummonedEntry {
+    pub number: u32,
+    pub orch_id: String,
+    pub pool: String,
+    pub brief: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReleasedEntry {
+    pub numbers: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SystemEntry {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorEntry {
+    pub error: WireError,
+}
+
+/// Whether the Arbiter is thinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Nothing queued, no Arbiter turn in flight.
+    Idle,
+    /// An Arbiter turn is in flight or input is queued for one.
+    Thinking,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ActiveOrchestrator {
+    pub orch_id: String,
+    pub number: u32,
+}
+
+/// `session.<session_id>.status`: published on every change and as a heartbeat;
+/// the latest one is also kept in the sessions bucket under the session id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionStatus {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    pub state: SessionState,
+    /// Inputs waiting for the Arbiter.
+    pub queued: u32,
+    pub arbiter_context_pct: f32,
+    pub arbiter_context_tokens: u64,
+    #[serde(default)]
+    pub active: Option<ActiveOrchestrator>,
+    /// Orchestrators summoned so far in this session.
+    pub summoned: u32,
+    /// The seq of the newest log entry.
+    pub last_seq: u64,
+    pub created_at: DateTime<Utc>,
+    pub at: DateTime<Utc>,
+}
+
+/// `session.<session_id>.delta`: the Arbiter's words as the model generates
+/// them, so consoles can show them live. Core NATS, best effort: the log
+/// entry that ends the turn is the record, and replaces what the deltas built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArbiterDelta {
+    #[serde(default = "crate::version")]
+    pub v: u32,
+    pub session_id: String,
+    /// Counts the session's Arbiter turns; a new value starts a new reply.
+    pub turn: u64,
+    /// Attempts within the turn (a reply sent back for repair, a stream
+    /// restarted): a new value replaces what the earlier attempt built.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The intent, once the model has written it (it comes before the message).
+    #[serde(default)]
+    pub intent: Option<ArbiterIntent>,
+    /// The next piece of the message text.
+    pub text: String,
+    pub at: DateTime<Utc>,
+}

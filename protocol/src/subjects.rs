@@ -1,0 +1,127 @@
+//! Every NATS subject, stream and bucket name is built here and nowhere else.
+
+/// Prefix of every subject; the `v1` moves only on a breaking change.
+pub const PREFIX: &str = "arbiter.v1";
+
+/// JetStream stream of human messages and conversation logs (limits retention).
+pub const SESSIONS_STREAM: &str = "ARBITER_SESSIONS";
+/// JetStream work-queue stream of summons; one durable pull consumer per pool.
+pub const SUMMONS_STREAM: &str = "ARBITER_SUMMONS";
+/// JetStream stream of Orchestrator inputs, outputs and control messages.
+pub const ORCH_STREAM: &str = "ARBITER_ORCH";
+/// JetStream stream of coordinator session state records (limits retention).
+pub const STATE_STREAM: &str = "ARBITER_STATE";
+/// JetStream stream of Orchestrator state records, written by the worker that
+/// holds each Orchestrator's lease (limits retention, file storage).
+pub const ORCH_STATE_STREAM: &str = "ARBITER_ORCH_STATE";
+/// Object store bucket for Orchestrator state records too large for one message.
+pub const ORCH_BLOBS_BUCKET: &str = "arbiter_orch_blobs";
+/// KV bucket: the latest [`crate::SessionStatus`] of every session, by session id.
+pub const SESSIONS_BUCKET: &str = "arbiter_sessions";
+
+/// Durable consumer through which the coordinator reads human messages.
+pub const COORDINATOR_HUMAN_CONSUMER: &str = "coordinator-human";
+/// Durable consumer through which the coordinator reads Orchestrator output.
+pub const COORDINATOR_ORCH_CONSUMER: &str = "coordinator-orch-out";
+
+pub fn summon(pool: &str) -> String {
+    format!("{PREFIX}.summon.{pool}")
+}
+pub const ALL_SUMMONS: &str = "arbiter.v1.summon.>";
+
+/// The durable consumer that all workers of a pool share.
+pub fn pool_consumer(pool: &str) -> String {
+    format!("pool-{pool}")
+}
+
+pub fn orch_in(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.in")
+}
+pub fn orch_out(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.out")
+}
+pub fn orch_status(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.status")
+}
+pub fn orch_ctl(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.ctl")
+}
+/// The durable consumer through which a worker reads one Orchestrator's input and control.
+pub fn orch_consumer(orch_id: &str) -> String {
+    format!("orch-{orch_id}")
+}
+/// An Orchestrator's state records: one per step, fenced by the previous one's sequence.
+pub fn orch_state(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.state")
+}
+/// The name, in [`ORCH_BLOBS_BUCKET`], of the transcript part of one large state record.
+pub fn orch_blob(orch_id: &str, rev: u64, lease: &str) -> String {
+    format!("{orch_id}.{rev}.{lease}")
+}
+pub const ALL_ORCH_STATE: &str = "arbiter.v1.orch.*.state";
+pub const ALL_ORCH_IN: &str = "arbiter.v1.orch.*.in";
+pub const ALL_ORCH_OUT: &str = "arbiter.v1.orch.*.out";
+pub const ALL_ORCH_CTL: &str = "arbiter.v1.orch.*.ctl";
+pub const ALL_ORCH_STATUS: &str = "arbiter.v1.orch.*.status";
+
+pub fn session_human(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.human")
+}
+pub fn session_log(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.log")
+}
+pub fn session_status(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.status")
+}
+/// The coordinator's own durable record of a session (not read by anyone else).
+pub fn session_state(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.state")
+}
+pub const ALL_SESSION_STATE: &str = "arbiter.v1.session.*.state";
+pub fn session_delta(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.delta")
+}
+pub const ALL_SESSION_HUMAN: &str = "arbiter.v1.session.*.human";
+pub const ALL_SESSION_LOG: &str = "arbiter.v1.session.*.log";
+
+/// Ids and pool names become subject tokens, so they must be one token:
+/// ASCII letters, digits, `-` and `_`, 1 to 64 characters.
+pub fn is_valid_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The id token of a `arbiter.v1.<kind>.<id>.<leaf>` subject, if it has that shape.
+pub fn id_of<'a>(subject: &'a str, kind: &str, leaf: &str) -> Option<&'a str> {
+    let rest = subject.strip_prefix(PREFIX)?.strip_prefix('.')?;
+    let rest = rest.strip_prefix(kind)?.strip_prefix('.')?;
+    let id = rest.strip_suffix(leaf)?.strip_suffix('.')?;
+    is_valid_token(id).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_round_trip() {
+        assert_eq!(session_human("s1"), "arbiter.v1.session.s1.human");
+        assert_eq!(id_of(&session_human("s1"), "session", "human"), Some("s1"));
+        assert_eq!(id_of(&orch_out("o-9"), "orch", "out"), Some("o-9"));
+        assert_eq!(id_of("arbiter.v1.orch.a.b.out", "orch", "out"), None);
+        assert_eq!(id_of(&orch_out("o-9"), "orch", "in"), None);
+        assert_eq!(summon("gpu"), "arbiter.v1.summon.gpu");
+        assert_eq!(orch_state("o-9"), "arbiter.v1.orch.o-9.state");
+        assert_eq!(id_of(&orch_state("o-9"), "orch", "state"), Some("o-9"));
+    }
+
+    #[test]
+    fn tokens() {
+        assert!(is_valid_token("0193a-b_C"));
+        for bad in ["", "a.b", "a*", ">", "a b", &"x".repeat(65)] {
+            assert!(!is_valid_token(bad), "{bad:?}");
+        }
+    }
+}

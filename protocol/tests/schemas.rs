@@ -1,0 +1,63 @@
+//! The checked-in JSON Schemas in docs/schemas/ must match the Rust types.
+//! Regenerate with `UPDATE_SCHEMAS=1 cargo test -p arbiter-protocol --test schemas`.
+
+use std::path::PathBuf;
+
+#[test]
+fn checked_in_schemas_match_the_types() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/schemas");
+    let update = std::env::var_os("UPDATE_SCHEMAS").is_some();
+    let mut drifted = Vec::new();
+    for (name, schema) in arbiter_protocol::schema::all() {
+        let path = dir.join(format!("{name}.json"));
+        let want = arbiter_protocol::schema::to_pretty(&schema);
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &want).unwrap();
+            continue;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            drifted.push(name);
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "docs/schemas drifted from the types for {drifted:?}; \
+         run UPDATE_SCHEMAS=1 cargo test -p arbiter-protocol --test schemas"
+    );
+}
+
+#[test]
+fn a_log_entry_round_trips_with_its_tag() {
+    use arbiter_protocol::*;
+    let entry = LogEntry {
+        v: VERSION,
+        session_id: "s".into(),
+        seq: 3,
+        at: chrono::DateTime::UNIX_EPOCH,
+        body: LogBody::Orchestrator(OrchestratorEntry {
+            number: 2,
+            orch_id: "o".into(),
+            expects_response: false,
+            text: "working".into(),
+        }),
+    };
+    let json = serde_json::to_value(&entry).unwrap();
+    assert_eq!(json["body"]["type"], "orchestrator");
+    assert_eq!(json["body"]["expects_response"], false);
+    let back: LogEntry = serde_json::from_value(json).unwrap();
+    assert_eq!(back, entry);
+}
+
+#[test]
+fn arbiter_output_rejects_unknown_intents_and_fields() {
+    use arbiter_protocol::ArbiterOutput;
+    let ok: ArbiterOutput = serde_json::from_str(r#"{"intent":"musings","message":"hm"}"#).unwrap();
+    assert_eq!(ok.intent, arbiter_protocol::ArbiterIntent::Musings);
+    assert!(serde_json::from_str::<ArbiterOutput>(r#"{"intent":"shout","message":"x"}"#).is_err());
+    assert!(
+        serde_json::from_str::<ArbiterOutput>(r#"{"intent":"musings","message":"x","extra":1}"#)
+            .is_err()
+    );
+}
