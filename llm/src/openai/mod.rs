@@ -1,0 +1,167 @@
+//! A client of any OpenAI-compatible Chat Completions server (OpenAI,
+//! Ollama, vLLM, llama.cpp's server, OpenRouter): streamed tool calls,
+//! strict `json_schema` output, usage when the server reports it, Bearer auth.
+
+mod body;
+mod stream;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::http;
+use crate::retry::{self, Events, Failure, Open};
+use crate::{
+    LlmError, Model, ModelConfig, ModelLimits, Provider, Request, Response, Result, StreamEvent,
+};
+
+pub const DEFAULT_OPENAI_URL: &str = "https://api.openai.com/v1";
+
+/// A client of one model on an OpenAI-compatible server.
+pub struct OpenAiClient {
+    config: ModelConfig,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiClient")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiClient {
+    pub fn new(config: ModelConfig) -> Result<Self> {
+        if config.provider != Provider::OpenAi {
+            return Err(LlmError::Config(format!(
+                "{} is not an OpenAI-compatible model",
+                config.spec()
+            )));
+        }
+        if config.model.is_empty() {
+            return Err(LlmError::Config("no model configured".into()));
+        }
+        let http = http::client(&config.timeouts)?;
+        Ok(Self { config, http })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// `{base}/chat/completions` when the base already ends in `/v1` (as
+    /// `OPENAI_BASE_URL` usually does), else `{base}/v1/chat/completions`.
+    fn url(&self) -> String {
+        let base = self.config.base_url.trim_end_matches('/');
+        if base.ends_with("/v1") {
+            format!("{base}/chat/completions")
+        } else {
+            format!("{base}/v1/chat/completions")
+        }
+    }
+
+    fn secret(&self) -> Option<&str> {
+        self.config.api_key.as_ref().map(|k| k.expose())
+    }
+
+    async fn attempt(&self, body: &Value) -> Result<Events, Failure> {
+        let mut request = self
+            .http
+            .post(self.url())
+            .header("accept", "text/event-stream")
+            .json(body);
+        if let Some(key) = &self.config.api_key {
+            request = request.header(
+                reqwest::header::AUTHORIZATION,
+                http::secret_header(&format!("Bearer {}", key.expose()))?,
+            );
+        }
+        let timeouts = &self.config.timeouts;
+        let response = http::send(request, timeouts.request)
+            .await
+            .map_err(|f| Failure {
+                error: f.error.scrub(self.secret()),
+                ..f
+            })?;
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        let events = if is_json {
+            // A server that ignored `stream: true`.
+            let body: Value = tokio::time::timeout(timeouts.request, response.json())
+                .await
+                .map_err(|_| {
+                    LlmError::Timeout("the completion body did not arrive in time".into())
+                })?
+                .map_err(|e| {
+                    LlmError::Stream(format!("a malformed completion: {}", http::describe(&e)))
+                })?;
+            let response = stream::completion(&body)?;
+            let mut events = Vec::new();
+            let text = response.text();
+            if !text.is_empty() {
+                events.push(Ok(StreamEvent::TextDelta(text)));
+            }
+            for (id, name, input) in response.tool_uses() {
+                events.push(Ok(StreamEvent::ToolCall {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    input: input.clone(),
+                }));
+            }
+            events.push(Ok(StreamEvent::Completed(response)));
+            futures::stream::iter(events).boxed()
+        } else {
+            http::sse(response, timeouts.idle, stream::Assembler::default())
+        };
+        let secret = self.secret().map(str::to_owned);
+        Ok(events
+            .map(move |item| item.map_err(|e| e.scrub(secret.as_deref())))
+            .boxed())
+    }
+
+    fn prepare(&self, request: &Request) -> Value {
+        let max_tokens = match self.config.limits.max_output_tokens {
+            Some(cap) => self.config.max_output_tokens.min(cap),
+            None => self.config.max_output_tokens,
+        };
+        body::body(
+            &self.config.model,
+            &self.config.max_tokens_field,
+            max_tokens,
+            request,
+        )
+    }
+
+    fn opener<'a>(&'a self, body: &'a Value) -> Open<'a> {
+        Box::new(move || Box::pin(self.attempt(body)))
+    }
+}
+
+impl Model for OpenAiClient {
+    fn name(&self) -> &str {
+        &self.config.model
+    }
+
+    fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
+        Box::pin(async move {
+            let body = self.prepare(&request);
+            retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await
+        })
+    }
+
+    fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
+        Box::pin(async move {
+            let body = self.prepare(&request);
+            retry::complete(&self.config.retry, &self.config.model, &self.opener(&body)).await
+        })
+    }
+
+    /// Compatible servers do not report limits: only the configured ones are known.
+    fn limits(&self) -> BoxFuture<'_, ModelLimits> {
+        Box::pin(std::future::ready(self.config.limits))
+    }
+}

@@ -1,0 +1,212 @@
+//! Structured output: the final text of a turn must be JSON that matches the
+//! same schema the model was given, and parse as the expected type. A reply
+//! that does not is sent back with the validation error until the repair
+//! budget is spent; then the call fails with a typed error.
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::{LlmError, Message, Model, Request, Response, Result, StopReason};
+
+/// Parses a turn's final text as `T`: JSON (a Markdown code fence around it
+/// is tolerated; some servers add one), valid against `T`'s model-facing
+/// schema, then deserialised. `null` in an optional field counts as absent
+/// (OpenAI strict mode sends it). The error explains what is wrong, for the model.
+pub fn parse<T: DeserializeOwned + JsonSchema>(text: &str) -> std::result::Result<T, String> {
+    parse_with(text, &crate::schema::for_model::<T>())
+}
+
+/// [`parse`] against a given schema.
+pub fn parse_with<T: DeserializeOwned>(
+    text: &str,
+    schema: &Value,
+) -> std::result::Result<T, String> {
+    let trimmed = text.trim();
+    let unfenced = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .unwrap_or(trimmed)
+        .trim();
+    if unfenced.is_empty() {
+        return Err("the reply was empty; a JSON object was required".into());
+    }
+    let mut value: Value =
+        serde_json::from_str(unfenced).map_err(|e| format!("the reply is not valid JSON: {e}"))?;
+    crate::schema::strip_optional_nulls(&mut value, schema);
+    crate::schema::validate(&value, schema)?;
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// The user message that asks the model to repair its reply.
+pub fn repair_message(detail: &str) -> String {
+    format!(
+        "Your last reply did not match the required JSON schema: {detail}. \
+         Reply again with only one JSON object that matches the schema exactly."
+    )
+}
+
+/// The outcome of a structured call.
+#[derive(Debug)]
+pub struct Structured<T> {
+    pub value: T,
+    /// The raw text of the accepted reply: it is what goes into the transcript.
+    pub raw: String,
+    /// The response of the accepted reply (its usage is the context in use).
+    pub response: Response,
+    /// Replies rejected before this one.
+    pub repairs: u32,
+}
+
+/// Calls the model until its reply is valid, at most `1 + repairs` times.
+/// The request's `output_schema` is set to `T`'s schema when missing.
+/// Rejected replies and repair requests are not kept: the caller's transcript
+/// gets only the accepted reply.
+pub async fn complete<T: DeserializeOwned + JsonSchema>(
+    model: &dyn Model,
+    mut request: Request,
+    repairs: u32,
+) -> Result<Structured<T>> {
+    let schema = request
+        .output_schema
+        .get_or_insert_with(crate::schema::for_model::<T>)
+        .clone();
+    let mut attempt = 0;
+    loop {
+        let response = model.complete(request.clone()).await?;
+        if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
+            return Ok(done);
+        }
+        attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::{ArbiterIntent, ArbiterOutput};
+
+    #[test]
+    fn parse_accepts_fenced_json_and_explains_failures() {
+        let ok: ArbiterOutput =
+            parse("```json\n{\"intent\":\"address_human\",\"message\":\"Speak.\"}\n```").unwrap();
+        assert_eq!(ok.intent, ArbiterIntent::AddressHuman);
+        let err = parse::<ArbiterOutput>(r#"{"intent":"yell","message":"x"}"#).unwrap_err();
+        assert!(err.starts_with("$.intent: \"yell\" is not one of"), "{err}");
+        let err = parse::<ArbiterOutput>(r#"{"intent":"musings"}"#).unwrap_err();
+        assert_eq!(err, "$: missing required property \"message\"");
+        let err = parse::<ArbiterOutput>("I think so").unwrap_err();
+        assert!(err.starts_with("the reply is not valid JSON"), "{err}");
+        assert!(parse::<ArbiterOutput>("  ").unwrap_err().contains("empty"));
+    }
+}
+
+/// Checks one reply. `Some` when it is valid; `None` when it was sent back
+/// for repair (the request now carries it and the validation error); an
+/// error when the repair budget is spent.
+fn judge<T: DeserializeOwned>(
+    model: &dyn Model,
+    request: &mut Request,
+    schema: &Value,
+    response: Response,
+    attempt: u32,
+    repairs: u32,
+) -> Result<Option<Structured<T>>> {
+    let raw = response.text();
+    let checked = match response.stop_reason {
+        StopReason::MaxTokens => {
+            Err("the reply was cut off at the output token limit; keep it shorter".to_owned())
+        }
+        _ => parse_with::<T>(&raw, schema),
+    };
+    match checked {
+        Ok(value) => Ok(Some(Structured {
+            value,
+            raw,
+            response,
+            repairs: attempt,
+        })),
+        Err(detail) if attempt < repairs => {
+            tracing::warn!(model = model.name(), attempt, %detail, "structured reply rejected; asking again");
+            request.messages.push(Message::assistant(raw));
+            request
+                .messages
+                .push(Message::user(repair_message(&detail)));
+            Ok(None)
+        }
+        Err(detail) => Err(LlmError::SchemaViolation {
+            attempts: attempt + 1,
+            detail,
+        }),
+    }
+}
+
+/// What [`complete_with`] reports while a structured reply is generated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// A new attempt begins: whatever earlier attempts produced is void.
+    Attempt(u32),
+    /// The next piece of the reply's text.
+    Text(&'a str),
+}
+
+/// Like [`complete`], but streams each attempt and reports its text as it
+/// is generated. A stream that fails part-way is finished by a whole call
+/// (which retries); its text is then reported at once, as a new attempt.
+pub async fn complete_with<T, F>(
+    model: &dyn Model,
+    mut request: Request,
+    repairs: u32,
+    mut progress: F,
+) -> Result<Structured<T>>
+where
+    T: DeserializeOwned + JsonSchema,
+    F: FnMut(Progress<'_>),
+{
+    let schema = request
+        .output_schema
+        .get_or_insert_with(crate::schema::for_model::<T>)
+        .clone();
+    let mut attempt = 0;
+    let mut reported = 0;
+    loop {
+        progress(Progress::Attempt(reported));
+        reported += 1;
+        let response = match streamed(model, &request, &mut progress).await {
+            Ok(response) => response,
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(model = model.name(), error = %e, "stream failed part-way; calling again");
+                let response = model.complete(request.clone()).await?;
+                progress(Progress::Attempt(reported));
+                reported += 1;
+                progress(Progress::Text(&response.text()));
+                response
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
+            return Ok(done);
+        }
+        attempt += 1;
+    }
+}
+
+/// One streamed call, its text reported piece by piece.
+async fn streamed<F>(model: &dyn Model, request: &Request, progress: &mut F) -> Result<Response>
+where
+    F: FnMut(Progress<'_>),
+{
+    use futures::StreamExt as _;
+    let mut events = model.stream(request.clone()).await?;
+    while let Some(event) = events.next().await {
+        match event? {
+            crate::StreamEvent::TextDelta(text) => progress(Progress::Text(&text)),
+            crate::StreamEvent::Completed(response) => return Ok(response),
+            _ => {}
+        }
+    }
+    Err(LlmError::Stream(
+        "the stream ended before the message was complete".into(),
+    ))
+}

@@ -1,0 +1,224 @@
+//! Model configuration per role: the file format, defaults, and the order
+//! flag/env > file > default.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use arbiter_llm::config::{self, ConfigFile, ProviderOverrides, RoleOverrides};
+use arbiter_llm::{ApiKey, ModelLimits, Provider};
+use arbiter_protocol::Role;
+use pretty_assertions::assert_eq;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+#[test]
+fn defaults_without_a_file() {
+    let file = ConfigFile::default();
+    let resolve = |role| {
+        config::resolve(
+            &file,
+            role,
+            &ProviderOverrides::default(),
+            &RoleOverrides::default(),
+            &no_env,
+        )
+        .unwrap()
+    };
+    let arbiter = resolve(Role::Arbiter);
+    assert_eq!(arbiter.model.spec(), "anthropic:claude-haiku-5-5");
+    assert_eq!(arbiter.model.base_url, "https://api.anthropic.com");
+    assert_eq!(arbiter.model.anthropic_version, "2023-06-01");
+    assert_eq!(arbiter.model.max_output_tokens, 8_000);
+    assert_eq!(arbiter.model.api_key, None);
+    assert_eq!(arbiter.context_budget, 200_000);
+    assert_eq!(arbiter.schema_repairs, 2);
+    assert_eq!(
+        resolve(Role::Orchestrator).model.spec(),
+        "anthropic:claude-opus-5-5"
+    );
+    assert_eq!(
+        resolve(Role::Subagent).model.spec(),
+        "anthropic:claude-sonnet-5-5"
+    );
+}
+
+#[test]
+fn the_example_file_parses_and_resolves() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/arbiter.example.toml"
+    );
+    let file = ConfigFile::load(std::path::Path::new(path)).unwrap();
+    let env = |name: &str| (name == "OPENROUTER_API_KEY").then(|| "or-key".to_owned());
+    let sub = config::resolve(
+        &file,
+        Role::Subagent,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(sub.model.provider, Provider::OpenAi);
+    assert_eq!(sub.model.model, "qwen2.5-coder:32b");
+    assert_eq!(sub.model.base_url, "http://localhost:11434/v1");
+    assert_eq!(sub.model.api_key, None);
+    assert_eq!(sub.model.limits.context_window, Some(32_768));
+    let orch = config::resolve(
+        &file,
+        Role::Orchestrator,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(orch.model.spec(), "anthropic:claude-opus-5-5");
+    assert_eq!(orch.context_budget, 400_000);
+}
+
+const FILE: &str = r#"
+[anthropic]
+base_url = "https://proxy.example/anthropic"
+version = "2026-10-21"
+api_key_env = "MY_ANTHROPIC_KEY"
+
+[openai]
+base_url = "http://localhost:8000/v1"
+max_tokens_field = "max_tokens"
+
+[retry]
+max_retries = 5
+initial_backoff_ms = 250
+max_backoff_ms = 4000
+
+[timeouts]
+idle_secs = 90
+
+[arbiter]
+model = "openai:llama3.3"
+context_tokens = 64000
+schema_repairs = 4
+context_window = 128000
+output_limit = 4096
+base_url = "http://gpu-box:8000/v1"
+api_key_env = "GPU_BOX_KEY"
+
+[orchestrator]
+model = "anthropic:claude-sonnet-5-5"
+max_output_tokens = 20000
+max_retries = 9
+"#;
+
+#[test]
+fn the_file_is_read_and_env_and_flags_win_over_it() {
+    let file = ConfigFile::parse(FILE).unwrap();
+    let env = |name: &str| match name {
+        "MY_ANTHROPIC_KEY" => Some("from-file-env".to_owned()),
+        "GPU_BOX_KEY" => Some("gpu-key".to_owned()),
+        _ => None,
+    };
+    let arbiter = config::resolve(
+        &file,
+        Role::Arbiter,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(arbiter.model.spec(), "openai:llama3.3");
+    assert_eq!(arbiter.model.base_url, "http://gpu-box:8000/v1");
+    assert_eq!(arbiter.model.api_key, Some(ApiKey::new("gpu-key")));
+    assert_eq!(arbiter.model.max_tokens_field, "max_tokens");
+    assert_eq!(
+        arbiter.model.limits,
+        ModelLimits {
+            context_window: Some(128_000),
+            max_output_tokens: Some(4096)
+        }
+    );
+    assert_eq!(arbiter.context_budget, 64_000);
+    assert_eq!(arbiter.schema_repairs, 4);
+    assert_eq!(arbiter.model.retry.max_retries, 5);
+    assert_eq!(
+        arbiter.model.retry.initial_backoff,
+        Duration::from_millis(250)
+    );
+    assert_eq!(arbiter.model.timeouts.idle, Duration::from_secs(90));
+
+    let orch = config::resolve(
+        &file,
+        Role::Orchestrator,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(orch.model.base_url, "https://proxy.example/anthropic");
+    assert_eq!(orch.model.anthropic_version, "2026-10-21");
+    assert_eq!(orch.model.api_key, Some(ApiKey::new("from-file-env")));
+    assert_eq!(orch.model.max_output_tokens, 20_000);
+    assert_eq!(orch.model.retry.max_retries, 9);
+
+    // Flags and their environment variables come first.
+    let flags = ProviderOverrides {
+        anthropic_base_url: Some("http://mock".into()),
+        anthropic_api_key: Some(ApiKey::new("flag-key")),
+        anthropic_version: Some("2023-06-01".into()),
+        ..Default::default()
+    };
+    let role_flags = RoleOverrides {
+        model: Some("anthropic:claude-haiku-5-5".into()),
+        context_tokens: Some(50_000),
+        max_output_tokens: Some(1_000),
+        schema_repairs: Some(0),
+        max_retries: Some(1),
+    };
+    let arbiter = config::resolve(&file, Role::Arbiter, &flags, &role_flags, &env).unwrap();
+    assert_eq!(arbiter.model.spec(), "anthropic:claude-haiku-5-5");
+    assert_eq!(arbiter.model.base_url, "http://mock");
+    assert_eq!(arbiter.model.api_key, Some(ApiKey::new("flag-key")));
+    assert_eq!(arbiter.model.anthropic_version, "2023-06-01");
+    assert_eq!(arbiter.context_budget, 50_000);
+    assert_eq!(arbiter.model.max_output_tokens, 1_000);
+    assert_eq!(arbiter.schema_repairs, 0);
+    assert_eq!(arbiter.model.retry.max_retries, 1);
+}
+
+#[test]
+fn mistakes_in_the_file_are_plain_errors() {
+    let unknown = ConfigFile::parse("[arbiter]\nmodle = \"x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(unknown.contains("unknown field `modle`"), "{unknown}");
+    let section = ConfigFile::parse("[arbitre]\n").unwrap_err().to_string();
+    assert!(section.contains("unknown field `arbitre`"), "{section}");
+    let key = ConfigFile::parse("[openai]\napi_key = \"sk-in-the-file-123\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(key.contains("api_key_env"), "{key}");
+    assert!(!key.contains("sk-in-the-file-123"), "{key}");
+    let file = ConfigFile::parse("[subagent]\nmodel = \"gemini:pro\"\n").unwrap();
+    let err = config::resolve(
+        &file,
+        Role::Subagent,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &no_env,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(
+            "model configuration: the subagent model: provider \"gemini\" is not supported"
+        ),
+        "{err}"
+    );
+    let missing = ConfigFile::load(std::path::Path::new("/nonexistent/arbiter.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        missing.contains("cannot read /nonexistent/arbiter.toml"),
+        "{missing}"
+    );
+}

@@ -1,0 +1,154 @@
+//! Structured output through both providers: a reply that does not match
+//! the schema is sent back with the validation error and repaired, or, past
+//! the repair budget, given up on with a typed error.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use arbiter_llm::structured;
+use arbiter_llm::{AnthropicClient, LlmError, OpenAiClient, Provider, Request};
+use arbiter_protocol::{ArbiterIntent, ArbiterOutput, OrchestratorOutput, Role, WireError};
+use arbiter_tests::{ChatRequestExt, MockAnthropic, MockOpenAi, MockReply, OpenAiReply};
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+fn ask() -> Request {
+    Request {
+        system: "Answer in JSON.".into(),
+        messages: vec![arbiter_llm::Message::user("Where does this go?")],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn anthropic_an_invalid_reply_is_repaired_with_the_validation_error() {
+    let mock = MockAnthropic::start().await;
+    let client = AnthropicClient::new(config(Provider::Anthropic, "m", &mock.base_url())).unwrap();
+    mock.push(
+        "m",
+        MockReply::json(&json!({"intent": "shout", "message": "HEY"})),
+    );
+    mock.push("m", MockReply::text("Sure! Here it is."));
+    mock.push(
+        "m",
+        MockReply::json(&json!({"intent": "address_human", "message": "Quietly."})),
+    );
+    let reply = structured::complete::<ArbiterOutput>(&client, ask(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.value,
+        ArbiterOutput {
+            intent: ArbiterIntent::AddressHuman,
+            message: "Quietly.".into()
+        }
+    );
+    assert_eq!(reply.repairs, 2);
+    let requests = mock.requests_for("m");
+    assert_eq!(requests.len(), 3);
+    let first_repair = requests[1].last_user_text();
+    assert!(
+        first_repair.contains("$.intent: \"shout\" is not one of"),
+        "{first_repair}"
+    );
+    assert!(
+        requests[1].all_text().contains("\"shout\""),
+        "the rejected reply is shown back"
+    );
+    let second_repair = requests[2].last_user_text();
+    assert!(
+        second_repair.contains("the reply is not valid JSON"),
+        "{second_repair}"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_a_reply_that_stays_invalid_is_given_up_on() {
+    let mock = MockAnthropic::start().await;
+    let client = AnthropicClient::new(config(Provider::Anthropic, "m", &mock.base_url())).unwrap();
+    for _ in 0..2 {
+        mock.push(
+            "m",
+            MockReply::json(&json!({"expects_response": "yes", "message": "x"})),
+        );
+    }
+    let err = structured::complete::<OrchestratorOutput>(&client, ask(), 1)
+        .await
+        .unwrap_err();
+    let LlmError::SchemaViolation { attempts, detail } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*attempts, 2);
+    assert_eq!(
+        detail,
+        "$.expects_response: expected boolean, got a string (\"yes\")"
+    );
+    assert!(matches!(
+        err.to_wire(Role::Orchestrator),
+        WireError::SchemaViolation { attempts: 2, .. }
+    ));
+    assert_eq!(mock.requests_for("m").len(), 2);
+}
+
+#[tokio::test]
+async fn openai_an_invalid_reply_is_repaired_and_one_given_up_on() {
+    let mock = MockOpenAi::start().await;
+    let client = OpenAiClient::new(config(Provider::OpenAi, "m", &mock.base_url())).unwrap();
+    mock.push("m", OpenAiReply::json(&json!({"intent": "address_human"})));
+    mock.push(
+        "m",
+        OpenAiReply::json(&json!({"intent": "musings", "message": "Hm.", "extra": 1})),
+    );
+    mock.push(
+        "m",
+        OpenAiReply::json(&json!({"intent": "musings", "message": "Hm."})),
+    );
+    let reply = structured::complete::<ArbiterOutput>(&client, ask(), 2)
+        .await
+        .unwrap();
+    assert_eq!(reply.value.intent, ArbiterIntent::Musings);
+    let requests = mock.requests_for("m");
+    assert!(
+        requests[1]
+            .chat_last_input()
+            .contains("missing required property \"message\"")
+    );
+    assert!(
+        requests[2]
+            .chat_last_input()
+            .contains("unexpected property \"extra\"")
+    );
+
+    mock.push("m", OpenAiReply::text("no JSON here"));
+    let err = structured::complete::<ArbiterOutput>(&client, ask(), 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LlmError::SchemaViolation { attempts: 1, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reply_cut_at_the_output_limit_is_repaired_not_parsed() {
+    let mock = MockOpenAi::start().await;
+    let client = OpenAiClient::new(config(Provider::OpenAi, "m", &mock.base_url())).unwrap();
+    mock.push(
+        "m",
+        OpenAiReply::text("{\"intent\": \"address_hu").finish_reason("length"),
+    );
+    mock.push(
+        "m",
+        OpenAiReply::json(&json!({"intent": "address_human", "message": "Short."})),
+    );
+    let reply = structured::complete::<ArbiterOutput>(&client, ask(), 1)
+        .await
+        .unwrap();
+    assert_eq!(reply.value.message, "Short.");
+    assert!(
+        mock.requests_for("m")[1]
+            .chat_last_input()
+            .contains("cut off at the output token limit")
+    );
+}
