@@ -1,0 +1,243 @@
+//! Reads the coordinator's two durable consumers (human messages, Orchestrator
+//! output) and hands each message to its session's actor, creating sessions
+//! on first contact. Malformed messages are rejected here, never routed.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbiter_bus::{TraceContext, decode};
+use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::{Input, SessionHandle};
+use crate::state;
+use crate::{Error, Result, Shared};
+
+/// How long a message may stay unacknowledged before the server sends it again.
+/// A session acknowledges right after storing the step that took it, so this only
+/// bounds how long a killed coordinator delays what it had taken but not stored.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// Messages the coordinator may hold unacknowledged at once, per consumer.
+const MAX_ACK_PENDING: i64 = 20_000;
+
+async fn consumer(shared: &Shared, stream: &str, name: &str, filter: &str) -> Result<PullConsumer> {
+    let stream = shared
+        .bus
+        .js
+        .get_stream(stream)
+        .await
+        .map_err(|e| js_error(format!("opening stream {stream}"), e))?;
+    stream
+        .get_or_create_consumer(
+            name,
+            pull::Config {
+                durable_name: Some(name.into()),
+                filter_subject: filter.into(),
+                ack_policy: AckPolicy::Explicit,
+                deliver_policy: DeliverPolicy::All,
+                ack_wait: ACK_WAIT,
+                max_ack_pending: MAX_ACK_PENDING,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| js_error(format!("creating consumer {name}"), e))
+}
+
+fn js_error(what: String, e: impl std::fmt::Display) -> Error {
+    Error::Bus(arbiter_bus::BusError::JetStream {
+        what,
+        message: e.to_string(),
+    })
+}
+
+/// The live sessions of this coordinator.
+struct Registry {
+    shared: Arc<Shared>,
+    sessions: HashMap<String, SessionHandle>,
+    cancel: CancellationToken,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Registry {
+    async fn handle(&mut self, session_id: &str) -> &SessionHandle {
+        if !self.sessions.contains_key(session_id) {
+            let handle = crate::session::spawn(
+                self.shared.clone(),
+                session_id.to_owned(),
+                self.cancel.child_token(),
+                &mut self.tasks,
+            )
+            .await;
+            self.sessions.insert(session_id.to_owned(), handle);
+        }
+        &self.sessions[session_id]
+    }
+
+    /// Sessions an earlier run left with work undone start at once: nobody
+    /// else would wake them.
+    async fn resume_unfinished(&mut self) {
+        let unfinished = match state::unfinished(&self.shared.bus).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!(error = %e, "could not scan the stored sessions; unfinished ones wait for their next message");
+                return;
+            }
+        };
+        for session_id in unfinished {
+            tracing::info!(session.id = %session_id, "resuming an unfinished session");
+            self.handle(&session_id).await;
+        }
+    }
+
+    async fn deliver(&mut self, session_id: &str, input: Input) {
+        let handle = self.handle(session_id).await;
+        if handle.send(input).await.is_err() {
+            tracing::error!(
+                session.id = session_id,
+                "session actor has stopped; input dropped"
+            );
+        }
+    }
+
+    async fn on_human(&mut self, msg: jetstream::Message) {
+        let subject = msg.subject.to_string();
+        let subject = subject.as_str();
+        let Some(session_id) = subjects::id_of(subject, "session", "human") else {
+            tracing::error!(subject, "human message on an unexpected subject; rejected");
+            ack(&msg).await;
+            return;
+        };
+        let trace = TraceContext::from_headers(msg.headers.as_ref());
+        let input = match decode::<HumanMessage>(subject, &msg.payload) {
+            Ok(human) if human.session_id != session_id => Input::Malformed(
+                WireError::MalformedMessage {
+                    subject: subject.to_owned(),
+                    detail: format!(
+                        "its session_id {:?} does not match the subject",
+                        human.session_id
+                    ),
+                },
+                None,
+            ),
+            Ok(human) => Input::Human(human, trace, None),
+            Err(error) => Input::Malformed(error, None),
+        };
+        if let Input::Malformed(error, _) = &input {
+            tracing::error!(subject, %error, "malformed human message rejected");
+        }
+        // The session acknowledges the message once the step that took it is stored.
+        let input = match input {
+            Input::Human(h, t, _) => Input::Human(h, t, Some(msg)),
+            Input::Orchestrator(o, t, _) => Input::Orchestrator(o, t, Some(msg)),
+            Input::Malformed(e, _) => Input::Malformed(e, Some(msg)),
+        };
+        self.deliver(session_id, input).await;
+    }
+
+    async fn on_orchestrator(&mut self, msg: jetstream::Message) {
+        let subject = msg.subject.to_string();
+        let subject = subject.as_str();
+        let trace = TraceContext::from_headers(msg.headers.as_ref());
+        let decoded = decode::<OrchestratorMessage>(subject, &msg.payload).and_then(|m| {
+            let subject_orch = subjects::id_of(subject, "orch", "out");
+            if subject_orch != Some(m.orch_id.as_str()) || !subjects::is_valid_token(&m.session_id)
+            {
+                return Err(WireError::MalformedMessage {
+                    subject: subject.to_owned(),
+                    detail: "its orch_id or session_id does not match the subject".into(),
+                });
+            }
+            Ok(m)
+        });
+        match decoded {
+            Ok(message) => {
+                let session_id = message.session_id.clone();
+                self.deliver(&session_id, Input::Orchestrator(message, trace, Some(msg)))
+                    .await;
+            }
+            Err(error) => {
+                tracing::error!(subject, %error, "malformed Orchestrator message rejected");
+                // When the session can still be told, its log shows the rejection.
+                let session = serde_json::from_slice::<serde_json::Value>(&msg.payload)
+                    .ok()
+                    .and_then(|v| v.get("session_id")?.as_str().map(str::to_owned))
+                    .filter(|id| subjects::is_valid_token(id));
+                match session {
+                    Some(session_id) => {
+                        self.deliver(&session_id, Input::Malformed(error, Some(msg)))
+                            .await
+                    }
+                    None => ack(&msg).await,
+                }
+            }
+        }
+    }
+}
+
+/// Runs both consumers until shutdown, then stops every session and waits for them.
+pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let human = consumer(
+        &shared,
+        subjects::SESSIONS_STREAM,
+        subjects::COORDINATOR_HUMAN_CONSUMER,
+        subjects::ALL_SESSION_HUMAN,
+    )
+    .await?;
+    let orch = consumer(
+        &shared,
+        subjects::ORCH_STREAM,
+        subjects::COORDINATOR_ORCH_CONSUMER,
+        subjects::ALL_ORCH_OUT,
+    )
+    .await?;
+    let mut human_msgs = human
+        .messages()
+        .await
+        .map_err(|e| js_error("reading human messages".into(), e))?;
+    let mut orch_msgs = orch
+        .messages()
+        .await
+        .map_err(|e| js_error("reading Orchestrator output".into(), e))?;
+    let mut registry = Registry {
+        shared,
+        sessions: HashMap::new(),
+        cancel: CancellationToken::new(),
+        tasks: tokio::task::JoinSet::new(),
+    };
+    registry.resume_unfinished().await;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            next = human_msgs.next() => match next {
+                Some(Ok(msg)) => registry.on_human(msg).await,
+                Some(Err(e)) => tracing::warn!(error = %e, "human consumer hiccup"),
+                None => return Err(js_error("reading human messages".into(), "the consumer stream ended")),
+            },
+            next = orch_msgs.next() => match next {
+                Some(Ok(msg)) => registry.on_orchestrator(msg).await,
+                Some(Err(e)) => tracing::warn!(error = %e, "Orchestrator consumer hiccup"),
+                None => return Err(js_error("reading Orchestrator output".into(), "the consumer stream ended")),
+            },
+        }
+    }
+    tracing::info!("coordinator shutting down");
+    registry.cancel.cancel();
+    drop(registry.sessions);
+    while registry.tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Acknowledges a message no session will take (it was rejected), so it is
+/// not delivered forever.
+async fn ack(msg: &jetstream::Message) {
+    if let Err(e) = msg.ack_with(AckKind::Ack).await {
+        tracing::warn!(subject = %msg.subject, error = %e, "ack failed; the message may come again");
+    }
+}

@@ -1,0 +1,95 @@
+//! The Arbiter coordinator: one Arbiter session per conversation, many at once.
+//! It reads human messages and Orchestrator output from JetStream, runs the
+//! Arbiter's turns against the model, and routes each turn by its intent.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod delta;
+mod intake;
+pub mod prompt;
+mod route;
+mod session;
+mod state;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use arbiter_bus::Bus;
+use arbiter_llm::{Model, ModelConfig};
+use arbiter_protocol::Role;
+
+/// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub nats_url: String,
+    /// The worker pool summons go to.
+    pub pool: String,
+    /// The Arbiter's model and how to reach it.
+    pub model: ModelConfig,
+    /// Tokens of context the Arbiter may use; what its context % is measured
+    /// against (lowered to the model's window if that is smaller).
+    pub context_budget: u64,
+    /// Times a reply that does not match the schema is sent back for repair.
+    pub schema_repairs: u32,
+    /// Times in a row an intent that cannot be carried out is sent back.
+    pub intent_retries: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            pool: "default".into(),
+            model: default_model(),
+            context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
+            schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,
+            intent_retries: 2,
+        }
+    }
+}
+
+/// The Arbiter's default model, with default settings.
+fn default_model() -> ModelConfig {
+    let spec = arbiter_llm::config::default_model(Role::Arbiter);
+    ModelConfig::from_spec(spec)
+        .unwrap_or_else(|_| ModelConfig::new(arbiter_llm::Provider::Anthropic, "claude-haiku-5-5"))
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Bus(#[from] arbiter_bus::BusError),
+    #[error(transparent)]
+    Model(#[from] arbiter_llm::LlmError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// What each session shares: the bus, the model and the settings.
+pub(crate) struct Shared {
+    pub bus: Bus,
+    pub model: Arc<dyn Model>,
+    pub config: Config,
+}
+
+/// Runs the coordinator until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    if !arbiter_protocol::subjects::is_valid_token(&config.pool) {
+        return Err(Error::Config(format!(
+            "pool name {:?} must be letters, digits, - or _",
+            config.pool
+        )));
+    }
+    let model = arbiter_llm::client_for(&config.model)?;
+    let mut config = config;
+    config.context_budget =
+        arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
+    let client = arbiter_bus::connect(&config.nats_url, "arbiter-coordinator", true).await?;
+    let bus = Bus::setup(client).await?;
+    state::ensure_stream(&bus).await?;
+    tracing::info!(nats = %arbiter_bus::redact_url(&config.nats_url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
+    let shared = Arc::new(Shared { bus, model, config });
+    intake::run(shared, shutdown).await
+}

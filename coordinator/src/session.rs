@@ -1,0 +1,548 @@
+//! One Arbiter session: an actor that owns the transcript, queues what
+//! arrives while the Arbiter is mid-turn, and runs one turn at a time. Every
+//! step is stored (see `state.rs`) before its effects are published and its
+//! inputs acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbiter_bus::TraceContext;
+use arbiter_llm::structured::{self, Progress, Structured};
+use arbiter_llm::{LlmError, Message, Request};
+use arbiter_protocol::{
+    ArbiterDelta, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody, LogEntry,
+    OrchestratorEntry, OrchestratorEvent, OrchestratorMessage, Role, SessionStatus, VERSION,
+    WireError, orchestrator_name, subjects,
+};
+use async_nats::jetstream;
+use chrono::Utc;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Shared;
+use crate::delta::MessageExtractor;
+use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
+
+/// Inputs a session's inbox holds before the intake waits.
+const INBOX_CAPACITY: usize = 256;
+/// How often status is republished while nothing changes (consoles use it as a heartbeat).
+const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
+/// Human message ids remembered to drop redeliveries.
+const SEEN_IDS: usize = 256;
+/// Notes carried in one digest; older ones are counted, not quoted.
+const DIGEST_NOTES: usize = 10;
+/// Characters of one note quoted in a digest.
+const DIGEST_NOTE_CHARS: usize = 300;
+
+/// The JetStream message an input came in, acknowledged once its step is stored.
+pub(crate) type Ack = Option<jetstream::Message>;
+
+/// What the intake hands a session.
+pub(crate) enum Input {
+    Human(HumanMessage, TraceContext, Ack),
+    Orchestrator(OrchestratorMessage, TraceContext, Ack),
+    Malformed(WireError, Ack),
+}
+
+/// Cloneable address of a session actor.
+#[derive(Clone)]
+pub(crate) struct SessionHandle {
+    tx: mpsc::Sender<Input>,
+}
+
+impl SessionHandle {
+    pub(crate) async fn send(&self, input: Input) -> Result<(), ()> {
+        self.tx.send(input).await.map_err(|_| ())
+    }
+}
+
+type TurnFuture = BoxFuture<'static, Result<Structured<ArbiterOutput>, LlmError>>;
+
+/// A turn running as its own task, so the model call starts at once rather
+/// than after the status write; aborted if the session stops first.
+struct RunningTurn(tokio::task::JoinHandle<Result<Structured<ArbiterOutput>, LlmError>>);
+
+impl RunningTurn {
+    fn start(turn: TurnFuture) -> Self {
+        Self(tokio::spawn(turn))
+    }
+
+    async fn finish(&mut self) -> Result<Structured<ArbiterOutput>, LlmError> {
+        match (&mut self.0).await {
+            Ok(result) => result,
+            Err(e) => Err(LlmError::Stream(format!("the turn's task stopped: {e}"))),
+        }
+    }
+}
+
+impl Drop for RunningTurn {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub(crate) struct Session {
+    pub shared: Arc<Shared>,
+    pub id: String,
+    pub transcript: Vec<Turn>,
+    pub state: Snapshot,
+    pub trace: TraceContext,
+    /// Effects decided in the current step, published after it is stored.
+    effects: Vec<Effect>,
+    /// Inputs of the current step, acknowledged after it is stored.
+    acks: Vec<jetstream::Message>,
+    /// Transcript turns already stored.
+    stored_turns: usize,
+    rev: u64,
+    changed: bool,
+    status_dirty: bool,
+    cancel: CancellationToken,
+}
+
+/// Starts a session actor, restored from its stored records if it has any.
+pub(crate) async fn spawn(
+    shared: Arc<Shared>,
+    id: String,
+    cancel: CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> SessionHandle {
+    let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    let mut session = Session {
+        shared,
+        id,
+        transcript: Vec::new(),
+        state: Snapshot::new(),
+        trace: TraceContext::new_root(),
+        effects: Vec::new(),
+        acks: Vec::new(),
+        stored_turns: 0,
+        rev: 0,
+        changed: false,
+        status_dirty: true,
+        cancel,
+    };
+    session.restore().await;
+    tasks.spawn(session.run(rx));
+    SessionHandle { tx }
+}
+
+impl Session {
+    async fn restore(&mut self) {
+        let bus = self.shared.bus.clone();
+        match state::load(&bus, &self.id).await {
+            Ok(Some(restored)) => {
+                self.transcript = restored.transcript;
+                self.stored_turns = self.transcript.len();
+                self.state = restored.snapshot;
+                self.rev = restored.rev;
+                // The last step may have died between storing and publishing.
+                state::replay(&bus, &restored.outbox, &self.trace, &self.cancel).await;
+                tracing::info!(session.id = %self.id, rev = self.rev, turns = self.transcript.len(), in_flight = self.state.turn_in_flight, "session restored");
+            }
+            Ok(None) => {
+                // A session without records (new, or from before they existed)
+                // continues its log after the last entry.
+                let log = subjects::session_log(&self.id);
+                if let Some(seq) = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log).await {
+                    self.state.log_seq = seq;
+                }
+            }
+            Err(e) => {
+                tracing::error!(session.id = %self.id, error = %e, "session state unreadable; starting it afresh after its log");
+                let log = subjects::session_log(&self.id);
+                self.state.log_seq = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log)
+                    .await
+                    .unwrap_or(0);
+            }
+        }
+    }
+
+    #[tracing::instrument(name = "session", skip_all, fields(session.id = %self.id))]
+    async fn run(mut self, mut inbox: mpsc::Receiver<Input>) {
+        let mut turn: Option<RunningTurn> = None;
+        let mut heartbeat = tokio::time::interval(STATUS_HEARTBEAT);
+        loop {
+            if turn.is_none() && (self.state.turn_in_flight || !self.state.queue.is_empty()) {
+                if !self.state.turn_in_flight {
+                    let user = self.take_queue();
+                    self.transcript.push(Turn {
+                        role: TurnRole::User,
+                        text: user,
+                    });
+                    self.state.turn_in_flight = true;
+                    self.state.turns += 1;
+                    self.changed = true;
+                }
+                // Stored before the model is called: a restart re-runs this turn.
+                if !self.commit().await {
+                    break;
+                }
+                turn = Some(RunningTurn::start(self.start_turn()));
+                self.status_dirty = true;
+            }
+            if self.status_dirty {
+                self.publish_status(turn.is_some(), true).await;
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                input = inbox.recv() => match input {
+                    Some(input) => {
+                        self.on_input(input).await;
+                        if !self.commit().await {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                result = async {
+                    match turn.as_mut() {
+                        Some(running) => running.finish().await,
+                        None => std::future::pending().await,
+                    }
+                }, if turn.is_some() => {
+                    turn = None;
+                    self.state.turn_in_flight = false;
+                    self.changed = true;
+                    self.status_dirty = true;
+                    self.finish_turn(result);
+                    if !self.commit().await {
+                        break;
+                    }
+                }
+                _ = heartbeat.tick() => self.publish_status(turn.is_some(), false).await,
+            }
+        }
+    }
+
+    /// Stores the step (if anything changed), then publishes its effects and
+    /// acknowledges its inputs. False when the session was cancelled meanwhile.
+    async fn commit(&mut self) -> bool {
+        if self.changed || !self.effects.is_empty() {
+            self.rev += 1;
+            state::publish_order(&mut self.effects);
+            let record = state::record(
+                &self.id,
+                self.rev,
+                self.transcript[self.stored_turns..].to_vec(),
+                self.state.clone(),
+                self.effects.clone(),
+            );
+            if !state::persist(&self.shared.bus, &record, &self.trace, &self.cancel).await {
+                return false;
+            }
+            self.stored_turns = self.transcript.len();
+            self.changed = false;
+            for effect in std::mem::take(&mut self.effects) {
+                if !state::publish(&self.shared.bus, &effect, &self.trace.child(), &self.cancel)
+                    .await
+                {
+                    return false;
+                }
+            }
+            self.status_dirty = true;
+        }
+        for msg in self.acks.drain(..) {
+            if let Err(e) = msg.ack().await {
+                tracing::warn!(error = %e, "ack failed; the message may come again and be dropped as seen");
+            }
+        }
+        true
+    }
+
+    fn keep_ack(&mut self, ack: Ack) {
+        if let Some(msg) = ack {
+            self.acks.push(msg);
+        }
+    }
+
+    /// Queues a log entry with the next seq; it is published when the step is stored.
+    pub(crate) fn log(&mut self, body: LogBody) {
+        self.state.log_seq += 1;
+        self.effects.push(Effect::Log(LogEntry {
+            v: VERSION,
+            session_id: self.id.clone(),
+            seq: self.state.log_seq,
+            at: Utc::now(),
+            body,
+        }));
+        self.changed = true;
+    }
+
+    pub(crate) fn effect(&mut self, effect: Effect) {
+        self.effects.push(effect);
+        self.changed = true;
+    }
+
+    async fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Human(message, trace, ack) => {
+                self.keep_ack(ack);
+                if self.state.seen_ids.contains(&message.message_id) {
+                    tracing::info!(message.id = %message.message_id, "duplicate human message dropped");
+                    return;
+                }
+                self.state.seen_ids.push_back(message.message_id.clone());
+                if self.state.seen_ids.len() > SEEN_IDS {
+                    self.state.seen_ids.pop_front();
+                }
+                self.trace = trace;
+                self.log(LogBody::Human(HumanEntry {
+                    message_id: message.message_id,
+                    text: message.text.clone(),
+                }));
+                let tagged = self.state.active.is_some();
+                self.state.queue.push_back(Pending::Human {
+                    text: message.text,
+                    tagged,
+                });
+            }
+            Input::Orchestrator(message, trace, ack) => {
+                self.keep_ack(ack);
+                self.on_orchestrator(message, trace);
+            }
+            Input::Malformed(error, ack) => {
+                self.keep_ack(ack);
+                self.log(LogBody::Error(ErrorEntry { error }));
+            }
+        }
+    }
+
+    fn on_orchestrator(&mut self, message: OrchestratorMessage, trace: TraceContext) {
+        let Some(active) = self
+            .state
+            .active
+            .as_mut()
+            .filter(|a| a.orch_id == message.orch_id)
+        else {
+            tracing::info!(orch.id = %message.orch_id, "output from an Orchestrator that is no longer active; ignored");
+            return;
+        };
+        if message.seq <= active.outputs_seen {
+            tracing::info!(orch.id = %message.orch_id, seq = message.seq, "duplicate Orchestrator output dropped");
+            return;
+        }
+        active.outputs_seen = message.seq;
+        let number = active.number;
+        self.trace = trace;
+        self.changed = true;
+        match message.event {
+            OrchestratorEvent::Output(output) => {
+                self.log(LogBody::Orchestrator(OrchestratorEntry {
+                    number,
+                    orch_id: message.orch_id,
+                    expects_response: output.expects_response,
+                    text: output.message.clone(),
+                }));
+                if output.expects_response {
+                    self.state.queue.push_back(Pending::Orchestrator {
+                        number,
+                        text: output.message,
+                    });
+                } else {
+                    self.state.notes.push((number, output.message));
+                }
+            }
+            OrchestratorEvent::Failed(failed) => {
+                self.state.active = None;
+                let error = match failed.error {
+                    already @ WireError::OrchestratorFailed { .. } => already,
+                    cause => WireError::OrchestratorFailed {
+                        number,
+                        message: cause.to_string(),
+                    },
+                };
+                let text = format!(
+                    "{} has stopped and is no longer active: {}",
+                    orchestrator_name(number),
+                    error
+                );
+                self.log(LogBody::Error(ErrorEntry { error }));
+                self.state.queue.push_back(Pending::System { text });
+            }
+        }
+    }
+
+    /// Everything queued, in arrival order, as one user message; the notes
+    /// gathered since the last delivery go first, as a digest.
+    fn take_queue(&mut self) -> String {
+        let mut parts = Vec::new();
+        if !self.state.notes.is_empty() {
+            parts.push(digest(&std::mem::take(&mut self.state.notes)));
+        }
+        for pending in self.state.queue.drain(..) {
+            parts.push(match pending {
+                Pending::Human { text, tagged: true } => format!("Human: {text}"),
+                Pending::Human {
+                    text,
+                    tagged: false,
+                } => text,
+                Pending::Orchestrator { number, text } => {
+                    format!("{}: {text}", orchestrator_name(number))
+                }
+                Pending::System { text } => format!("System: {text}"),
+            });
+        }
+        parts.join("\n\n")
+    }
+
+    fn start_turn(&mut self) -> TurnFuture {
+        let messages = self
+            .transcript
+            .iter()
+            .map(|turn| match turn.role {
+                TurnRole::User => Message::user(turn.text.clone()),
+                TurnRole::Assistant => Message::assistant(turn.text.clone()),
+            })
+            .collect();
+        let request = Request {
+            system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
+            messages,
+            tools: Vec::new(),
+            output_schema: Some(arbiter_llm::schema::for_model::<ArbiterOutput>()),
+        };
+        let shared = self.shared.clone();
+        let session_id = self.id.clone();
+        let turn = self.state.turns;
+        Box::pin(async move {
+            // The words go out as they are written; a forwarder publishes them
+            // so the model stream is never held up by NATS.
+            let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
+            let subject = subjects::session_delta(&session_id);
+            let forward = async {
+                while let Some(delta) = rx.recv().await {
+                    if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
+                        tracing::debug!(error = %e, "delta not published");
+                    }
+                }
+            };
+            let mut extractor = MessageExtractor::default();
+            let mut attempt = 0;
+            let call = structured::complete_with::<ArbiterOutput, _>(
+                shared.model.as_ref(),
+                request,
+                shared.config.schema_repairs,
+                // Moved in: the sender drops when the call ends, which ends the forwarder.
+                move |progress| match progress {
+                    Progress::Attempt(n) => {
+                        attempt = n;
+                        extractor = MessageExtractor::default();
+                    }
+                    Progress::Text(piece) => {
+                        if let Some(text) = extractor.push(piece) {
+                            let _ = tx.send(ArbiterDelta {
+                                v: VERSION,
+                                session_id: session_id.clone(),
+                                turn,
+                                attempt,
+                                intent: extractor.intent(),
+                                text,
+                                at: Utc::now(),
+                            });
+                        }
+                    }
+                },
+            );
+            let (result, ()) = tokio::join!(call, forward);
+            result
+        })
+    }
+
+    fn finish_turn(&mut self, result: Result<Structured<ArbiterOutput>, LlmError>) {
+        match result {
+            Ok(reply) => {
+                // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
+                if let Some(tokens) = reply.response.context_tokens() {
+                    self.state.context_tokens = tokens;
+                }
+                self.transcript.push(Turn {
+                    role: TurnRole::Assistant,
+                    text: reply.raw,
+                });
+                self.route(reply.value);
+            }
+            Err(e) => {
+                // The user turn stays: it reaches the Arbiter with the next message.
+                tracing::error!(error = %e, "Arbiter turn failed");
+                self.log(LogBody::Error(ErrorEntry {
+                    error: e.to_wire(Role::Arbiter),
+                }));
+            }
+        }
+    }
+
+    async fn publish_status(&mut self, thinking: bool, changed: bool) {
+        let status = SessionStatus {
+            v: VERSION,
+            session_id: self.id.clone(),
+            state: if thinking || !self.state.queue.is_empty() {
+                arbiter_protocol::SessionState::Thinking
+            } else {
+                arbiter_protocol::SessionState::Idle
+            },
+            queued: u32::try_from(self.state.queue.len()).unwrap_or(u32::MAX),
+            arbiter_context_pct: percent(
+                self.state.context_tokens,
+                self.shared.config.context_budget,
+            ),
+            arbiter_context_tokens: self.state.context_tokens,
+            active: self
+                .state
+                .active
+                .as_ref()
+                .map(|a| arbiter_protocol::ActiveOrchestrator {
+                    orch_id: a.orch_id.clone(),
+                    number: a.number,
+                }),
+            summoned: self.state.summoned,
+            last_seq: self.state.log_seq,
+            created_at: self.state.created_at,
+            at: Utc::now(),
+        };
+        let bus = &self.shared.bus;
+        if changed {
+            match serde_json::to_vec(&status) {
+                Ok(bytes) => {
+                    if let Err(e) = bus.sessions_kv.put(&self.id, bytes.into()).await {
+                        tracing::warn!(error = %e, "could not store the session status");
+                    } else {
+                        self.status_dirty = false;
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "could not encode the session status"),
+            }
+        }
+        if let Err(e) = bus
+            .publish_core(subjects::session_status(&self.id), &status)
+            .await
+        {
+            tracing::warn!(error = %e, "could not publish the session status");
+        }
+    }
+}
+
+/// Context used, as a percentage of the budget.
+pub(crate) fn percent(tokens: u64, budget: u64) -> f32 {
+    if budget == 0 {
+        return 0.0;
+    }
+    ((tokens as f64 / budget as f64) * 100.0) as f32
+}
+
+fn digest(notes: &[(u32, String)]) -> String {
+    let skipped = notes.len().saturating_sub(DIGEST_NOTES);
+    let mut lines = vec!["Notes sent while working:".to_owned()];
+    if skipped > 0 {
+        lines.push(format!("- ({skipped} earlier notes not shown)"));
+    }
+    for (number, text) in &notes[skipped..] {
+        let quoted: String = text.chars().take(DIGEST_NOTE_CHARS).collect();
+        let cut = if text.chars().count() > DIGEST_NOTE_CHARS {
+            "…"
+        } else {
+            ""
+        };
+        lines.push(format!("- {}: {quoted}{cut}", orchestrator_name(*number)));
+    }
+    lines.join("\n")
+}

@@ -1,0 +1,372 @@
+//! A session's durable state. Every step of a session appends one record to
+//! `arbiter.v1.session.<id>.state`: the transcript turns it added, a snapshot
+//! of the small state, and the outbox of effects it decided (log entries,
+//! summons, inputs, releases). Effects are published only after their record
+//! is stored, each under a message id derived from it, so a coordinator that
+//! dies at any point is restored by replaying the records and republishing
+//! the last outbox: nothing lost, nothing done twice.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use arbiter_bus::{Bus, TraceContext};
+use arbiter_protocol::{Control, LogEntry, OrchestratorInput, Summon, VERSION, subjects};
+use async_nats::jetstream::stream;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// Longest wait between attempts to store a record or publish an effect.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One message of the Arbiter's transcript. The Arbiter has no tools, so text suffices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Turn {
+    pub role: TurnRole,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TurnRole {
+    User,
+    Assistant,
+}
+
+/// Something waiting to be said to the Arbiter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum Pending {
+    Human { text: String, tagged: bool },
+    Orchestrator { number: u32, text: String },
+    System { text: String },
+}
+
+/// The Orchestrator the Arbiter is speaking with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Active {
+    pub orch_id: String,
+    pub number: u32,
+    /// The seq of the last input sent to it.
+    pub inputs_sent: u64,
+    /// The seq of the last output taken from it.
+    pub outputs_seen: u64,
+}
+
+/// Everything about a session except its transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Snapshot {
+    pub active: Option<Active>,
+    pub summoned: u32,
+    pub log_seq: u64,
+    pub queue: VecDeque<Pending>,
+    pub notes: Vec<(u32, String)>,
+    pub rejections: u32,
+    pub context_tokens: u64,
+    /// The last transcript turn is a user message the Arbiter has not answered yet.
+    pub turn_in_flight: bool,
+    /// Arbiter turns started so far.
+    pub turns: u64,
+    /// Recent human message ids, to drop redeliveries.
+    pub seen_ids: VecDeque<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Snapshot {
+    pub(crate) fn new() -> Self {
+        Self {
+            active: None,
+            summoned: 0,
+            log_seq: 0,
+            queue: VecDeque::new(),
+            notes: Vec::new(),
+            rejections: 0,
+            context_tokens: 0,
+            turn_in_flight: false,
+            turns: 0,
+            seen_ids: VecDeque::new(),
+            created_at: Utc::now(),
+        }
+    }
+}
+
+/// A message a step decided to publish.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum Effect {
+    Log(LogEntry),
+    Summon(Summon),
+    Input(OrchestratorInput),
+    Control(Control),
+}
+
+impl Effect {
+    /// Subject and message id: the id is fixed by the effect, so publishing
+    /// it again is a no-op on the server.
+    fn address(&self) -> (String, String) {
+        match self {
+            Effect::Log(e) => (
+                subjects::session_log(&e.session_id),
+                format!("{}:log:{}", e.session_id, e.seq),
+            ),
+            Effect::Summon(s) => (subjects::summon(&s.pool), s.orch_id.clone()),
+            Effect::Input(i) => (
+                subjects::orch_in(&i.orch_id),
+                format!("{}:in:{}", i.orch_id, i.seq),
+            ),
+            Effect::Control(c) => (
+                subjects::orch_ctl(&c.orch_id),
+                format!("{}:ctl:{:?}", c.orch_id, c.action),
+            ),
+        }
+    }
+}
+
+/// One stored step of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub v: u32,
+    pub session_id: String,
+    /// 1, 2, 3… per session.
+    pub rev: u64,
+    pub append: Vec<Turn>,
+    pub snapshot: Snapshot,
+    pub outbox: Vec<Effect>,
+}
+
+/// A session as its records left it.
+pub(crate) struct Restored {
+    pub transcript: Vec<Turn>,
+    pub snapshot: Snapshot,
+    pub rev: u64,
+    pub outbox: Vec<Effect>,
+}
+
+/// Declares the state stream (idempotent).
+pub(crate) async fn ensure_stream(bus: &Bus) -> Result<(), arbiter_bus::BusError> {
+    bus.js
+        .get_or_create_stream(stream::Config {
+            name: subjects::STATE_STREAM.into(),
+            subjects: vec![subjects::ALL_SESSION_STATE.into()],
+            storage: stream::StorageType::File,
+            duplicate_window: arbiter_bus::DUPLICATE_WINDOW,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| arbiter_bus::BusError::JetStream {
+            what: "creating the state stream".into(),
+            message: e.to_string(),
+        })
+}
+
+/// Reads every record of a session, in order. `None` for a session with none.
+pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>, String> {
+    let subject = subjects::session_state(session_id);
+    let Some((messages, _)) = bus
+        .replay_subject(subjects::STATE_STREAM, &subject)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let mut transcript = Vec::new();
+    let mut last = None;
+    for msg in messages {
+        let record: Record = serde_json::from_slice(&msg.payload)
+            .map_err(|e| format!("a state record is unreadable: {e}"))?;
+        transcript.extend(record.append);
+        last = Some((record.snapshot, record.rev, record.outbox));
+    }
+    Ok(last.map(|(snapshot, rev, outbox)| Restored {
+        transcript,
+        snapshot,
+        rev,
+        outbox,
+    }))
+}
+
+/// Sessions whose last stored step left work undone: a turn in flight, queued
+/// input, or an outbox that may not have been published in full. Read from the
+/// state stream itself, the only place a step is known to have happened.
+pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
+    use futures::TryStreamExt;
+    let stream = bus
+        .js
+        .get_stream(subjects::STATE_STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut ids = Vec::new();
+    let mut subjects_info = stream
+        .info_with_subjects(subjects::ALL_SESSION_STATE)
+        .await
+        .map_err(|e| e.to_string())?;
+    while let Some((subject, _)) = subjects_info.try_next().await.map_err(|e| e.to_string())? {
+        if let Some(id) = subjects::id_of(&subject, "session", "state") {
+            ids.push((id.to_owned(), subject));
+        }
+    }
+    let mut unfinished = Vec::new();
+    for (id, subject) in ids {
+        let last = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(last) => last,
+            Err(e) => {
+                tracing::warn!(session.id = %id, error = %e, "could not read the last state record");
+                continue;
+            }
+        };
+        match serde_json::from_slice::<Record>(&last.payload) {
+            Ok(record) => {
+                if record.snapshot.turn_in_flight
+                    || !record.snapshot.queue.is_empty()
+                    || !outbox_published(bus, &record.outbox).await
+                {
+                    unfinished.push(id);
+                }
+            }
+            // Restoring reports the unreadable state and starts the session afresh.
+            Err(_) => unfinished.push(id),
+        }
+    }
+    Ok(unfinished)
+}
+
+/// Whether an outbox is known to be out. Effects are published in order with
+/// log entries last ([`publish_order`]), so the last entry in the log proves
+/// the rest; an outbox without log entries is taken as unpublished.
+async fn outbox_published(bus: &Bus, outbox: &[Effect]) -> bool {
+    match outbox.iter().rev().find_map(|e| match e {
+        Effect::Log(entry) => Some(entry),
+        _ => None,
+    }) {
+        None => outbox.is_empty(),
+        Some(entry) => last_seq(
+            bus,
+            subjects::SESSIONS_STREAM,
+            &subjects::session_log(&entry.session_id),
+        )
+        .await
+        .is_some_and(|seq| seq >= entry.seq),
+    }
+}
+
+/// Puts the log entries of an outbox after everything else, keeping order
+/// within each kind: once a step's last log entry is out, all of it is.
+pub(crate) fn publish_order(outbox: &mut [Effect]) {
+    outbox.sort_by_key(|e| matches!(e, Effect::Log(_)));
+}
+
+/// Stores a record, retrying until it is stored or the session is cancelled.
+pub(crate) async fn persist(
+    bus: &Bus,
+    record: &Record,
+    trace: &TraceContext,
+    cancel: &CancellationToken,
+) -> bool {
+    let msg_id = format!("{}:state:{}", record.session_id, record.rev);
+    let subject = subjects::session_state(&record.session_id);
+    retry(cancel, "store the session state", || {
+        bus.publish_js(subject.clone(), &msg_id, trace, record)
+    })
+    .await
+}
+
+/// Publishes one effect, retrying until it is published or the session is cancelled.
+pub(crate) async fn publish(
+    bus: &Bus,
+    effect: &Effect,
+    trace: &TraceContext,
+    cancel: &CancellationToken,
+) -> bool {
+    let (subject, msg_id) = effect.address();
+    retry(cancel, "publish an effect", || async {
+        match effect {
+            Effect::Log(e) => bus.publish_js(subject.clone(), &msg_id, trace, e).await,
+            Effect::Summon(s) => bus.publish_js(subject.clone(), &msg_id, trace, s).await,
+            Effect::Input(i) => bus.publish_js(subject.clone(), &msg_id, trace, i).await,
+            Effect::Control(c) => bus.publish_js(subject.clone(), &msg_id, trace, c).await,
+        }
+    })
+    .await
+}
+
+/// Republishes a restored outbox. Log entries and inputs already in their
+/// stream are skipped by seq (the server's duplicate window is only minutes).
+pub(crate) async fn replay(
+    bus: &Bus,
+    outbox: &[Effect],
+    trace: &TraceContext,
+    cancel: &CancellationToken,
+) {
+    for effect in outbox {
+        let stored_seq = match effect {
+            Effect::Log(e) => last_seq(
+                bus,
+                subjects::SESSIONS_STREAM,
+                &subjects::session_log(&e.session_id),
+            )
+            .await
+            .map(|seq| seq >= e.seq),
+            Effect::Input(i) => {
+                last_seq(bus, subjects::ORCH_STREAM, &subjects::orch_in(&i.orch_id))
+                    .await
+                    .map(|seq| seq >= i.seq)
+            }
+            Effect::Summon(_) | Effect::Control(_) => None,
+        };
+        if stored_seq != Some(true) {
+            publish(bus, effect, trace, cancel).await;
+        }
+    }
+}
+
+/// The `seq` field of the last message on a subject, if any.
+pub(crate) async fn last_seq(bus: &Bus, stream: &str, subject: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Seq {
+        seq: u64,
+    }
+    let stream = bus.js.get_stream(stream).await.ok()?;
+    let last = stream.get_last_raw_message_by_subject(subject).await.ok()?;
+    serde_json::from_slice::<Seq>(&last.payload)
+        .ok()
+        .map(|m| m.seq)
+}
+
+async fn retry<F, Fut>(cancel: &CancellationToken, what: &str, mut attempt: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), arbiter_bus::BusError>>,
+{
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match attempt().await {
+            Ok(()) => return true,
+            Err(e) => {
+                tracing::warn!(error = %e, ?delay, "could not {what}; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+pub(crate) fn record(
+    session_id: &str,
+    rev: u64,
+    append: Vec<Turn>,
+    snapshot: Snapshot,
+    outbox: Vec<Effect>,
+) -> Record {
+    Record {
+        v: VERSION,
+        session_id: session_id.to_owned(),
+        rev,
+        append,
+        snapshot,
+        outbox,
+    }
+}
