@@ -1,0 +1,439 @@
+//! The Orchestrator's agent loop: model call, tool calls, results, … until
+//! the model ends its turn with an `OrchestratorOutput`; then wait for the
+//! Arbiter (`expects_response: true`) or keep working (a note, up to the
+//! configured number in a row). Context use is measured after every model
+//! call; past 70 % and 85 % the next request carries a warning. Status is
+//! published after every step.
+//!
+//! Every step is stored (see `state.rs`) before its effects: a model reply
+//! before its tool calls run, each tool result before the next model call,
+//! inputs before they are acknowledged, an output before it is published.
+//! So a worker that takes the Orchestrator over goes on from the last stored
+//! step: a tool whose result was stored never runs again, a model call whose
+//! reply was not stored may.
+
+use std::sync::Arc;
+
+use arbiter_llm::structured;
+use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason, ToolSpec};
+use arbiter_protocol::{
+    OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
+    OrchestratorState, Role, WireError,
+};
+use async_nats::jetstream::AckKind;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Shared;
+use crate::context;
+use crate::inputs::Input;
+use crate::outbox::Outbox;
+use crate::state::{EndReason, Phase, Snapshot, StateStore, WriteError};
+use crate::status::StatusHandle;
+use crate::stop::Stopper;
+use crate::subagent;
+use crate::tools::task::{self, TaskInput};
+use crate::tools::{self, ToolContext, ToolOutcome};
+use crate::transcript::Transcript;
+
+/// Why an agent loop ended.
+pub(crate) enum Stop {
+    /// Its stop token fired: see the [`Stopper`]'s cause.
+    Interrupted,
+    /// A record could not be stored: another worker holds the lease now.
+    Fenced,
+    /// It failed; the failure is stored and its `failed` event published.
+    Failed,
+}
+
+/// Where an agent starts from: a fresh brief or restored records.
+pub(crate) struct Start {
+    pub transcript: Vec<arbiter_llm::Message>,
+    pub snapshot: Snapshot,
+    pub store: StateStore,
+}
+
+pub(crate) struct Agent {
+    shared: Arc<Shared>,
+    ctx: ToolContext,
+    stopper: Stopper,
+    system: String,
+    tools: Vec<ToolSpec>,
+    transcript: Transcript,
+    snap: Snapshot,
+    /// The snapshot of the last stored record.
+    stored: Snapshot,
+    store: StateStore,
+    inputs: mpsc::Receiver<Input>,
+    /// Inputs taken into the transcript, acknowledged once that is stored.
+    held: Vec<async_nats::jetstream::Message>,
+    status: StatusHandle,
+    outbox: Outbox,
+}
+
+impl Agent {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        ctx: ToolContext,
+        stopper: Stopper,
+        start: Start,
+        inputs: mpsc::Receiver<Input>,
+        status: StatusHandle,
+        outbox: Outbox,
+    ) -> Self {
+        let mut tools = tools::specs();
+        tools.push(task::spec());
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let system = crate::prompt::orchestrator_system_prompt(&names);
+        Self {
+            shared,
+            ctx,
+            stopper,
+            system,
+            tools,
+            transcript: Transcript::stored(start.transcript),
+            stored: start.snapshot.clone(),
+            snap: start.snapshot,
+            store: start.store,
+            inputs,
+            held: Vec::new(),
+            status,
+            outbox,
+        }
+    }
+
+    /// The warning for the model's next request, if context use calls for one.
+    fn warning(&self) -> Option<String> {
+        context::orchestrator_warning(self.status.get().context_pct)
+    }
+
+    /// Runs steps until stopped, fenced or failed.
+    pub(crate) async fn run(&mut self) -> Stop {
+        loop {
+            let step = match self.snap.phase {
+                Phase::Waiting => self.wait().await,
+                Phase::Working => self.work().await,
+                Phase::Ended { .. } => return Stop::Failed,
+            };
+            if let Err(stop) = step {
+                return stop;
+            }
+        }
+    }
+
+    /// Stores the end (released or cancelled). `Err` when it could not be:
+    /// fenced, or `until` fired.
+    pub(crate) async fn end(
+        &mut self,
+        reason: EndReason,
+        until: &CancellationToken,
+    ) -> Result<(), WriteError> {
+        self.snap.phase = Phase::Ended { reason };
+        self.commit(Vec::new(), until).await
+    }
+
+    /// Hands back the inputs taken but not stored, so whoever goes on gets them at once.
+    pub(crate) async fn hand_back_inputs(&mut self) {
+        for msg in self.held.drain(..) {
+            let _ = msg.ack_with(AckKind::Nak(None)).await;
+        }
+    }
+
+    /// Waits for the Arbiter's next message (unless some came while it worked).
+    async fn wait(&mut self) -> Result<(), Stop> {
+        self.status
+            .update(|s| {
+                s.state = OrchestratorState::Waiting;
+                s.current_tool = None;
+            })
+            .await;
+        let stop = self.stopper.token().clone();
+        while self.snap.inbox.is_empty() {
+            let input = tokio::select! {
+                () = stop.cancelled() => return Err(Stop::Interrupted),
+                input = self.inputs.recv() => input.ok_or(Stop::Interrupted)?,
+            };
+            if self.receive(input, true).await? {
+                break;
+            }
+        }
+        self.take_inputs().await?;
+        self.snap.phase = Phase::Working;
+        self.step(Vec::new()).await
+    }
+
+    /// One step of work: answer the last reply's tool calls, else call the model.
+    async fn work(&mut self) -> Result<(), Stop> {
+        let pending = self.transcript.unanswered();
+        if !pending.is_empty() {
+            return self.run_tools(pending).await;
+        }
+        self.take_inputs().await?;
+        self.status
+            .update(|s| {
+                s.state = OrchestratorState::Working;
+                s.current_tool = None;
+            })
+            .await;
+        // Stored before the call, so whoever goes on makes the same call.
+        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+            self.step(Vec::new()).await?;
+        }
+        let response = match self.call_model().await? {
+            Ok(response) => response,
+            Err(error) => return self.fail(error).await,
+        };
+        let has_tools = response.tool_uses().next().is_some();
+        self.transcript.push(Message {
+            role: MessageRole::Assistant,
+            content: response.content.clone(),
+        });
+        if has_tools {
+            // Stored before any tool runs: a worker that lost its lease runs none.
+            return self.step(Vec::new()).await;
+        }
+        let parsed = match response.stop_reason {
+            StopReason::MaxTokens => {
+                Err("the reply was cut off at the output token limit; keep it shorter".to_owned())
+            }
+            _ => structured::parse::<OrchestratorOutput>(&response.text()),
+        };
+        match parsed {
+            Ok(output) => self.output(output).await,
+            Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {
+                tracing::warn!(%detail, "Orchestrator reply rejected; asking again");
+                self.snap.repairs += 1;
+                self.transcript
+                    .push(Message::user(structured::repair_message(&detail)));
+                self.step(Vec::new()).await
+            }
+            Err(detail) => {
+                let error = WireError::SchemaViolation {
+                    role: Role::Orchestrator,
+                    attempts: self.snap.repairs + 1,
+                    detail,
+                };
+                self.fail(error).await
+            }
+        }
+    }
+
+    /// Runs the tool calls that have no stored result, storing each result as it comes.
+    async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<(), Stop> {
+        let last = calls.len() - 1;
+        for (i, (id, name, input)) in calls.into_iter().enumerate() {
+            self.status
+                .update(|s| {
+                    s.state = OrchestratorState::Working;
+                    s.current_tool = Some(tools::display_name(&name));
+                    s.tool_count += 1;
+                })
+                .await;
+            let outcome = self.during(self.tool(name, input)).await?;
+            let mut blocks = vec![Block::ToolResult {
+                tool_use_id: id,
+                content: outcome.content,
+                is_error: outcome.is_error,
+            }];
+            if i == last
+                && let Some(warning) = self.warning()
+            {
+                blocks.push(Block::Text { text: warning });
+            }
+            self.transcript.push_user(blocks);
+            self.snap.tool_count += 1;
+            self.step(Vec::new()).await?;
+        }
+        Ok(())
+    }
+
+    /// A valid output: stored with the step, then published.
+    async fn output(&mut self, mut output: OrchestratorOutput) -> Result<(), Stop> {
+        self.snap.repairs = 0;
+        if !output.expects_response {
+            self.snap.notes_in_a_row += 1;
+            if self.snap.notes_in_a_row > self.shared.config.max_consecutive_notes {
+                // It was told to ask and did not: the Arbiter hears it anyway.
+                tracing::warn!("note limit passed; forwarding the note as a message");
+                output.expects_response = true;
+            }
+        }
+        let waits = output.expects_response;
+        self.snap.out_seq += 1;
+        let message = self
+            .outbox
+            .message(self.snap.out_seq, OrchestratorEvent::Output(output));
+        if waits {
+            self.snap.notes_in_a_row = 0;
+            self.snap.phase = Phase::Waiting;
+        } else {
+            let notes = self.snap.notes_in_a_row;
+            let text = if notes >= self.shared.config.max_consecutive_notes {
+                format!(
+                    "[system] Your note was shown. You have sent {notes} notes in a row: your \
+                     next reply must speak to the Arbiter with expects_response true."
+                )
+            } else {
+                "[system] Your note was shown to the human and will reach the Arbiter with \
+                 your next message. Continue your work."
+                    .to_owned()
+            };
+            let mut content = vec![Block::Text { text }];
+            if let Some(warning) = self.warning() {
+                content.push(Block::Text { text: warning });
+            }
+            self.transcript.push_user(content);
+        }
+        self.step(vec![message]).await
+    }
+
+    /// Ends the Orchestrator with `error`: stored, then published.
+    async fn fail(&mut self, error: WireError) -> Result<(), Stop> {
+        tracing::error!(%error, "Orchestrator failed");
+        self.snap.out_seq += 1;
+        self.snap.phase = Phase::Ended {
+            reason: EndReason::Failed,
+        };
+        let message = self.outbox.message(
+            self.snap.out_seq,
+            OrchestratorEvent::Failed(OrchestratorFailed { error }),
+        );
+        self.step(vec![message]).await?;
+        Err(Stop::Failed)
+    }
+
+    /// Stores a step while running (given up on if the Orchestrator stops).
+    async fn step(&mut self, outbox: Vec<OrchestratorMessage>) -> Result<(), Stop> {
+        let until = self.stopper.token().clone();
+        self.commit(outbox, &until).await.map_err(|e| match e {
+            WriteError::Fenced => Stop::Fenced,
+            WriteError::Stopped => Stop::Interrupted,
+        })
+    }
+
+    /// Stores what changed, then acknowledges the inputs it took and publishes its outputs.
+    async fn commit(
+        &mut self,
+        outbox: Vec<OrchestratorMessage>,
+        until: &CancellationToken,
+    ) -> Result<(), WriteError> {
+        let append = self.transcript.unstored();
+        self.store
+            .write(append, &self.snap, outbox.clone(), until)
+            .await?;
+        self.transcript.mark_stored();
+        self.stored = self.snap.clone();
+        for msg in self.held.drain(..) {
+            if let Err(e) = msg.ack().await {
+                tracing::warn!(error = %e, "ack of an input failed; it may come again and be dropped as stored");
+            }
+        }
+        self.outbox.publish(&outbox, until).await;
+        Ok(())
+    }
+
+    /// Runs `work` while storing the inputs that arrive meanwhile (in the
+    /// inbox, acknowledged once stored), so none waits unacknowledged.
+    async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Stop> {
+        tokio::pin!(work);
+        let stop = self.stopper.token().clone();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Err(Stop::Interrupted),
+                out = &mut work => return Ok(out),
+                input = self.inputs.recv(), if open => match input {
+                    Some(input) => {
+                        self.receive(input, false).await?;
+                    }
+                    None => open = false,
+                },
+            }
+        }
+    }
+
+    /// Takes one input: into the pending user message (`now`) or the stored
+    /// inbox. False for a duplicate, which is acknowledged if already stored.
+    async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
+        if input.seq <= self.stored.in_seq {
+            tracing::info!(seq = input.seq, "duplicate input dropped");
+            let _ = input.msg.ack().await;
+            return Ok(false);
+        }
+        if input.seq <= self.snap.in_seq {
+            // Delivered again while this worker holds it, not yet stored.
+            return Ok(false);
+        }
+        self.snap.in_seq = input.seq;
+        self.held.push(input.msg);
+        if now {
+            self.transcript
+                .push_user(vec![Block::Text { text: input.text }]);
+        } else {
+            self.snap.inbox.push(input.text);
+            self.step(Vec::new()).await?;
+        }
+        Ok(true)
+    }
+
+    /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
+    /// into the pending user message.
+    async fn take_inputs(&mut self) -> Result<(), Stop> {
+        let inbox = std::mem::take(&mut self.snap.inbox);
+        if !inbox.is_empty() {
+            let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
+            self.transcript.push_user(blocks);
+        }
+        while let Ok(input) = self.inputs.try_recv() {
+            self.receive(input, true).await?;
+        }
+        Ok(())
+    }
+
+    /// One tool call, as a future that borrows nothing of the agent: `task`
+    /// starts a subagent, the rest are basic tools.
+    fn tool(&self, name: String, input: Value) -> impl Future<Output = ToolOutcome> + use<> {
+        let shared = self.shared.clone();
+        let ctx = self.ctx.clone();
+        let status = self.status.clone();
+        async move {
+            if name != task::NAME {
+                return tools::run(&ctx, &name, &input).await;
+            }
+            match tools::parse::<TaskInput>(&name, &input) {
+                Ok(task) => subagent::run(&shared.subagent, &ctx, task, &status).await,
+                Err(error) => error,
+            }
+        }
+    }
+
+    /// One model call: `Err` when stopped, `Ok(Err(_))` when it failed for good.
+    async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
+        let request = Request {
+            system: self.system.clone(),
+            messages: self.transcript.messages().to_vec(),
+            tools: self.tools.clone(),
+            output_schema: Some(arbiter_llm::schema::for_model::<OrchestratorOutput>()),
+        };
+        let model = self.shared.model.clone();
+        let response = self
+            .during(async move { model.complete(request).await })
+            .await?;
+        let response = match response {
+            Ok(response) => response,
+            Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
+        };
+        if let Some(tokens) = context::tokens_of(&response) {
+            self.snap.context_tokens = tokens;
+            let budget = self.shared.config.context_budget;
+            self.status
+                .update(|s| {
+                    s.context_tokens = tokens;
+                    s.context_pct = context::percent(tokens, budget);
+                })
+                .await;
+        }
+        Ok(Ok(response))
+    }
+}

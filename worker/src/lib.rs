@@ -1,0 +1,358 @@
+//! The Arbiter worker: takes summons from its pool's work queue when a slot
+//! is free and runs each Orchestrator's agent loop (model, tools, subagents,
+//! context watch), publishing its outputs and status. Each worker is also a
+//! NATS micro service, so the fleet can be seen.
+//!
+//! A summons is the Orchestrator's lease: it stays unacknowledged while the
+//! Orchestrator runs and is renewed as it goes (`lease.rs`); every step is
+//! stored first (`state.rs`), so when a worker dies another worker of the
+//! pool gets the summons again and resumes the Orchestrator where it was.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod agent;
+pub mod context;
+mod inputs;
+mod lease;
+mod orchestrator;
+mod outbox;
+pub mod presence;
+pub mod prompt;
+mod slots;
+mod state;
+mod status;
+mod stop;
+mod subagent;
+pub mod tools;
+mod transcript;
+pub mod workspace;
+
+pub use slots::WorkerPresence;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbiter_bus::Bus;
+use arbiter_llm::{Model, ModelConfig};
+use arbiter_protocol::{Summon, subjects};
+use async_nats::jetstream::AckKind;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::slots::Slots;
+use crate::subagent::SubagentRole;
+
+/// Everything a worker needs; built by `main` from flags, env and defaults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub nats_url: String,
+    /// The pool whose summons this worker takes.
+    pub pool: String,
+    /// Orchestrators run at once; a summons is taken only when a slot is free.
+    pub max_orchestrators: usize,
+    /// Each session's workspace is a directory under this root.
+    pub workspace_root: PathBuf,
+    /// The Orchestrators' model and how to reach it.
+    pub model: ModelConfig,
+    /// Tokens of context an Orchestrator may use; what its context % is measured
+    /// against (lowered to the model's window if that is smaller).
+    pub context_budget: u64,
+    /// The subagents' model (the `task` tool); `None` means the Orchestrator's model.
+    pub subagent_model: Option<ModelConfig>,
+    /// Tokens of context a subagent may use; what its warnings are measured against.
+    pub subagent_context_budget: u64,
+    /// Model calls one subagent may make before it is stopped with an error result.
+    pub subagent_max_calls: u32,
+    /// Times a reply that does not match the schema is sent back for repair.
+    pub schema_repairs: u32,
+    /// Notes (expects_response: false) in a row before the Orchestrator must speak to the Arbiter.
+    pub max_consecutive_notes: u32,
+    /// This worker's name in status messages.
+    pub worker_id: String,
+    /// How long an Orchestrator's lease lasts without renewal: the pool
+    /// consumer's `ack_wait`. A dead worker's Orchestrators are taken over
+    /// this long after its last renewal. Every worker of a pool should use
+    /// the same value (the last one to start sets it).
+    pub lease: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            nats_url: "nats://127.0.0.1:4222".into(),
+            pool: "default".into(),
+            max_orchestrators: 4,
+            workspace_root: PathBuf::from("workspaces"),
+            model: default_model(),
+            context_budget: 200_000,
+            subagent_model: None,
+            subagent_context_budget: 200_000,
+            subagent_max_calls: 100,
+            schema_repairs: 2,
+            max_consecutive_notes: 8,
+            worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
+            lease: DEFAULT_LEASE,
+        }
+    }
+}
+
+/// How long a lease lasts without renewal, by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(6);
+/// Summons a pool may have out at once (each running Orchestrator holds one).
+const POOL_MAX_ACK_PENDING: i64 = 100_000;
+
+/// The Orchestrators' default model, with default settings.
+fn default_model() -> ModelConfig {
+    let spec = arbiter_llm::config::default_model(arbiter_protocol::Role::Orchestrator);
+    ModelConfig::from_spec(spec)
+        .unwrap_or_else(|_| ModelConfig::new(arbiter_llm::Provider::Anthropic, "claude-opus-5-5"))
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Bus(#[from] arbiter_bus::BusError),
+    #[error(transparent)]
+    Model(#[from] arbiter_llm::LlmError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("workspace: {0}")]
+    Workspace(String),
+    #[error("the presence service: {0}")]
+    Presence(String),
+}
+
+/// What every Orchestrator of this worker shares.
+pub(crate) struct Shared {
+    pub bus: Bus,
+    pub state: state::StateBackend,
+    /// The lease in force: the pool consumer's `ack_wait`.
+    pub lease: Duration,
+    pub model: Arc<dyn Model>,
+    pub subagent: SubagentRole,
+    pub config: Config,
+}
+
+/// How long a fetch waits for a summons before asking again.
+const FETCH_EXPIRY: Duration = Duration::from_secs(5);
+
+/// Runs the worker until `shutdown` completes; running Orchestrators are
+/// cancelled and awaited before it returns.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    if !subjects::is_valid_token(&config.pool) {
+        return Err(Error::Config(format!(
+            "pool name {:?} must be letters, digits, - or _",
+            config.pool
+        )));
+    }
+    if config.max_orchestrators == 0 {
+        return Err(Error::Config(
+            "--max-orchestrators must be at least 1".into(),
+        ));
+    }
+    if config.lease < Duration::from_millis(300) {
+        return Err(Error::Config(
+            "--lease-secs must be at least 0.3 seconds".into(),
+        ));
+    }
+    if config.subagent_max_calls == 0 {
+        return Err(Error::Config(
+            "--subagent-max-calls must be at least 1".into(),
+        ));
+    }
+    let mut config = config;
+    let model = arbiter_llm::client_for(&config.model)?;
+    config.context_budget =
+        arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
+    let subagent_model =
+        arbiter_llm::client_for(config.subagent_model.as_ref().unwrap_or(&config.model))?;
+    let subagent = SubagentRole {
+        context_budget: arbiter_llm::context_budget(
+            subagent_model.as_ref(),
+            config.subagent_context_budget,
+        )
+        .await,
+        model: subagent_model,
+        max_calls: config.subagent_max_calls,
+    };
+    std::fs::create_dir_all(&config.workspace_root).map_err(|e| {
+        Error::Workspace(format!(
+            "cannot create {}: {e}",
+            config.workspace_root.display()
+        ))
+    })?;
+    let client = arbiter_bus::connect(&config.nats_url, &config.worker_id, true).await?;
+    let bus = Bus::setup(client.clone()).await?;
+    let state = state::StateBackend::setup(&bus)
+        .await
+        .map_err(|message| js_error("setting up the Orchestrator state", message))?;
+    let (consumer, lease) = pool_consumer(&bus, &config.pool, config.lease).await?;
+    let slots = Slots::new(&config.worker_id, &config.pool, config.max_orchestrators);
+    let presence = presence::start(&client, slots.clone()).await?;
+    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, ?lease, "worker ready");
+    let shared = Arc::new(Shared {
+        bus,
+        state,
+        lease,
+        model,
+        subagent,
+        config,
+    });
+    let leases = lease::Registry::default();
+    let cancel = CancellationToken::new();
+    let mut running = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    'outer: loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            permit = slots.free() => match permit {
+                Some(permit) => permit,
+                None => break,
+            },
+        };
+        // Holding a free slot: ask for exactly one summons.
+        let (summon, msg) = loop {
+            let fetched = tokio::select! {
+                _ = &mut shutdown => break 'outer,
+                fetched = fetch_one(&consumer) => fetched,
+            };
+            match fetched {
+                Ok(Some((summon, msg))) => match leases.get(&summon.orch_id) {
+                    // Its lease ran out while this worker still runs it (a
+                    // server restart, a stall): go on under the new delivery.
+                    Some(held) => {
+                        tracing::info!(orch.id = %summon.orch_id, "summons delivered again to its holder; lease renewed");
+                        held.adopt(msg);
+                    }
+                    None => break (summon, msg),
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "fetching summons failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            while running.try_join_next().is_some() {}
+        };
+        if msg.info().is_ok_and(|info| info.delivered > 1) {
+            tracing::info!(orch.id = %summon.orch_id, "summons delivered again: taking the Orchestrator over");
+        }
+        let held = lease::Lease::start(msg, shared.lease / 3);
+        let summoned = orchestrator::Summoned {
+            registered: leases.register(&summon.orch_id, held.clone()),
+            slot: slots.occupy(permit, &summon.orch_id),
+            lease: held,
+            summon,
+        };
+        running.spawn(orchestrator::run(
+            shared.clone(),
+            summoned,
+            cancel.child_token(),
+        ));
+    }
+    tracing::info!("worker shutting down");
+    cancel.cancel();
+    while running.join_next().await.is_some() {}
+    presence.stop().await;
+    Ok(())
+}
+
+/// The pool's shared consumer, with `ack_wait` set to the lease; returns it
+/// with the lease actually in force. A consumer made by an older worker (or
+/// with another lease) is updated; if that fails, its own `ack_wait` is used.
+async fn pool_consumer(bus: &Bus, pool: &str, lease: Duration) -> Result<(PullConsumer, Duration)> {
+    let name = subjects::pool_consumer(pool);
+    let stream = bus
+        .js
+        .get_stream(subjects::SUMMONS_STREAM)
+        .await
+        .map_err(|e| js_error("opening the summons stream", e))?;
+    let config = pull::Config {
+        durable_name: Some(name.clone()),
+        filter_subject: subjects::summon(pool),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: lease,
+        max_ack_pending: POOL_MAX_ACK_PENDING,
+        ..Default::default()
+    };
+    let consumer: PullConsumer = match stream.get_consumer::<pull::Config>(&name).await {
+        Ok(existing) => {
+            let have = &existing.cached_info().config;
+            if have.ack_wait == lease && have.max_ack_pending == POOL_MAX_ACK_PENDING {
+                existing
+            } else {
+                match stream.update_consumer(config).await {
+                    Ok(updated) => {
+                        tracing::info!(?lease, "pool consumer updated to this worker's lease");
+                        updated
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not update the pool consumer; using its lease as it is");
+                        existing
+                    }
+                }
+            }
+        }
+        Err(_) => stream
+            .get_or_create_consumer(&name, config)
+            .await
+            .map_err(|e| js_error("creating the pool consumer", e))?,
+    };
+    let in_force = match consumer.cached_info().config.ack_wait {
+        // Unset means the server's default.
+        d if d.is_zero() => Duration::from_secs(30),
+        d => d,
+    };
+    Ok((consumer, in_force))
+}
+
+fn js_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Bus(arbiter_bus::BusError::JetStream {
+        what: what.into(),
+        message: e.to_string(),
+    })
+}
+
+/// One fetch of at most one summons, left unacknowledged: it becomes the
+/// Orchestrator's lease. A malformed one is logged, terminated (never
+/// redelivered) and skipped.
+async fn fetch_one(
+    consumer: &PullConsumer,
+) -> Result<Option<(Summon, async_nats::jetstream::Message)>> {
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(FETCH_EXPIRY)
+        .messages()
+        .await
+        .map_err(|e| js_error("fetching a summons", e))?;
+    while let Some(next) = batch.next().await {
+        let msg = next.map_err(|e| js_error("fetching a summons", e))?;
+        let subject = msg.subject.to_string();
+        match arbiter_bus::decode::<Summon>(&subject, &msg.payload) {
+            Ok(summon)
+                if subjects::is_valid_token(&summon.orch_id)
+                    && subjects::is_valid_token(&summon.session_id) =>
+            {
+                return Ok(Some((summon, msg)));
+            }
+            Ok(_) => {
+                tracing::error!(
+                    subject,
+                    "summons with an invalid orch or session id rejected"
+                );
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            Err(error) => {
+                tracing::error!(subject, %error, "malformed summons rejected");
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,318 @@
+//! One Orchestrator on this worker, from its summons to its end: claim it
+//! (start it, or take it over from its stored state), hold its lease, run the
+//! agent loop between its input consumer, its status heartbeat and its
+//! outbox, and finish according to why it stopped:
+//!
+//! - released or cancelled: the end is stored, then the control message and
+//!   the summons are acknowledged and the input consumer deleted;
+//! - failed: the failure is stored and published, then the same;
+//! - fenced (another worker took it over): nothing more is written,
+//!   published or acknowledged; the inputs it held go back;
+//! - the worker is shutting down: the summons goes back to the pool at once.
+//!
+//! In every case its slot is freed as soon as the agent loop stops.
+
+use std::sync::Arc;
+
+use arbiter_protocol::{
+    ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorState, OrchestratorStatus,
+    Summon, VERSION, WireError,
+};
+use chrono::Utc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::Shared;
+use crate::agent::{Agent, Start, Stop};
+use crate::inputs;
+use crate::lease::{Lease, Registered};
+use crate::outbox::Outbox;
+use crate::slots::Slot;
+use crate::state::{self, Claim, EndReason, Phase, Snapshot, StateStore};
+use crate::status::StatusHandle;
+use crate::stop::{Cause, Stopper};
+use crate::tools::ToolContext;
+use crate::workspace::Workspace;
+
+/// Inputs buffered between the consumer and the agent loop.
+const INPUT_BUFFER: usize = 64;
+
+/// What a summons hands the runner: the Orchestrator, its lease, its slot.
+pub(crate) struct Summoned {
+    pub summon: Summon,
+    pub lease: Arc<Lease>,
+    pub registered: Registered,
+    pub slot: Slot,
+}
+
+/// Runs one Orchestrator in its slot until it ends, is taken over, or the
+/// worker shuts down (`shutdown`).
+pub(crate) async fn run(shared: Arc<Shared>, summoned: Summoned, shutdown: CancellationToken) {
+    let summon = &summoned.summon;
+    let span = tracing::info_span!("orchestrator", orch.id = %summon.orch_id, session.id = %summon.session_id, number = summon.number);
+    run_inner(shared, summoned, shutdown).instrument(span).await
+}
+
+async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: CancellationToken) {
+    let Summoned {
+        summon,
+        lease,
+        registered,
+        slot,
+    } = summoned;
+    let stopper = Stopper::new(&shutdown);
+    let worker_id = shared.config.worker_id.clone();
+    let claim = state::claim(&shared.state, &summon, &worker_id, stopper.token()).await;
+    let (store, transcript, snapshot, replay) = match claim {
+        Ok(Some(Claim::Fresh(store, transcript))) => {
+            tracing::info!("Orchestrator starting");
+            (store, transcript, Snapshot::new(), Vec::new())
+        }
+        Ok(Some(Claim::Resumed(store, restored))) => {
+            tracing::info!(from = %restored.worker_id, rev = restored.rev, messages = restored.transcript.len(), "Orchestrator resumed from its stored state");
+            (
+                store,
+                restored.transcript,
+                restored.snapshot,
+                restored.outbox,
+            )
+        }
+        Ok(Some(Claim::Ended)) => {
+            tracing::info!("Orchestrator already ended; summons acknowledged");
+            drop(registered);
+            drop(slot);
+            inputs::delete(&shared, &summon.orch_id).await;
+            lease.release().await;
+            return;
+        }
+        Ok(None) => {
+            tracing::warn!("could not claim the Orchestrator; handing its summons back");
+            drop(registered);
+            drop(slot);
+            lease.hand_back(Some(shared.lease)).await;
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the Orchestrator's state is unreadable; handing its summons back");
+            drop(registered);
+            drop(slot);
+            lease.hand_back(Some(shared.lease)).await;
+            return;
+        }
+    };
+    lease.watch(store.fence(), stopper.clone());
+    let status = StatusHandle::new(
+        initial_status(&shared, &summon, &snapshot),
+        Some(shared.bus.clone()),
+    );
+    status.publish().await;
+    let heartbeat = status.spawn_heartbeat();
+    let outbox = Outbox::new(shared.bus.clone(), &summon.session_id, &summon.orch_id);
+    outbox.replay(&replay, stopper.token()).await;
+
+    let name = summon.workspace.as_deref().unwrap_or(&summon.session_id);
+    let workspace = match Workspace::open(&shared.config.workspace_root, name) {
+        Ok(ws) => ws,
+        Err(e) => {
+            let message = format!("workspace: {e}");
+            let stored =
+                fail_early(store, snapshot, &outbox, summon.number, message, &shutdown).await;
+            match stored {
+                Ok(()) => {
+                    stop_status(&status, heartbeat).await;
+                    drop(registered);
+                    drop(slot);
+                    inputs::delete(&shared, &summon.orch_id).await;
+                    lease.release().await;
+                }
+                Err(_) => {
+                    heartbeat.abort();
+                    drop(registered);
+                    drop(slot);
+                    lease.abandon();
+                }
+            }
+            return;
+        }
+    };
+    let messages = match inputs::open(&shared, &summon.orch_id).await {
+        Ok(messages) => messages,
+        Err(e) => {
+            tracing::error!(error = %e, "no input consumer; handing the summons back");
+            heartbeat.abort();
+            drop(registered);
+            drop(slot);
+            lease.hand_back(Some(shared.lease)).await;
+            return;
+        }
+    };
+    let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_BUFFER);
+    let reader = tokio::spawn(inputs::read(
+        shared.clone(),
+        summon.orch_id.clone(),
+        messages,
+        inputs_tx,
+        stopper.clone(),
+    ));
+
+    let ctx = ToolContext {
+        workspace,
+        cancel: stopper.token().clone(),
+    };
+    let start = Start {
+        transcript,
+        snapshot,
+        store,
+    };
+    let mut agent = Agent::new(
+        shared.clone(),
+        ctx,
+        stopper.clone(),
+        start,
+        inputs_rx,
+        status.clone(),
+        outbox,
+    );
+    let stopped = agent.run().await;
+    let end = match stopped {
+        Stop::Failed => End::Done(None),
+        Stop::Fenced => End::Fenced,
+        Stop::Interrupted => match stopper.take_cause() {
+            Cause::Control { action, msg } => {
+                let reason = match action {
+                    ControlAction::Release => EndReason::Released,
+                    ControlAction::Cancel => EndReason::Cancelled,
+                };
+                tracing::info!(?reason, "Orchestrator stopping");
+                // Whatever runs must stop before the end is stored.
+                stopper.token().cancel();
+                match agent.end(reason, &shutdown).await {
+                    Ok(()) => End::Done(Some(msg)),
+                    Err(e) => {
+                        let _ = msg
+                            .ack_with(async_nats::jetstream::AckKind::Nak(None))
+                            .await;
+                        if e == state::WriteError::Fenced {
+                            End::Fenced
+                        } else {
+                            End::Shutdown
+                        }
+                    }
+                }
+            }
+            Cause::Fenced => End::Fenced,
+            Cause::Shutdown => End::Shutdown,
+        },
+    };
+    // Whatever ended the loop, nothing of it may keep running: tool
+    // processes and subagents watch this token.
+    stopper.token().cancel();
+    match end {
+        End::Done(control) => {
+            tracing::info!("Orchestrator ended");
+            // The stopped status goes out before the slot is taken by
+            // another, so status never shows more Orchestrators than slots.
+            stop_status(&status, heartbeat).await;
+            drop(registered);
+            drop(slot);
+            if let Some(msg) = control
+                && let Err(e) = msg.ack().await
+            {
+                tracing::warn!(error = %e, "could not ack the control message");
+            }
+            lease.release().await;
+            reader.abort();
+            let _ = reader.await;
+            inputs::delete(&shared, &summon.orch_id).await;
+        }
+        End::Fenced => {
+            tracing::warn!(
+                "Orchestrator taken over by another worker; stopped here without a trace"
+            );
+            heartbeat.abort();
+            reader.abort();
+            agent.hand_back_inputs().await;
+            drop(registered);
+            drop(slot);
+            lease.abandon();
+        }
+        End::Shutdown => {
+            tracing::info!("worker shutting down; the Orchestrator goes back to the pool");
+            heartbeat.abort();
+            reader.abort();
+            agent.hand_back_inputs().await;
+            drop(registered);
+            drop(slot);
+            lease.hand_back(None).await;
+        }
+    }
+}
+
+/// How an Orchestrator's run ended on this worker.
+enum End {
+    /// Ended for good and stored; the control message that ended it, if any.
+    Done(Option<Box<async_nats::jetstream::Message>>),
+    Fenced,
+    Shutdown,
+}
+
+/// Its status as it starts or resumes: number and id from the summons, this
+/// worker's id, the counters from its stored state.
+fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> OrchestratorStatus {
+    let budget = shared.config.context_budget;
+    OrchestratorStatus {
+        v: VERSION,
+        session_id: summon.session_id.clone(),
+        orch_id: summon.orch_id.clone(),
+        number: summon.number,
+        worker_id: shared.config.worker_id.clone(),
+        state: match snapshot.phase {
+            Phase::Waiting => OrchestratorState::Waiting,
+            _ => OrchestratorState::Working,
+        },
+        context_pct: crate::context::percent(snapshot.context_tokens, budget),
+        context_tokens: snapshot.context_tokens,
+        context_budget: budget,
+        current_tool: None,
+        tool_count: snapshot.tool_count,
+        at: Utc::now(),
+    }
+}
+
+/// The Orchestrator cannot start: the failure is stored, then published.
+async fn fail_early(
+    mut store: StateStore,
+    mut snapshot: Snapshot,
+    outbox: &Outbox,
+    number: u32,
+    message: String,
+    until: &CancellationToken,
+) -> Result<(), state::WriteError> {
+    tracing::error!(%message, "Orchestrator cannot start");
+    snapshot.out_seq += 1;
+    snapshot.phase = Phase::Ended {
+        reason: EndReason::Failed,
+    };
+    let error = WireError::OrchestratorFailed { number, message };
+    let event = outbox.message(
+        snapshot.out_seq,
+        OrchestratorEvent::Failed(OrchestratorFailed { error }),
+    );
+    store
+        .write(Vec::new(), &snapshot, vec![event.clone()], until)
+        .await?;
+    outbox.publish(&[event], until).await;
+    Ok(())
+}
+
+/// Publishes the final, stopped status and ends the heartbeat.
+async fn stop_status(status: &StatusHandle, heartbeat: tokio::task::JoinHandle<()>) {
+    heartbeat.abort();
+    status
+        .update(|s| {
+            s.state = OrchestratorState::Stopped;
+            s.current_tool = None;
+        })
+        .await;
+}

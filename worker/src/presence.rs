@@ -1,0 +1,125 @@
+//! Presence: every worker is a NATS micro service named [`SERVICE_NAME`], so
+//! `nats micro ls`, `$SRV.PING|INFO|STATS.arbiter-worker` and the coordinator
+//! see the fleet. PING and INFO carry the worker's id, pool and slot count in
+//! their metadata; STATS carries the live [`WorkerPresence`] (slots used and
+//! free, the Orchestrators running) as the data of the `presence` endpoint,
+//! which also answers requests with it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_nats::Client;
+use async_nats::service::{Service, ServiceExt as _};
+use futures::StreamExt as _;
+
+use crate::slots::{Slots, WorkerPresence};
+use crate::{Error, Result};
+
+/// The service name all workers share.
+pub const SERVICE_NAME: &str = "arbiter-worker";
+/// The name of the endpoint that reports a worker's slots.
+pub const PRESENCE_ENDPOINT: &str = "presence";
+
+/// The subject on which one worker answers with its [`WorkerPresence`].
+/// The worker id is reduced to one subject token (`.`, `*`, `>` and spaces become `_`).
+pub fn presence_subject(worker_id: &str) -> String {
+    let token: String = worker_id
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "{}.worker.{}.{PRESENCE_ENDPOINT}",
+        arbiter_protocol::subjects::PREFIX,
+        if token.is_empty() { "_" } else { &token }
+    )
+}
+
+/// The running presence service; [`Presence::stop`] takes it off the fleet.
+pub(crate) struct Presence {
+    service: Service,
+    responder: tokio::task::JoinHandle<()>,
+}
+
+/// Registers this worker as an instance of the service.
+pub(crate) async fn start(client: &Client, slots: Arc<Slots>) -> Result<Presence> {
+    let now = slots.presence();
+    let metadata = HashMap::from([
+        ("worker_id".to_owned(), now.worker_id.clone()),
+        ("pool".to_owned(), now.pool.clone()),
+        ("slots_total".to_owned(), now.slots_total.to_string()),
+        (
+            "protocol".to_owned(),
+            format!(
+                "{} v{}",
+                arbiter_protocol::subjects::PREFIX,
+                arbiter_protocol::VERSION
+            ),
+        ),
+    ]);
+    let stats_slots = slots.clone();
+    let service = client
+        .service_builder()
+        .description("Arbiter worker: runs Orchestrators for one pool")
+        .metadata(metadata)
+        .stats_handler(move |_endpoint, _stats| {
+            serde_json::to_value(stats_slots.presence()).unwrap_or_default()
+        })
+        .start(SERVICE_NAME, env!("CARGO_PKG_VERSION"))
+        .await
+        .map_err(|e| Error::Presence(e.to_string()))?;
+    let mut endpoint = service
+        .endpoint_builder()
+        .name(PRESENCE_ENDPOINT)
+        .add(presence_subject(&now.worker_id))
+        .await
+        .map_err(|e| Error::Presence(e.to_string()))?;
+    let responder = tokio::spawn(async move {
+        while let Some(request) = endpoint.next().await {
+            let answer = serde_json::to_vec(&slots.presence())
+                .map(Into::into)
+                .map_err(|e| async_nats::service::error::Error {
+                    status: e.to_string(),
+                    code: 500,
+                });
+            if let Err(e) = request.respond(answer).await {
+                tracing::debug!(error = %e, "presence reply failed");
+            }
+        }
+    });
+    Ok(Presence { service, responder })
+}
+
+impl Presence {
+    pub(crate) async fn stop(self) {
+        self.responder.abort();
+        if let Err(e) = self.service.stop().await {
+            tracing::debug!(error = %e, "stopping the presence service failed");
+        }
+    }
+}
+
+/// Decodes a presence reply (for the coordinator and tests).
+pub fn decode_presence(payload: &[u8]) -> serde_json::Result<WorkerPresence> {
+    serde_json::from_slice(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presence_subjects_are_one_token_per_worker() {
+        assert_eq!(presence_subject("w-1"), "arbiter.v1.worker.w-1.presence");
+        assert_eq!(
+            presence_subject("host.example.com:2"),
+            "arbiter.v1.worker.host_example_com_2.presence"
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! Reading an Orchestrator's records back (following pointers into the
+//! object store) and claiming it: the first thing a worker does with a
+//! summons, whether the Orchestrator is new, ran elsewhere, or has ended.
+
+use std::time::Duration;
+
+use arbiter_llm::{Message, MessageRole};
+use arbiter_protocol::{Summon, subjects};
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{Phase, Record, Restored, Snapshot, StateBackend, StateStore, WriteError};
+use crate::transcript;
+
+/// Times a claim is retried when another worker writes in between.
+const CLAIM_ATTEMPTS: u32 = 10;
+
+/// A record as stored: inline, or behind a pointer.
+async fn decode(backend: &StateBackend, payload: &[u8]) -> Result<Record, String> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        blob: Option<String>,
+    }
+    let probe: Probe = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+    match probe.blob {
+        None => serde_json::from_slice(payload).map_err(|e| e.to_string()),
+        Some(name) => {
+            let mut object = backend
+                .blobs
+                .get(&name)
+                .await
+                .map_err(|e| format!("reading {name} from the blob bucket: {e}"))?;
+            let mut bytes = Vec::new();
+            object
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| format!("reading {name} from the blob bucket: {e}"))?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("{name}: {e}"))
+        }
+    }
+}
+
+/// Reads every record of an Orchestrator, in order. `None` for one with none.
+pub(crate) async fn load(
+    backend: &StateBackend,
+    orch_id: &str,
+) -> Result<Option<Restored>, String> {
+    let subject = subjects::orch_state(orch_id);
+    let Some((messages, last_seq)) = backend
+        .bus
+        .replay_subject(subjects::ORCH_STATE_STREAM, &subject)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let mut messages_of = Vec::new();
+    let mut last_record = None;
+    for msg in messages {
+        let seq = msg
+            .info()
+            .map_err(|e| format!("replaying the state: {e}"))?
+            .stream_sequence;
+        let mut record = decode(backend, &msg.payload)
+            .await
+            .map_err(|e| format!("state record {seq} is unreadable: {e}"))?;
+        for message in std::mem::take(&mut record.append) {
+            transcript::push(&mut messages_of, message);
+        }
+        last_record = Some(record);
+    }
+    let Some(last_record) = last_record else {
+        return Ok(None);
+    };
+    Ok(Some(Restored {
+        transcript: messages_of,
+        snapshot: last_record.snapshot,
+        outbox: last_record.outbox,
+        rev: last_record.rev,
+        last_seq,
+        worker_id: last_record.worker_id,
+    }))
+}
+
+/// What claiming an Orchestrator found.
+pub(crate) enum Claim {
+    /// No state yet: it starts from its brief (already stored).
+    Fresh(StateStore, Vec<Message>),
+    /// It ran before: it goes on from its records.
+    Resumed(StateStore, Restored),
+    /// It ended before: nothing to run.
+    Ended,
+}
+
+/// Takes an Orchestrator over: loads its records and stores a record of this
+/// worker's own on top, fenced on the last one, so the previous holder's next
+/// write (or lease check) fails. The last record's outbox is carried over, to
+/// be published again. `Ok(None)` when other writers kept getting in between.
+pub(crate) async fn claim(
+    backend: &StateBackend,
+    summon: &Summon,
+    worker_id: &str,
+    until: &CancellationToken,
+) -> Result<Option<Claim>, String> {
+    for attempt in 1..=CLAIM_ATTEMPTS {
+        let restored = load(backend, &summon.orch_id).await?;
+        let written = match restored {
+            Some(restored) if matches!(restored.snapshot.phase, Phase::Ended { .. }) => {
+                return Ok(Some(Claim::Ended));
+            }
+            Some(restored) => {
+                let mut store =
+                    StateStore::new(backend, summon, worker_id, restored.rev, restored.last_seq);
+                let outbox = restored.outbox.clone();
+                store
+                    .write(Vec::new(), &restored.snapshot, outbox, until)
+                    .await
+                    .map(|()| Claim::Resumed(store, restored))
+            }
+            None => {
+                let mut store = StateStore::new(backend, summon, worker_id, 0, 0);
+                let transcript = vec![Message {
+                    role: MessageRole::User,
+                    content: vec![arbiter_llm::Block::Text {
+                        text: summon.brief.clone(),
+                    }],
+                }];
+                store
+                    .write(transcript.clone(), &Snapshot::new(), Vec::new(), until)
+                    .await
+                    .map(|()| Claim::Fresh(store, transcript))
+            }
+        };
+        match written {
+            Ok(claim) => return Ok(Some(claim)),
+            Err(WriteError::Stopped) => return Ok(None),
+            Err(WriteError::Fenced) => {
+                tracing::info!(
+                    attempt,
+                    "another worker wrote while claiming; reading again"
+                );
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,152 @@
+//! Subagents, the work behind the `task` tool. A subagent starts with a fresh
+//! context (its prompt alone), has the basic tools (no `task`), its own model
+//! and context budget, and runs until it answers without calling a tool: that
+//! last text is its report, the only part of it the Orchestrator ever sees.
+//! Its transcript lives in memory for the length of the call; nothing of it
+//! is published. It is bounded by a number of model calls.
+
+use std::sync::Arc;
+
+use arbiter_llm::{Block, Message, MessageRole, Model, Request, StopReason};
+
+use crate::context;
+use crate::prompt;
+use crate::status::StatusHandle;
+use crate::tools::task::TaskInput;
+use crate::tools::{self, ToolContext, ToolOutcome};
+
+/// The subagent role: what every subagent of this worker runs with.
+pub(crate) struct SubagentRole {
+    pub model: Arc<dyn Model>,
+    /// Tokens of context a subagent may use; what its warnings are measured against.
+    pub context_budget: u64,
+    /// Model calls one subagent may make before it is stopped.
+    pub max_calls: u32,
+}
+
+/// The status line while the subagent thinks; `Task › Edit` while it uses a tool.
+const TASK: &str = "Task";
+
+/// Runs one subagent to its report. Every failure is an error outcome for
+/// the Orchestrator; cancellation (release) stops the model call and tools.
+pub(crate) async fn run(
+    role: &SubagentRole,
+    ctx: &ToolContext,
+    input: TaskInput,
+    status: &StatusHandle,
+) -> ToolOutcome {
+    if input.prompt.trim().is_empty() {
+        return ToolOutcome::error(
+            "task: the prompt is empty; give the subagent a complete instruction".into(),
+        );
+    }
+    let title = input.description.clone().unwrap_or_default();
+    tracing::info!(task = %title, model = role.model.name(), "subagent starting");
+    let specs = tools::specs();
+    let system = prompt::subagent_system_prompt(&tools::BASIC_TOOLS);
+    let mut transcript = vec![Message::user(input.prompt)];
+    let mut pct = 0.0;
+    let mut last_words = String::new();
+    for call in 1..=role.max_calls {
+        status
+            .update(|s| s.current_tool = Some(TASK.to_owned()))
+            .await;
+        let request = Request {
+            system: system.clone(),
+            messages: transcript.clone(),
+            tools: specs.clone(),
+            output_schema: None,
+        };
+        let response = tokio::select! {
+            () = ctx.cancel.cancelled() => {
+                return ToolOutcome::error("task: cancelled".into());
+            }
+            response = role.model.complete(request) => response,
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::warn!(error = %e, call, "subagent model call failed");
+                return ToolOutcome::error(format!(
+                    "task: the subagent's model call failed after {} of its calls: {e}",
+                    call - 1
+                ));
+            }
+        };
+        if let Some(tokens) = context::tokens_of(&response) {
+            pct = context::percent(tokens, role.context_budget);
+        }
+        let text = response.text();
+        if !text.trim().is_empty() {
+            last_words = text.clone();
+        }
+        let uses: Vec<(String, String, serde_json::Value)> = response
+            .tool_uses()
+            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            .collect();
+        transcript.push(Message {
+            role: MessageRole::Assistant,
+            content: response.content.clone(),
+        });
+        if uses.is_empty() {
+            tracing::info!(task = %title, calls = call, "subagent reported");
+            return report(text, &response.stop_reason);
+        }
+        let mut results = Vec::with_capacity(uses.len() + 2);
+        for (id, name, input) in uses {
+            status
+                .update(|s| {
+                    s.current_tool = Some(format!("{TASK} › {}", tools::display_name(&name)));
+                })
+                .await;
+            let outcome = tools::run(ctx, &name, &input).await;
+            results.push(Block::ToolResult {
+                tool_use_id: id,
+                content: outcome.content,
+                is_error: outcome.is_error,
+            });
+        }
+        if let Some(warning) = context::subagent_warning(pct) {
+            results.push(Block::Text { text: warning });
+        }
+        if call + 1 == role.max_calls {
+            results.push(Block::Text {
+                text: "[system] You have one model call left: write your final report now, \
+                       without calling a tool."
+                    .into(),
+            });
+        }
+        transcript.push(Message {
+            role: MessageRole::User,
+            content: results,
+        });
+    }
+    tracing::warn!(task = %title, calls = role.max_calls, "subagent stopped at its call limit");
+    let mut message = format!(
+        "task: the subagent was stopped after {} model calls without a final report (the \
+         limit). Check the workspace for what it did before relying on it.",
+        role.max_calls
+    );
+    if !last_words.trim().is_empty() {
+        message.push_str("\nIts last words: ");
+        message.push_str(&last_words);
+    }
+    ToolOutcome::error(message)
+}
+
+fn report(text: String, stop: &StopReason) -> ToolOutcome {
+    if text.trim().is_empty() {
+        return ToolOutcome::error(
+            "task: the subagent ended without a report; check the workspace for what it did".into(),
+        );
+    }
+    match stop {
+        StopReason::MaxTokens => ToolOutcome::ok(format!(
+            "{text}\n[… the report was cut off at the output token limit]"
+        )),
+        _ => ToolOutcome::ok(text),
+    }
+}
+
+#[cfg(test)]
+mod tests;
