@@ -1,0 +1,426 @@
+//! The conversation as the screen shows it: the log's entries, the Arbiter's
+//! reply while it streams in, and the human's messages not yet in the log.
+
+use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, LogEntry, orchestrator_name, roman};
+use chrono::{DateTime, Utc};
+
+/// Who speaks in one entry of the conversation, which decides how it looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `You: …`
+    Human,
+    /// `Arbiter: …` (to the human)
+    Arbiter,
+    /// `Arbiter → I: …`
+    ArbiterToOrchestrator(u32),
+    /// `Orchestrator I: …`, a message that waits for the Arbiter.
+    Orchestrator(u32),
+    /// `Orchestrator I: …`, a status note (dimmed).
+    Note(u32),
+    /// The Arbiter's private thoughts (hidden unless asked for).
+    Musing,
+    /// `· Orchestrator I summoned.` and other events (dimmed).
+    Event,
+    /// `! …`
+    Error,
+}
+
+/// One entry of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: Kind,
+    pub text: String,
+}
+
+impl Entry {
+    fn new(kind: Kind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
+/// The Arbiter's reply while the model writes it (from `session.<id>.delta`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streaming {
+    pub turn: u64,
+    /// The attempt within the turn; a later one replaces what an earlier one wrote.
+    pub attempt: u32,
+    pub intent: Option<ArbiterIntent>,
+    pub text: String,
+    /// `at` of the newest piece.
+    pub at: DateTime<Utc>,
+}
+
+/// A message this console sent that the log does not show yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub message_id: String,
+    pub text: String,
+}
+
+/// Everything said in the session, in log order.
+#[derive(Debug, Clone, Default)]
+pub struct Conversation {
+    entries: Vec<Entry>,
+    /// Highest log seq shown.
+    last_seq: u64,
+    streaming: Option<Streaming>,
+    /// When the last reply was closed (by its log entry, or by an idle
+    /// status); pieces written before then are stale.
+    closed_at: Option<DateTime<Utc>>,
+    pending: Vec<Pending>,
+}
+
+impl Conversation {
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn streaming(&self) -> Option<&Streaming> {
+        self.streaming.as_ref()
+    }
+
+    pub fn pending(&self) -> &[Pending] {
+        &self.pending
+    }
+
+    /// Highest log seq shown so far.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Adds a log entry. Returns the text of a human message, for the input
+    /// history. An entry whose seq was already shown is ignored.
+    pub fn log(&mut self, entry: &LogEntry) -> Option<String> {
+        if entry.seq != 0 && entry.seq <= self.last_seq {
+            return None;
+        }
+        self.last_seq = self.last_seq.max(entry.seq);
+        if closes_reply(&entry.body) {
+            self.close(entry.at);
+        }
+        let mut human = None;
+        match &entry.body {
+            LogBody::Human(e) => {
+                self.pending.retain(|p| p.message_id != e.message_id);
+                self.entries.push(Entry::new(Kind::Human, clean(&e.text)));
+                human = Some(e.text.clone());
+            }
+            LogBody::Arbiter(e) => self.entries.push(Entry::new(Kind::Arbiter, clean(&e.text))),
+            LogBody::ArbiterToOrchestrator(e) => self.entries.push(Entry::new(
+                Kind::ArbiterToOrchestrator(e.number),
+                clean(&e.text),
+            )),
+            LogBody::Orchestrator(e) => {
+                let kind = if e.expects_response {
+                    Kind::Orchestrator(e.number)
+                } else {
+                    Kind::Note(e.number)
+                };
+                self.entries.push(Entry::new(kind, clean(&e.text)));
+            }
+            LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, clean(&e.text))),
+            LogBody::Summoned(e) => {
+                let name = orchestrator_name(e.number);
+                self.entries
+                    .push(Entry::new(Kind::Event, format!("{name} summoned.")));
+                self.entries.push(Entry::new(
+                    Kind::ArbiterToOrchestrator(e.number),
+                    clean(&e.brief),
+                ));
+            }
+            LogBody::Released(e) => {
+                self.entries
+                    .push(Entry::new(Kind::Event, released(&e.numbers)));
+            }
+            LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, clean(&e.text))),
+            LogBody::Error(e) => self
+                .entries
+                .push(Entry::new(Kind::Error, clean(&e.error.to_string()))),
+        }
+        human
+    }
+
+    /// Adds a line that is not in the log (a notice of this console).
+    pub fn notice(&mut self, kind: Kind, text: &str) {
+        self.entries.push(Entry::new(kind, clean(text)));
+    }
+
+    /// Adds a piece of the Arbiter's reply. A piece written before the last
+    /// reply was closed is stale. Order is judged by `at` (the coordinator's
+    /// clock for both deltas and log entries), not by `turn`, which a
+    /// restarted coordinator may count afresh.
+    pub fn delta(&mut self, delta: &ArbiterDelta) {
+        if self.closed_at.is_some_and(|c| delta.at <= c) {
+            return;
+        }
+        match &mut self.streaming {
+            Some(s) if s.turn == delta.turn && s.attempt == delta.attempt => {
+                s.text.push_str(&clean(&delta.text));
+                s.intent = delta.intent.or(s.intent);
+                s.at = s.at.max(delta.at);
+            }
+            // A piece of an attempt already given up.
+            Some(s) if s.turn == delta.turn && delta.attempt < s.attempt => {}
+            // A piece of an earlier reply, arriving late.
+            Some(s) if delta.at < s.at => {}
+            _ => {
+                self.streaming = Some(Streaming {
+                    turn: delta.turn,
+                    attempt: delta.attempt,
+                    intent: delta.intent,
+                    text: clean(&delta.text),
+                    at: delta.at,
+                });
+            }
+        }
+    }
+
+    /// The Arbiter is idle and the log has been shown up to `last_seq`: a
+    /// reply still streaming was abandoned (its turn failed), so it goes.
+    pub fn idle(&mut self, last_seq: u64, at: DateTime<Utc>) {
+        if last_seq <= self.last_seq && self.streaming.as_ref().is_some_and(|s| s.at <= at) {
+            self.close(at);
+        }
+    }
+
+    /// Ends the streamed reply at `at`.
+    fn close(&mut self, at: DateTime<Utc>) {
+        self.streaming = None;
+        self.closed_at = Some(self.closed_at.map_or(at, |c| c.max(at)));
+    }
+
+    pub fn sending(&mut self, message_id: &str, text: &str) {
+        self.pending.push(Pending {
+            message_id: message_id.to_owned(),
+            text: clean(text),
+        });
+    }
+
+    /// The message could not be published: it will never reach the log.
+    pub fn not_sent(&mut self, message_id: &str) {
+        self.pending.retain(|p| p.message_id != message_id);
+    }
+}
+
+/// Entries that end an Arbiter turn: they replace the streamed words.
+fn closes_reply(body: &LogBody) -> bool {
+    matches!(
+        body,
+        LogBody::Arbiter(_)
+            | LogBody::ArbiterToOrchestrator(_)
+            | LogBody::Musing(_)
+            | LogBody::Summoned(_)
+            | LogBody::Released(_)
+            | LogBody::Error(_)
+    )
+}
+
+fn released(numbers: &[u32]) -> String {
+    match numbers {
+        [] => "Orchestrators released.".to_owned(),
+        [n] => format!("{} released.", orchestrator_name(*n)),
+        _ => {
+            let numerals: Vec<String> = numbers.iter().copied().map(roman).collect();
+            format!("Orchestrators {} released.", numerals.join(", "))
+        }
+    }
+}
+
+/// Text as the screen may show it: tabs become spaces, `\r\n` a newline,
+/// and other control characters (escape sequences above all) are dropped.
+pub fn clean(text: &str) -> String {
+    text.replace("\r\n", "\n")
+        .chars()
+        .filter_map(|c| match c {
+            '\n' => Some('\n'),
+            '\t' => Some(' '),
+            c if c.is_control() => None,
+            c => Some(c),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::{
+        ArbiterEntry, HumanEntry, MusingEntry, OrchestratorEntry, ReleasedEntry, SummonedEntry,
+    };
+    use chrono::Duration;
+    use pretty_assertions::assert_eq;
+
+    fn entry(seq: u64, at: DateTime<Utc>, body: LogBody) -> LogEntry {
+        LogEntry {
+            v: 1,
+            session_id: "s".into(),
+            seq,
+            at,
+            body,
+        }
+    }
+
+    fn delta(turn: u64, at: DateTime<Utc>, text: &str) -> ArbiterDelta {
+        ArbiterDelta {
+            v: 1,
+            session_id: "s".into(),
+            turn,
+            attempt: 0,
+            intent: Some(ArbiterIntent::AddressHuman),
+            text: text.into(),
+            at,
+        }
+    }
+
+    fn arbiter(text: &str) -> LogBody {
+        LogBody::Arbiter(ArbiterEntry { text: text.into() })
+    }
+
+    #[test]
+    fn log_entries_become_conversation_entries() {
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        c.sending("m1", "hi");
+        let human = c.log(&entry(
+            1,
+            t,
+            LogBody::Human(HumanEntry {
+                message_id: "m1".into(),
+                text: "hi\tthere\u{1b}[31m".into(),
+            }),
+        ));
+        assert_eq!(human.as_deref(), Some("hi\tthere\u{1b}[31m"));
+        assert!(
+            c.pending().is_empty(),
+            "the log replaces the pending message"
+        );
+        c.log(&entry(
+            2,
+            t,
+            LogBody::Summoned(SummonedEntry {
+                number: 2,
+                orch_id: "o2".into(),
+                pool: "default".into(),
+                brief: "Do it.".into(),
+            }),
+        ));
+        c.log(&entry(
+            3,
+            t,
+            LogBody::Orchestrator(OrchestratorEntry {
+                number: 2,
+                orch_id: "o2".into(),
+                expects_response: false,
+                text: "Working.".into(),
+            }),
+        ));
+        c.log(&entry(3, t, arbiter("a duplicate seq is ignored")));
+        c.log(&entry(
+            4,
+            t,
+            LogBody::Released(ReleasedEntry {
+                numbers: vec![1, 2],
+            }),
+        ));
+        c.log(&entry(
+            5,
+            t,
+            LogBody::Musing(MusingEntry { text: "Hm.".into() }),
+        ));
+        assert_eq!(
+            c.entries(),
+            [
+                Entry::new(Kind::Human, "hi there[31m"),
+                Entry::new(Kind::Event, "Orchestrator II summoned."),
+                Entry::new(Kind::ArbiterToOrchestrator(2), "Do it."),
+                Entry::new(Kind::Note(2), "Working."),
+                Entry::new(Kind::Event, "Orchestrators I, II released."),
+                Entry::new(Kind::Musing, "Hm."),
+            ]
+        );
+        assert_eq!(c.last_seq(), 5);
+    }
+
+    #[test]
+    fn deltas_stream_until_the_log_entry_replaces_them() {
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        c.delta(&delta(1, t, "So it"));
+        c.delta(&delta(1, t + Duration::milliseconds(1), " shall"));
+        let s = c.streaming().unwrap();
+        assert_eq!((s.turn, s.text.as_str()), (1, "So it shall"));
+
+        c.log(&entry(
+            1,
+            t + Duration::milliseconds(5),
+            arbiter("So it shall be."),
+        ));
+        assert_eq!(c.streaming(), None);
+        // A late piece of the closed turn does not resurrect it.
+        c.delta(&delta(1, t + Duration::milliseconds(2), " be."));
+        assert_eq!(c.streaming(), None);
+        // Nor does a piece older than the closing entry, whatever its turn.
+        c.delta(&delta(7, t + Duration::milliseconds(3), "stale"));
+        assert_eq!(c.streaming(), None);
+
+        // The next turn starts a new reply; a late piece of the one before is dropped.
+        c.delta(&delta(2, t + Duration::milliseconds(10), "Next"));
+        c.delta(&delta(3, t + Duration::milliseconds(12), "Newer"));
+        c.delta(&delta(2, t + Duration::milliseconds(11), " old"));
+        assert_eq!(c.streaming().unwrap().text, "Newer");
+        // A restarted coordinator counting turns afresh still streams.
+        c.log(&entry(2, t + Duration::milliseconds(20), arbiter("Newer.")));
+        c.delta(&delta(1, t + Duration::milliseconds(30), "Again"));
+        assert_eq!(c.streaming().unwrap().text, "Again");
+    }
+
+    #[test]
+    fn a_new_attempt_replaces_the_words_of_the_last() {
+        let t = Utc::now();
+        let ms = Duration::milliseconds;
+        let mut c = Conversation::default();
+        c.delta(&delta(4, t, "{broken"));
+        let mut retry = delta(4, t + ms(2), "Fixed");
+        retry.attempt = 1;
+        c.delta(&retry);
+        let mut late = delta(4, t + ms(1), " junk");
+        late.attempt = 0;
+        c.delta(&late);
+        retry.text = " reply.".into();
+        retry.at = t + ms(3);
+        c.delta(&retry);
+        let s = c.streaming().unwrap();
+        assert_eq!((s.attempt, s.text.as_str()), (1, "Fixed reply."));
+    }
+
+    #[test]
+    fn an_idle_session_drops_an_abandoned_reply() {
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        c.log(&entry(1, t, arbiter("One.")));
+        c.delta(&delta(2, t + Duration::seconds(1), "half a rep"));
+        c.idle(2, t + Duration::seconds(2));
+        assert!(c.streaming().is_some(), "entry 2 may still be on its way");
+        c.idle(1, t + Duration::seconds(2));
+        assert_eq!(c.streaming(), None);
+        c.delta(&delta(2, t + Duration::milliseconds(1_500), "ly"));
+        assert_eq!(c.streaming(), None, "a late piece of the abandoned reply");
+    }
+
+    #[test]
+    fn unsent_messages_are_withdrawn() {
+        let mut c = Conversation::default();
+        c.sending("m1", "one");
+        c.sending("m2", "two");
+        c.not_sent("m1");
+        assert_eq!(
+            c.pending(),
+            [Pending {
+                message_id: "m2".into(),
+                text: "two".into()
+            }]
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! The console's error type: what can end a console run early.
+
+use arbiter_bus::BusError;
+
+pub type Result<T, E = ConsoleError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsoleError {
+    /// `--session` is not usable as a subject token.
+    #[error("invalid session id {id:?}: a session id is 1 to 64 ASCII letters, digits, '-' or '_'")]
+    InvalidSessionId { id: String },
+    /// Connecting to NATS or declaring the streams failed.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot subscribe to {subject}: {message}")]
+    Subscribe { subject: String, message: String },
+    /// The session log could not be opened, or its consumer kept failing.
+    #[error("cannot read the log of session {session_id}: {message}")]
+    Log { session_id: String, message: String },
+    /// The sessions bucket could not be read.
+    #[error("cannot read the status of session {session_id}: {message}")]
+    Status { session_id: String, message: String },
+    #[error("cannot encode a log entry as JSON: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// Reading stdin or writing stdout/stderr failed (e.g. a closed pipe).
+    #[error("terminal I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,176 @@
+//! `arbiter-console`: talk to an Arbiter session from a terminal, full-screen
+//! or one line at a time; `arbiter-console sessions` lists the sessions.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use arbiter_console::{Config, DEFAULT_NATS_URL, OutputMode};
+use clap::builder::BoolishValueParser;
+use clap::{Parser, Subcommand};
+use tracing_appender::non_blocking::WorkerGuard;
+
+/// Talk to the Arbiter. On a terminal the console is a full-screen view of the
+/// session; with --plain or --json (or when stdin or stdout is not a terminal)
+/// each stdin line is sent and the log is printed on stdout, one entry per line.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Line mode: print the log as plain text.
+    #[arg(long, env = "ARBITER_CONSOLE_PLAIN", conflicts_with = "json", value_parser = BoolishValueParser::new())]
+    plain: bool,
+    /// Line mode: print each log entry as one JSON object per line (musings included).
+    #[arg(long, env = "ARBITER_CONSOLE_JSON", value_parser = BoolishValueParser::new())]
+    json: bool,
+    /// Attach to this session instead of starting a new one.
+    #[arg(long, env = "ARBITER_SESSION")]
+    session: Option<String>,
+    /// NATS server URL.
+    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
+    nats_url: String,
+    /// Show the Arbiter's musings (the full-screen view toggles them with Ctrl-T).
+    #[arg(long, env = "ARBITER_SHOW_MUSINGS", value_parser = BoolishValueParser::new())]
+    show_musings: bool,
+    /// Line mode: keep following the log after stdin ends, until Ctrl-C.
+    #[arg(long, env = "ARBITER_FOLLOW", value_parser = BoolishValueParser::new())]
+    follow: bool,
+    /// Write logs to this file. The full-screen view always logs to a file
+    /// (by default under ~/.local/state/arbiter/); the line modes log to stderr
+    /// unless this is given.
+    #[arg(long, env = "ARBITER_CONSOLE_LOG", global = true)]
+    log_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the sessions with their state and last activity, newest first.
+    Sessions {
+        /// One JSON session status per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Cli {
+    /// The full-screen view runs when no line mode is asked for and the
+    /// console has a terminal to own; pipes keep the plain line mode.
+    fn screen(&self) -> bool {
+        !self.plain
+            && !self.json
+            && std::io::stdout().is_terminal()
+            && std::io::stdin().is_terminal()
+    }
+
+    fn into_config(self, screen: bool) -> Config {
+        Config {
+            nats_url: self.nats_url,
+            session: self.session,
+            output: if self.json {
+                OutputMode::Json
+            } else {
+                OutputMode::Plain
+            },
+            show_musings: self.show_musings,
+            follow: self.follow,
+            screen,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match try_main(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("arbiter-console: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main(cli: Cli) -> anyhow::Result<()> {
+    let screen = cli.command.is_none() && cli.screen();
+    let log_file = match (&cli.log_file, screen) {
+        (Some(path), _) => Some(path.clone()),
+        (None, true) => Some(arbiter_console::default_log_file()),
+        (None, false) => None,
+    };
+    let _guard = init_tracing(log_file.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = match cli.command {
+        Some(Command::Sessions { json }) => runtime.block_on(arbiter_console::sessions::print(
+            &cli.nats_url,
+            json || cli.json,
+            tokio::io::stdout(),
+        )),
+        None => runtime.block_on(arbiter_console::run(
+            cli.into_config(screen),
+            shutdown_signal(),
+        )),
+    };
+    // Tokio reads stdin on a blocking thread that cannot be interrupted; waiting
+    // for it would hang after Ctrl-C until the next Enter.
+    runtime.shutdown_background();
+    Ok(result?)
+}
+
+/// Logs to `file` (appending) when given, else to stderr. The guard flushes
+/// the file on drop.
+fn init_tracing(file: Option<&Path>) -> anyhow::Result<Option<WorkerGuard>> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| match file {
+            Some(_) => "info,async_nats=warn".into(),
+            None => "warn".into(),
+        });
+    let Some(path) = file else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+        return Ok(None);
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the log directory {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open the log file {}", path.display()))?;
+    let (writer, guard) = tracing_appender::non_blocking(file);
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .init();
+    Ok(Some(guard))
+}
+
+/// Completes on Ctrl-C, SIGTERM or SIGHUP (the terminal went away). In the
+/// full-screen view Ctrl-C is a key, not a signal.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut hangup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+                _ = hangup.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,72 @@
+//! The full-screen console's loop: terminal events and feed events go into
+//! the [`App`], the screen is redrawn, until the human quits.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crossterm::event::EventStream;
+use futures::StreamExt;
+
+use crate::app::{Action, App};
+use crate::feed::Feed;
+use crate::tui::Tui;
+use crate::{Config, Result};
+
+/// Liveness and the reconnect banner count seconds: redraw this often even
+/// when nothing arrives.
+const TICK: Duration = Duration::from_millis(250);
+/// Feed events taken in one go before the screen is redrawn (replay is fast).
+const BATCH: usize = 512;
+
+/// Runs the full-screen console on this process's terminal until Ctrl-C,
+/// Ctrl-D or `shutdown`. Connecting happens first, so an unreachable server
+/// is reported on a terminal left as it was.
+pub(crate) async fn run(
+    config: &Config,
+    session_id: &str,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    tokio::pin!(shutdown);
+    let mut feed = tokio::select! {
+        feed = Feed::start(&config.nats_url, session_id) => feed?,
+        () = &mut shutdown => return Ok(()),
+    };
+    let mut app = App::new(session_id, &config.nats_url);
+    app.show_musings = config.show_musings;
+
+    let mut tui = Tui::enter()?;
+    let mut events = EventStream::new();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tui.terminal
+            .draw(|frame| crate::ui::draw(frame, &mut app, Instant::now()))?;
+        tokio::select! {
+            () = &mut shutdown => break,
+            event = events.next() => match event {
+                Some(Ok(event)) => match app.event(&event) {
+                    Some(Action::Quit) => break,
+                    Some(Action::Send { message_id, text }) => feed.send(message_id, text),
+                    Some(Action::Redraw) => tui.terminal.clear()?,
+                    None => {}
+                },
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            event = feed.events.recv() => {
+                let Some(event) = event else { break };
+                let now = Instant::now();
+                app.apply(event, now);
+                for _ in 1..BATCH {
+                    match feed.events.try_recv() {
+                        Ok(event) => app.apply(event, now),
+                        Err(_) => break,
+                    }
+                }
+            }
+            _ = tick.tick() => {}
+        }
+    }
+    drop(tui);
+    Ok(())
+}

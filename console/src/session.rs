@@ -1,0 +1,319 @@
+//! One console run on one session: connect, replay and follow the log, send
+//! what the human types, and stop once the session has settled.
+
+use std::future::Future;
+use std::time::Duration;
+
+use arbiter_bus::{Bus, TraceContext};
+use arbiter_protocol::{HumanMessage, LogEntry, SessionStatus, VERSION, WireError, subjects};
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use chrono::Utc;
+use futures::StreamExt;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
+use tokio::time::Instant;
+
+use crate::render::render;
+use crate::settle::Progress;
+use crate::{Config, ConsoleError, Result, write_line};
+
+/// The name this client shows in the server's connection list.
+pub(crate) const CLIENT_NAME: &str = "arbiter-console";
+/// With no status for the session and nothing sent, an empty log after this
+/// long means there is nothing to wait for.
+const REPLAY_WINDOW: Duration = Duration::from_secs(1);
+/// The log consumer recreates itself on most errors; this many in a row means
+/// it cannot.
+const MAX_LOG_ERRORS: u32 = 10;
+
+/// The human's side: what they type, where the log goes, where notices go.
+pub(crate) struct Terminal<'a, R, W, E> {
+    pub(crate) input: R,
+    pub(crate) output: W,
+    pub(crate) notices: &'a mut E,
+}
+
+/// Connects and runs the console loop until the session settles (after the
+/// input ends, unless following) or `shutdown` completes.
+#[tracing::instrument(skip_all, fields(session.id = %session_id))]
+pub(crate) async fn run<R, W, E>(
+    config: &Config,
+    session_id: &str,
+    terminal: Terminal<'_, R, W, E>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+    E: AsyncWrite + Unpin,
+{
+    tokio::pin!(shutdown);
+    let attached = tokio::select! {
+        attached = attach(&config.nats_url, session_id) => attached?,
+        () = &mut shutdown => return Ok(()),
+    };
+    let mut console = Console {
+        config,
+        session_id,
+        bus: attached.bus,
+        output: terminal.output,
+        notices: terminal.notices,
+        progress: Progress::default(),
+    };
+    if let Some(status) = attached.status {
+        console.progress.status(status);
+    }
+    console
+        .follow(terminal.input, attached.status_sub, attached.log, shutdown)
+        .await
+}
+
+/// What the console holds once connected.
+struct Attached {
+    bus: Bus,
+    /// Live session status, subscribed before anything is sent.
+    status_sub: async_nats::Subscriber,
+    /// The latest status from the bucket, if the session has one.
+    status: Option<SessionStatus>,
+    log: pull::Ordered,
+}
+
+async fn attach(url: &str, session_id: &str) -> Result<Attached> {
+    let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
+    let bus = Bus::setup(client).await?;
+
+    let subject = subjects::session_status(session_id);
+    let subscribe_error = |e: &dyn std::fmt::Display| ConsoleError::Subscribe {
+        subject: subject.clone(),
+        message: e.to_string(),
+    };
+    let status_sub = bus
+        .client
+        .subscribe(subject.clone())
+        .await
+        .map_err(|e| subscribe_error(&e))?;
+    // The server must know the subscription before the bucket is read, or a
+    // status published in between would be missed.
+    bus.client.flush().await.map_err(|e| subscribe_error(&e))?;
+
+    let status = stored_status(&bus, session_id).await?;
+    let log = open_log(&bus, session_id).await?;
+    Ok(Attached {
+        bus,
+        status_sub,
+        status,
+        log,
+    })
+}
+
+/// The session's latest status from the sessions bucket; `None` if it has none
+/// yet, or if the stored value cannot be read (the next live one replaces it).
+pub(crate) async fn stored_status(bus: &Bus, session_id: &str) -> Result<Option<SessionStatus>> {
+    let value = bus
+        .sessions_kv
+        .get(session_id)
+        .await
+        .map_err(|e| ConsoleError::Status {
+            session_id: session_id.to_owned(),
+            message: e.to_string(),
+        })?;
+    let Some(bytes) = value else {
+        return Ok(None);
+    };
+    let key = format!("{}/{session_id}", subjects::SESSIONS_BUCKET);
+    match arbiter_bus::decode::<SessionStatus>(&key, &bytes) {
+        Ok(status) => Ok(Some(status)),
+        Err(e) => {
+            tracing::warn!(error = %e, "stored session status ignored");
+            Ok(None)
+        }
+    }
+}
+
+/// An ordered consumer over the whole log of the session, from its first entry.
+async fn open_log(bus: &Bus, session_id: &str) -> Result<pull::Ordered> {
+    open_log_from(bus, session_id, DeliverPolicy::All).await
+}
+
+/// An ordered consumer over the log of the session, from where `deliver_policy` says.
+pub(crate) async fn open_log_from(
+    bus: &Bus,
+    session_id: &str,
+    deliver_policy: DeliverPolicy,
+) -> Result<pull::Ordered> {
+    let log_error = |e: &dyn std::fmt::Display| ConsoleError::Log {
+        session_id: session_id.to_owned(),
+        message: e.to_string(),
+    };
+    let consumer = bus
+        .js
+        .create_consumer_on_stream(
+            pull::OrderedConfig {
+                filter_subject: subjects::session_log(session_id),
+                deliver_policy,
+                ..Default::default()
+            },
+            subjects::SESSIONS_STREAM,
+        )
+        .await
+        .map_err(|e| log_error(&e))?;
+    consumer.messages().await.map_err(|e| log_error(&e))
+}
+
+struct Console<'a, W, E> {
+    config: &'a Config,
+    session_id: &'a str,
+    bus: Bus,
+    output: W,
+    notices: &'a mut E,
+    progress: Progress,
+}
+
+impl<W, E> Console<'_, W, E>
+where
+    W: AsyncWrite + Unpin,
+    E: AsyncWrite + Unpin,
+{
+    async fn follow<R: AsyncBufRead + Unpin>(
+        &mut self,
+        input: R,
+        mut status_sub: async_nats::Subscriber,
+        mut log: pull::Ordered,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
+        tokio::pin!(shutdown);
+        let mut lines = input.lines();
+        let mut input_open = true;
+        let replay_deadline = Instant::now() + REPLAY_WINDOW;
+        let mut replay_window_over = false;
+        let mut log_errors = 0;
+        loop {
+            if !input_open && !self.config.follow && self.progress.settled(replay_window_over) {
+                tracing::debug!("session settled");
+                return Ok(());
+            }
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                message = log.next() => match message {
+                    Some(Ok(message)) => {
+                        log_errors = 0;
+                        self.log_message(&message.subject, &message.payload).await?;
+                    }
+                    Some(Err(e)) => {
+                        log_errors += 1;
+                        tracing::warn!(error = %e, "log consumer error");
+                        if log_errors >= MAX_LOG_ERRORS {
+                            return Err(self.log_error(e));
+                        }
+                    }
+                    None => return Err(self.log_error("the log consumer stopped")),
+                },
+                message = status_sub.next() => match message {
+                    Some(message) => self.status_message(&message.subject, &message.payload),
+                    None => {
+                        return Err(ConsoleError::Subscribe {
+                            subject: subjects::session_status(self.session_id),
+                            message: "the subscription ended".to_owned(),
+                        });
+                    }
+                },
+                line = lines.next_line(), if input_open => match line? {
+                    Some(text) if text.trim().is_empty() => {}
+                    Some(text) => self.send(text).await?,
+                    None => {
+                        tracing::debug!("input ended");
+                        input_open = false;
+                    }
+                },
+                () = tokio::time::sleep_until(replay_deadline), if !replay_window_over => {
+                    replay_window_over = true;
+                }
+            }
+        }
+    }
+
+    fn log_error(&self, e: impl std::fmt::Display) -> ConsoleError {
+        ConsoleError::Log {
+            session_id: self.session_id.to_owned(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Prints one log entry, or reports it on stderr if it cannot be decoded.
+    async fn log_message(&mut self, subject: &str, payload: &[u8]) -> Result<()> {
+        let entry = match arbiter_bus::decode::<LogEntry>(subject, payload) {
+            Ok(entry) => entry,
+            Err(e) => {
+                self.progress.malformed(readable_seq(payload));
+                let detail = match e {
+                    WireError::MalformedMessage { detail, .. } => detail,
+                    other => other.to_string(),
+                };
+                tracing::warn!(%subject, %detail, "malformed log entry");
+                let notice = format!("! malformed log entry skipped: {detail}");
+                return write_line(self.notices, &notice).await;
+            }
+        };
+        self.progress.entry(&entry);
+        if let Some(text) = render(&entry, self.config.output, self.config.show_musings)? {
+            write_line(&mut self.output, &text).await?;
+        }
+        Ok(())
+    }
+
+    fn status_message(&mut self, subject: &str, payload: &[u8]) {
+        match arbiter_bus::decode::<SessionStatus>(subject, payload) {
+            Ok(status) => self.progress.status(status),
+            Err(e) => tracing::warn!(error = %e, "session status ignored"),
+        }
+    }
+
+    /// Publishes one line typed by the human. A failed publish is reported and
+    /// the console goes on: the human may type it again.
+    async fn send(&mut self, text: String) -> Result<()> {
+        let message_id = uuid::Uuid::now_v7().to_string();
+        let message = HumanMessage {
+            v: VERSION,
+            session_id: self.session_id.to_owned(),
+            message_id: message_id.clone(),
+            text,
+            sent_at: Utc::now(),
+        };
+        self.progress.sending(&message_id);
+        let sent = self
+            .bus
+            .publish_js(
+                subjects::session_human(self.session_id),
+                &message_id,
+                &TraceContext::new_root(),
+                &message,
+            )
+            .await;
+        if let Err(e) = sent {
+            self.progress.not_sent(&message_id);
+            tracing::warn!(error = %e, "human message not sent");
+            write_line(self.notices, &format!("! message not sent: {e}")).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The `seq` of an entry that does not decode, if its JSON still has one, so
+/// that settling does not wait for an entry already seen.
+fn readable_seq(payload: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()?
+        .get("seq")?
+        .as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable_seq;
+
+    #[test]
+    fn seq_of_malformed_entries() {
+        assert_eq!(readable_seq(br#"{"seq": 7, "body": 3}"#), Some(7));
+        assert_eq!(readable_seq(b"{oops"), None);
+        assert_eq!(readable_seq(br#"{"seq": "x"}"#), None);
+    }
+}

@@ -1,0 +1,195 @@
+//! `arbiter-console sessions`: every session the sessions bucket knows, with
+//! its state and last activity, newest first.
+
+use arbiter_protocol::{SessionState, SessionStatus, orchestrator_name, subjects};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use tokio::io::AsyncWrite;
+use unicode_width::UnicodeWidthStr;
+
+use crate::session::CLIENT_NAME;
+use crate::{ConsoleError, Result, write_line};
+
+/// Reads every session's latest status from the bucket, newest activity first.
+/// A value that cannot be decoded is skipped with a warning.
+pub async fn list(url: &str) -> Result<Vec<SessionStatus>> {
+    let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
+    let js = async_nats::jetstream::new(client);
+    let error = |e: &dyn std::fmt::Display| ConsoleError::Status {
+        session_id: "*".to_owned(),
+        message: e.to_string(),
+    };
+    // No bucket yet: no coordinator has run against this server, no sessions.
+    let Ok(bucket) = js.get_key_value(subjects::SESSIONS_BUCKET).await else {
+        return Ok(Vec::new());
+    };
+    let mut keys = bucket.keys().await.map_err(|e| error(&e))?;
+    let mut statuses = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(|e| error(&e))?;
+        let Some(bytes) = bucket.get(&key).await.map_err(|e| error(&e))? else {
+            continue;
+        };
+        let name = format!("{}/{key}", subjects::SESSIONS_BUCKET);
+        match arbiter_bus::decode::<SessionStatus>(&name, &bytes) {
+            Ok(status) => statuses.push(status),
+            Err(e) => tracing::warn!(error = %e, "session status skipped"),
+        }
+    }
+    statuses.sort_by(|a, b| {
+        b.at.cmp(&a.at)
+            .then_with(|| a.session_id.cmp(&b.session_id))
+    });
+    Ok(statuses)
+}
+
+/// Lists the sessions on `out`: a table, or one JSON `SessionStatus` per line.
+/// With no session at all, nothing goes to `out` (and `no sessions` to stderr).
+pub async fn print<W: AsyncWrite + Unpin>(url: &str, json: bool, mut out: W) -> Result<()> {
+    let statuses = list(url).await?;
+    if json {
+        for status in &statuses {
+            write_line(&mut out, &serde_json::to_string(status)?).await?;
+        }
+    } else if statuses.is_empty() {
+        write_line(&mut tokio::io::stderr(), "no sessions").await?;
+    } else {
+        for line in table(&statuses, Utc::now()) {
+            write_line(&mut out, &line).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The table `sessions` prints: a header, then one row per session.
+pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
+    let header = [
+        "SESSION",
+        "STATE",
+        "ORCHESTRATOR",
+        "SUMMONED",
+        "LAST ACTIVITY",
+    ]
+    .map(str::to_owned);
+    let mut rows = vec![header.to_vec()];
+    for s in statuses {
+        let state = match (s.state, s.queued) {
+            (SessionState::Idle, _) => "idle".to_owned(),
+            (SessionState::Thinking, 0) => "thinking".to_owned(),
+            (SessionState::Thinking, queued) => format!("thinking ({queued} queued)"),
+        };
+        let active = s
+            .active
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |a| orchestrator_name(a.number));
+        let at = format!(
+            "{} ({})",
+            s.at.format("%Y-%m-%d %H:%M:%S UTC"),
+            ago(now, s.at)
+        );
+        rows.push(vec![
+            s.session_id.clone(),
+            state,
+            active,
+            s.summoned.to_string(),
+            at,
+        ]);
+    }
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].width()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                line.push_str(cell);
+                if c + 1 < columns {
+                    line.push_str(&" ".repeat(widths[c] - cell.width() + 2));
+                }
+            }
+            line
+        })
+        .collect()
+}
+
+/// `just now`, `42 s ago`, `3 min ago`, `5 h ago`, `2 d ago`.
+fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    let secs = (now - then).num_seconds();
+    match secs {
+        ..5 => "just now".to_owned(),
+        5..60 => format!("{secs} s ago"),
+        60..3_600 => format!("{} min ago", secs / 60),
+        3_600..86_400 => format!("{} h ago", secs / 3_600),
+        _ => format!("{} d ago", secs / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::ActiveOrchestrator;
+    use chrono::{Duration, TimeZone};
+    use pretty_assertions::assert_eq;
+
+    fn status(id: &str, state: SessionState, at: DateTime<Utc>) -> SessionStatus {
+        SessionStatus {
+            v: 1,
+            session_id: id.into(),
+            state,
+            queued: 0,
+            arbiter_context_pct: 0.0,
+            arbiter_context_tokens: 0,
+            active: None,
+            summoned: 0,
+            last_seq: 0,
+            created_at: at,
+            at,
+        }
+    }
+
+    #[test]
+    fn the_table() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
+        let mut busy = status(
+            "s-busy",
+            SessionState::Thinking,
+            now - Duration::seconds(42),
+        );
+        busy.queued = 2;
+        busy.summoned = 3;
+        busy.active = Some(ActiveOrchestrator {
+            orch_id: "o3".into(),
+            number: 3,
+        });
+        let old = status("0193a1b2-old", SessionState::Idle, now - Duration::hours(5));
+        assert_eq!(
+            table(&[busy, old], now),
+            [
+                "SESSION       STATE                ORCHESTRATOR      SUMMONED  LAST ACTIVITY",
+                "s-busy        thinking (2 queued)  Orchestrator III  3         2026-11-22 11:59:18 UTC (42 s ago)",
+                "0193a1b2-old  idle                 -                 0         2026-11-22 07:00:00 UTC (5 h ago)",
+            ]
+        );
+    }
+
+    #[test]
+    fn ages() {
+        let now = Utc::now();
+        let cases = [
+            (0, "just now"),
+            (59, "59 s ago"),
+            (61, "1 min ago"),
+            (7_200, "2 h ago"),
+            (200_000, "2 d ago"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(ago(now, now - Duration::seconds(secs)), want);
+        }
+        assert_eq!(
+            ago(now, now + Duration::seconds(30)),
+            "just now",
+            "clock skew"
+        );
+    }
+}

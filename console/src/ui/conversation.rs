@@ -1,0 +1,167 @@
+//! The conversation area: every entry wrapped to the width, a blank row
+//! between entries, the streaming reply and unsent messages at the end,
+//! scrolled to the live tail or wherever the human left it.
+
+use arbiter_protocol::{ArbiterIntent, orchestrator_name, roman};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+
+use super::theme;
+use super::wrap::wrap;
+use crate::app::App;
+use crate::conversation::{Entry, Kind, Streaming};
+use crate::vitals::Vitals;
+
+/// Cells left blank on each side of the text, as in the seed's layout.
+pub const MARGIN: u16 = 2;
+/// Shown at the end of a reply that is still being written.
+const CURSOR: &str = "▍";
+/// Shown after a message this console sent that is not in the log yet.
+const UNCONFIRMED: &str = " ⋯";
+
+/// The wrapped rows of the log's entries, kept between draws: entries only
+/// ever get appended, so only new ones are wrapped.
+#[derive(Debug, Clone, Default)]
+pub struct WrapCache {
+    width: usize,
+    show_musings: bool,
+    /// Entries wrapped so far.
+    entries: usize,
+    rows: Vec<Line<'static>>,
+}
+
+impl WrapCache {
+    fn update(&mut self, entries: &[Entry], width: usize, show_musings: bool) {
+        if width != self.width || show_musings != self.show_musings || entries.len() < self.entries
+        {
+            *self = Self {
+                width,
+                show_musings,
+                ..Self::default()
+            };
+        }
+        for entry in &entries[self.entries..] {
+            if entry.kind == Kind::Musing && !show_musings {
+                continue;
+            }
+            self.rows.push(Line::default());
+            self.rows.extend(wrap(&entry_spans(entry), width));
+        }
+        self.entries = entries.len();
+    }
+}
+
+/// Draws the conversation into `area` and records the scroll metrics.
+pub fn render(app: &mut App, area: Rect, buf: &mut Buffer) {
+    let width = area.width.saturating_sub(2 * MARGIN) as usize;
+    app.wrapped
+        .update(app.conversation.entries(), width, app.show_musings);
+    let tail = tail_rows(app, width);
+    let total = app.wrapped.rows.len() + tail.len();
+    app.scroll.rows = total;
+    app.scroll.height = area.height as usize;
+
+    if total == 0 && area.height > 1 {
+        let hint = Line::styled("Nothing has been said yet.", theme::dim());
+        buf.set_line(area.x + MARGIN, area.y + 1, &hint, width as u16);
+        return;
+    }
+    let first = app.scroll.first_row();
+    for (i, y) in (area.y..area.bottom()).enumerate() {
+        let index = first + i;
+        let row = if index < app.wrapped.rows.len() {
+            app.wrapped.rows.get(index)
+        } else {
+            tail.get(index - app.wrapped.rows.len())
+        };
+        if let Some(row) = row {
+            buf.set_line(area.x + MARGIN, y, row, width as u16);
+        }
+    }
+}
+
+/// The rows after the log's entries: the reply being written, then the
+/// messages sent from here that the log does not show yet.
+fn tail_rows(app: &App, width: usize) -> Vec<Line<'static>> {
+    let mut rows = Vec::new();
+    if let Some(streaming) = app.conversation.streaming()
+        && (streaming.intent != Some(ArbiterIntent::Musings) || app.show_musings)
+    {
+        let mut spans = streaming_spans(streaming, &app.vitals);
+        spans.push(Span::styled(CURSOR, theme::arbiter()));
+        rows.push(Line::default());
+        rows.extend(wrap(&spans, width));
+    }
+    for pending in app.conversation.pending() {
+        let spans = [
+            Span::styled("You: ", theme::human().patch(theme::note())),
+            Span::styled(pending.text.clone(), theme::note()),
+            Span::styled(UNCONFIRMED, theme::dim()),
+        ];
+        rows.push(Line::default());
+        rows.extend(wrap(&spans, width));
+    }
+    rows
+}
+
+/// Who is speaking and what they say, styled.
+fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
+    let (speaker, speaker_style, text_style) = match entry.kind {
+        Kind::Human => ("You: ".to_owned(), theme::human(), Style::new()),
+        Kind::Arbiter => ("Arbiter: ".to_owned(), theme::arbiter(), Style::new()),
+        Kind::ArbiterToOrchestrator(n) => (
+            format!("Arbiter → {}: ", roman(n)),
+            theme::arbiter(),
+            Style::new(),
+        ),
+        Kind::Orchestrator(n) => (
+            format!("{}: ", orchestrator_name(n)),
+            theme::orchestrator(n),
+            Style::new(),
+        ),
+        Kind::Note(n) => (
+            format!("{}: ", orchestrator_name(n)),
+            theme::orchestrator(n).patch(theme::note()),
+            theme::note(),
+        ),
+        Kind::Musing => (
+            "Arbiter (musing): ".to_owned(),
+            theme::musing(),
+            theme::musing(),
+        ),
+        Kind::Event => ("· ".to_owned(), theme::dim(), theme::dim()),
+        Kind::Error => ("! ".to_owned(), theme::error(), theme::error()),
+    };
+    vec![
+        Span::styled(speaker, speaker_style),
+        Span::styled(entry.text.clone(), text_style),
+    ]
+}
+
+/// The reply being written, under the name its intent gives it.
+fn streaming_spans(streaming: &Streaming, vitals: &Vitals) -> Vec<Span<'static>> {
+    let speaker = match streaming.intent {
+        Some(ArbiterIntent::AddressOrchestrator) => match vitals.active_number() {
+            Some(n) => format!("Arbiter → {}: ", roman(n)),
+            None => "Arbiter → Orchestrator: ".to_owned(),
+        },
+        Some(ArbiterIntent::SummonOrchestrator) => {
+            format!("Arbiter → {}: ", roman(vitals.next_number()))
+        }
+        Some(ArbiterIntent::Musings) => "Arbiter (musing): ".to_owned(),
+        Some(ArbiterIntent::AddressHuman | ArbiterIntent::ReleaseOrchestrators) | None => {
+            "Arbiter: ".to_owned()
+        }
+    };
+    let style = if streaming.intent == Some(ArbiterIntent::Musings) {
+        theme::musing()
+    } else {
+        Style::new()
+    };
+    vec![
+        Span::styled(speaker, theme::arbiter()),
+        Span::styled(streaming.text.clone(), style),
+    ]
+}

@@ -1,0 +1,339 @@
+//! What the status area shows: the Arbiter's and the active Orchestrator's
+//! latest status, and whether they are alive, derived from when each status
+//! arrived. Nothing here is guessed: no status, no claim.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use arbiter_protocol::{OrchestratorState, OrchestratorStatus, SessionState, SessionStatus};
+
+/// Workers and the coordinator republish status this often while nothing changes.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A working Orchestrator silent for this long (three heartbeats) is stalled.
+pub const STALLED_AFTER: Duration = Duration::from_secs(6);
+/// Anything silent for this long is lost.
+pub const LOST_AFTER: Duration = Duration::from_secs(15);
+
+/// How an Orchestrator is doing, as its status stream says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Active, but no status has arrived yet (for less than [`LOST_AFTER`]).
+    Starting,
+    /// Calling the model or running a tool, heartbeats on time.
+    Working,
+    /// Waiting for the Arbiter, heartbeats on time.
+    Waiting,
+    /// Working, but no status for longer than [`STALLED_AFTER`].
+    Stalled { silent: Duration },
+    /// No status for longer than [`LOST_AFTER`].
+    Lost { silent: Duration },
+    /// Its worker said it stopped.
+    Stopped,
+}
+
+/// What the Arbiter is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArbiterLiveness {
+    Idle,
+    /// A turn is in flight (`queued` more inputs wait for it).
+    Thinking {
+        queued: u32,
+    },
+    /// Thinking, but the coordinator has been silent for longer than [`LOST_AFTER`].
+    Lost {
+        silent: Duration,
+    },
+}
+
+/// A status and the moment this console received it.
+#[derive(Debug, Clone)]
+struct Received<T> {
+    value: T,
+    arrived: Instant,
+}
+
+/// The latest statuses of one session.
+#[derive(Debug, Clone)]
+pub struct Vitals {
+    session_id: String,
+    session: Option<Received<SessionStatus>>,
+    /// Latest status per Orchestrator of this session, by orch id.
+    orchestrators: HashMap<String, Received<OrchestratorStatus>>,
+    /// The active Orchestrator and when this console learned it was active.
+    active_since: Option<(String, Instant)>,
+}
+
+impl Vitals {
+    pub fn new(session_id: &str) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            session: None,
+            orchestrators: HashMap::new(),
+            active_since: None,
+        }
+    }
+
+    /// Keeps the status with the newest `at`; a copy as new as the one held
+    /// (a heartbeat) only refreshes its arrival. Returns whether it was kept.
+    pub fn session(&mut self, status: SessionStatus, now: Instant) -> bool {
+        if status.session_id != self.session_id
+            || self
+                .session
+                .as_ref()
+                .is_some_and(|held| held.value.at > status.at)
+        {
+            return false;
+        }
+        let active = status.active.as_ref().map(|a| a.orch_id.clone());
+        match (&active, &self.active_since) {
+            (Some(id), Some((held, _))) if held == id => {}
+            (Some(id), _) => self.active_since = Some((id.clone(), now)),
+            (None, _) => self.active_since = None,
+        }
+        self.session = Some(Received {
+            value: status,
+            arrived: now,
+        });
+        self.forget_stopped();
+        true
+    }
+
+    /// Keeps the newest status of each Orchestrator of this session.
+    pub fn orchestrator(&mut self, status: OrchestratorStatus, now: Instant) -> bool {
+        if status.session_id != self.session_id {
+            return false;
+        }
+        if let Some(held) = self.orchestrators.get(&status.orch_id)
+            && held.value.at > status.at
+        {
+            return false;
+        }
+        self.orchestrators.insert(
+            status.orch_id.clone(),
+            Received {
+                value: status,
+                arrived: now,
+            },
+        );
+        self.forget_stopped();
+        true
+    }
+
+    /// Drops stopped Orchestrators that are not the active one, so the map
+    /// holds no more than the live ones.
+    fn forget_stopped(&mut self) {
+        let active = self.active_id().map(str::to_owned);
+        self.orchestrators.retain(|id, r| {
+            r.value.state != OrchestratorState::Stopped || active.as_deref() == Some(id)
+        });
+    }
+
+    pub fn session_status(&self) -> Option<&SessionStatus> {
+        self.session.as_ref().map(|r| &r.value)
+    }
+
+    fn active_id(&self) -> Option<&str> {
+        self.session_status()?
+            .active
+            .as_ref()
+            .map(|a| a.orch_id.as_str())
+    }
+
+    /// The Arbiter's context use, 0–100.
+    pub fn arbiter_pct(&self) -> f32 {
+        self.session_status().map_or(0.0, |s| s.arbiter_context_pct)
+    }
+
+    /// The number the next summoned Orchestrator will have.
+    pub fn next_number(&self) -> u32 {
+        self.session_status().map_or(1, |s| s.summoned + 1)
+    }
+
+    /// The active Orchestrator's number, if one is active.
+    pub fn active_number(&self) -> Option<u32> {
+        self.session_status()?.active.as_ref().map(|a| a.number)
+    }
+
+    /// The active Orchestrator's latest status, if one is active and has reported.
+    pub fn active_status(&self) -> Option<&OrchestratorStatus> {
+        let id = self.active_id()?;
+        self.orchestrators.get(id).map(|r| &r.value)
+    }
+
+    pub fn arbiter(&self, now: Instant) -> ArbiterLiveness {
+        let Some(received) = &self.session else {
+            return ArbiterLiveness::Idle;
+        };
+        let status = &received.value;
+        if status.state == SessionState::Idle && status.queued == 0 {
+            return ArbiterLiveness::Idle;
+        }
+        let silent = now.saturating_duration_since(received.arrived);
+        if silent >= LOST_AFTER {
+            ArbiterLiveness::Lost { silent }
+        } else {
+            ArbiterLiveness::Thinking {
+                queued: status.queued,
+            }
+        }
+    }
+
+    /// The active Orchestrator's liveness; `None` when none is active.
+    pub fn liveness(&self, now: Instant) -> Option<Liveness> {
+        let (id, since) = self.active_since.as_ref()?;
+        let Some(received) = self.orchestrators.get(id) else {
+            let silent = now.saturating_duration_since(*since);
+            return Some(if silent >= LOST_AFTER {
+                Liveness::Lost { silent }
+            } else {
+                Liveness::Starting
+            });
+        };
+        let silent = now.saturating_duration_since(received.arrived);
+        Some(match received.value.state {
+            OrchestratorState::Stopped => Liveness::Stopped,
+            _ if silent >= LOST_AFTER => Liveness::Lost { silent },
+            OrchestratorState::Waiting => Liveness::Waiting,
+            OrchestratorState::Working if silent > STALLED_AFTER => Liveness::Stalled { silent },
+            OrchestratorState::Working => Liveness::Working,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::ActiveOrchestrator;
+    use chrono::{Duration as Span, Utc};
+    use pretty_assertions::assert_eq;
+
+    fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
+        SessionStatus {
+            v: 1,
+            session_id: "s".into(),
+            state,
+            queued: 0,
+            arbiter_context_pct: 18.0,
+            arbiter_context_tokens: 36_000,
+            active: active.map(|(id, n)| ActiveOrchestrator {
+                orch_id: id.into(),
+                number: n,
+            }),
+            summoned: 1,
+            last_seq: 0,
+            created_at: Utc::now(),
+            at: Utc::now(),
+        }
+    }
+
+    fn orch(id: &str, state: OrchestratorState) -> OrchestratorStatus {
+        OrchestratorStatus {
+            v: 1,
+            session_id: "s".into(),
+            orch_id: id.into(),
+            number: 1,
+            worker_id: "w".into(),
+            state,
+            context_pct: 74.0,
+            context_tokens: 148_000,
+            context_budget: 200_000,
+            current_tool: Some("Edit".into()),
+            tool_count: 12,
+            at: Utc::now(),
+        }
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn the_liveness_rule() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        assert_eq!(v.liveness(t0), None, "no Orchestrator active");
+        v.session(session(SessionState::Idle, Some(("o1", 1))), t0);
+        assert_eq!(v.liveness(t0 + secs(14)), Some(Liveness::Starting));
+        assert_eq!(
+            v.liveness(t0 + secs(15)),
+            Some(Liveness::Lost { silent: secs(15) })
+        );
+
+        v.orchestrator(orch("o1", OrchestratorState::Working), t0 + secs(1));
+        assert_eq!(v.liveness(t0 + secs(7)), Some(Liveness::Working));
+        assert_eq!(
+            v.liveness(t0 + secs(8)),
+            Some(Liveness::Stalled { silent: secs(7) })
+        );
+        assert_eq!(
+            v.liveness(t0 + secs(16)),
+            Some(Liveness::Lost { silent: secs(15) })
+        );
+
+        // A heartbeat (same `at`) revives it.
+        let mut beat = v.active_status().unwrap().clone();
+        beat.state = OrchestratorState::Waiting;
+        v.orchestrator(beat, t0 + secs(16));
+        assert_eq!(v.liveness(t0 + secs(26)), Some(Liveness::Waiting));
+        assert_eq!(
+            v.liveness(t0 + secs(31)),
+            Some(Liveness::Lost { silent: secs(15) })
+        );
+    }
+
+    #[test]
+    fn older_copies_do_not_replace_newer_ones() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        let newer = orch("o1", OrchestratorState::Working);
+        let mut older = newer.clone();
+        older.at = newer.at - Span::seconds(1);
+        older.tool_count = 3;
+        assert!(v.orchestrator(newer, t0));
+        assert!(!v.orchestrator(older, t0));
+        let mut other = orch("o9", OrchestratorState::Working);
+        other.session_id = "another".into();
+        assert!(!v.orchestrator(other, t0), "another session's Orchestrator");
+
+        v.session(session(SessionState::Idle, Some(("o1", 1))), t0);
+        assert_eq!(v.active_status().unwrap().tool_count, 12);
+        let mut stale = session(SessionState::Thinking, None);
+        stale.at -= Span::seconds(5);
+        assert!(!v.session(stale, t0));
+        assert_eq!(v.active_number(), Some(1));
+    }
+
+    #[test]
+    fn stopped_orchestrators_are_forgotten_once_inactive() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        v.session(session(SessionState::Idle, Some(("o1", 1))), t0);
+        v.orchestrator(orch("o1", OrchestratorState::Stopped), t0);
+        assert_eq!(v.liveness(t0 + secs(60)), Some(Liveness::Stopped));
+        v.session(session(SessionState::Idle, None), t0);
+        assert_eq!(v.liveness(t0), None);
+        assert!(v.orchestrators.is_empty());
+    }
+
+    #[test]
+    fn the_arbiter_is_idle_thinking_or_lost() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        assert_eq!(v.arbiter(t0), ArbiterLiveness::Idle);
+        let mut thinking = session(SessionState::Thinking, None);
+        thinking.queued = 2;
+        v.session(thinking, t0);
+        assert_eq!(
+            v.arbiter(t0 + secs(14)),
+            ArbiterLiveness::Thinking { queued: 2 }
+        );
+        assert_eq!(
+            v.arbiter(t0 + secs(20)),
+            ArbiterLiveness::Lost { silent: secs(20) }
+        );
+        v.session(session(SessionState::Idle, None), t0 + secs(20));
+        assert_eq!(v.arbiter(t0 + secs(60)), ArbiterLiveness::Idle);
+        assert_eq!(v.next_number(), 2);
+        assert_eq!(v.arbiter_pct(), 18.0);
+    }
+}

@@ -1,0 +1,372 @@
+//! The full-screen view drawn into ratatui's `TestBackend`, fed with log
+//! entries, statuses and deltas as the feed would deliver them, and compared
+//! with the snapshots in `tests/snapshots/`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use arbiter_console::app::{Action, App, FeedEvent};
+use arbiter_protocol::{
+    ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterIntent, ArbiterToOrchestratorEntry,
+    HumanEntry, LogBody, LogEntry, MusingEntry, OrchestratorEntry, OrchestratorState,
+    OrchestratorStatus, ReleasedEntry, SessionState, SessionStatus, SummonedEntry,
+};
+use chrono::{DateTime, TimeZone, Utc};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::{Color, Modifier};
+
+const SESSION: &str = "0193f2c4-7d1e-7a3b-9c41-2d8e6f0a1b37";
+const ORCH: &str = "0193f2c6-0b7d-7e21-8f90-4c3b2a1d0e9f";
+const BRIEF: &str = "Build an authentication system in src/auth/: Google and GitHub OAuth, \
+                     JWT access tokens that expire after 48 hours.";
+
+fn at(secs: i64) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap() + chrono::Duration::seconds(secs)
+}
+
+/// Builds the state of one screen: events arrive at `t0`, the screen is drawn later.
+struct Scene {
+    app: App,
+    t0: Instant,
+    seq: u64,
+}
+
+impl Scene {
+    fn new() -> Self {
+        Self {
+            app: App::new(SESSION, "nats://127.0.0.1:4222"),
+            t0: Instant::now(),
+            seq: 0,
+        }
+    }
+
+    fn feed(&mut self, event: FeedEvent) -> &mut Self {
+        self.app.apply(event, self.t0);
+        self
+    }
+
+    fn log(&mut self, body: LogBody) -> &mut Self {
+        self.seq += 1;
+        let entry = LogEntry {
+            v: 1,
+            session_id: SESSION.into(),
+            seq: self.seq,
+            at: at(self.seq as i64),
+            body,
+        };
+        self.feed(FeedEvent::Log(entry))
+    }
+
+    fn session(&mut self, state: SessionState, pct: f32, active: bool) -> &mut Self {
+        let status = SessionStatus {
+            v: 1,
+            session_id: SESSION.into(),
+            state,
+            queued: 0,
+            arbiter_context_pct: pct,
+            arbiter_context_tokens: 36_000,
+            active: active.then(|| ActiveOrchestrator {
+                orch_id: ORCH.into(),
+                number: 1,
+            }),
+            summoned: 1,
+            last_seq: self.seq,
+            created_at: at(0),
+            at: at(self.seq as i64),
+        };
+        self.feed(FeedEvent::Session(status))
+    }
+
+    fn orchestrator(
+        &mut self,
+        state: OrchestratorState,
+        pct: f32,
+        tool: Option<&str>,
+    ) -> &mut Self {
+        let status = OrchestratorStatus {
+            v: 1,
+            session_id: SESSION.into(),
+            orch_id: ORCH.into(),
+            number: 1,
+            worker_id: "worker-1".into(),
+            state,
+            context_pct: pct,
+            context_tokens: 148_000,
+            context_budget: 200_000,
+            current_tool: tool.map(str::to_owned),
+            tool_count: 12,
+            at: at(self.seq as i64),
+        };
+        self.feed(FeedEvent::Orchestrator(status))
+    }
+
+    fn delta(&mut self, turn: u64, intent: Option<ArbiterIntent>, text: &str) -> &mut Self {
+        let delta = ArbiterDelta {
+            v: 1,
+            session_id: SESSION.into(),
+            turn,
+            attempt: 0,
+            intent,
+            text: text.into(),
+            at: at(self.seq as i64 + 1),
+        };
+        self.feed(FeedEvent::Delta(delta))
+    }
+
+    /// Draws at `after` past the events and returns the buffer.
+    fn draw(&mut self, width: u16, height: u16, after: Duration) -> ratatui::buffer::Buffer {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+        let now = self.t0 + after;
+        terminal
+            .draw(|frame| arbiter_console::ui::draw(frame, &mut self.app, now))
+            .unwrap();
+        terminal.backend().buffer().clone()
+    }
+
+    /// The screen as text, one line per row.
+    fn screen(&mut self, width: u16, height: u16) -> String {
+        text(&self.draw(width, height, Duration::from_secs(1)))
+    }
+}
+
+fn text(buffer: &ratatui::buffer::Buffer) -> String {
+    let width = buffer.area.width as usize;
+    buffer
+        .content
+        .chunks(width)
+        .map(|row| row.iter().map(|cell| cell.symbol()).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn human(text: &str) -> LogBody {
+    LogBody::Human(HumanEntry {
+        message_id: format!("m-{text}"),
+        text: text.into(),
+    })
+}
+
+fn to_orch(text: &str) -> LogBody {
+    LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+        number: 1,
+        orch_id: ORCH.into(),
+        text: text.into(),
+    })
+}
+
+fn orch(expects_response: bool, text: &str) -> LogBody {
+    LogBody::Orchestrator(OrchestratorEntry {
+        number: 1,
+        orch_id: ORCH.into(),
+        expects_response,
+        text: text.into(),
+    })
+}
+
+/// The conversation of seed 004, as this system logs it, up to the point
+/// where Orchestrator I is editing with 74 % of its context used.
+fn seed_mid_flight() -> Scene {
+    let mut scene = Scene::new();
+    scene
+        .log(human(
+            "I need an auth system. Google and GitHub OAuth, 48hr tokens.",
+        ))
+        .log(LogBody::Summoned(SummonedEntry {
+            number: 1,
+            orch_id: ORCH.into(),
+            pool: "default".into(),
+            brief: BRIEF.into(),
+        }))
+        .log(orch(
+            true,
+            "I'll begin with the OAuth configuration. Should I use Passport.js or \
+             implement directly against provider APIs?",
+        ))
+        .log(to_orch("Passport. It is known."))
+        .log(orch(
+            false,
+            "Understood. Creating provider configurations now.",
+        ))
+        .log(human("Add refresh token rotation too"))
+        .log(to_orch(
+            "The mortal speaks. Heed: refresh tokens shall rotate.",
+        ))
+        .log(orch(
+            false,
+            "Acknowledged. Adding rotation logic to the JWT service.",
+        ))
+        .session(SessionState::Idle, 18.0, true)
+        .orchestrator(OrchestratorState::Working, 74.0, Some("Edit"));
+    scene
+}
+
+#[test]
+fn an_empty_session() {
+    let mut scene = Scene::new();
+    insta::assert_snapshot!("empty_session", scene.screen(82, 28));
+}
+
+#[test]
+fn the_seed_example_mid_flight() {
+    let mut scene = seed_mid_flight();
+    let screen = scene.screen(82, 32);
+    assert!(screen.contains("◈ Edit (12)"), "{screen}");
+    assert!(screen.contains("████████░░ 74%"), "{screen}");
+    insta::assert_snapshot!("seed_mid_flight", screen);
+}
+
+#[test]
+fn after_release_the_arbiter_awaits_a_command() {
+    let mut scene = seed_mid_flight();
+    scene
+        .log(orch(
+            true,
+            "Complete. Auth system in src/auth/, refresh tokens rotate.",
+        ))
+        .log(LogBody::Released(ReleasedEntry { numbers: vec![1] }))
+        .log(LogBody::Arbiter(ArbiterEntry {
+            text: "It is done.".into(),
+        }))
+        .orchestrator(OrchestratorState::Stopped, 81.0, None)
+        .session(SessionState::Idle, 23.0, false);
+    let screen = scene.screen(82, 32);
+    assert!(screen.contains("Awaiting your command."), "{screen}");
+    assert!(!screen.contains("Orchestrator I ─"), "{screen}");
+    insta::assert_snapshot!("after_release", screen);
+}
+
+#[test]
+fn a_narrow_terminal() {
+    let mut scene = seed_mid_flight();
+    insta::assert_snapshot!("narrow", scene.screen(40, 24));
+}
+
+#[test]
+fn a_terminal_too_small_to_draw() {
+    let mut scene = seed_mid_flight();
+    insta::assert_snapshot!("too_small", scene.screen(28, 6));
+}
+
+#[test]
+fn the_reply_appears_as_it_is_written() {
+    let mut scene = Scene::new();
+    scene
+        .log(human("What is the state of the realm?"))
+        .session(SessionState::Thinking, 4.0, false)
+        .delta(1, Some(ArbiterIntent::AddressHuman), "The realm ")
+        .delta(1, None, "endures. Speak your");
+    let screen = scene.screen(60, 16);
+    insta::assert_snapshot!("streaming", screen);
+
+    // The log entry replaces what the deltas built.
+    scene.log(LogBody::Arbiter(ArbiterEntry {
+        text: "The realm endures. Speak your will.".into(),
+    }));
+    scene.session(SessionState::Idle, 5.0, false);
+    let screen = scene.screen(60, 16);
+    assert!(
+        screen.contains("Arbiter: The realm endures. Speak your will."),
+        "{screen}"
+    );
+    assert!(!screen.contains('▍'), "{screen}");
+}
+
+#[test]
+fn liveness_and_the_reconnect_banner() {
+    let mut scene = seed_mid_flight();
+    scene.feed(FeedEvent::Connection { up: false });
+    let stalled = text(&scene.draw(82, 32, Duration::from_secs(8)));
+    insta::assert_snapshot!("stalled_and_reconnecting", stalled);
+    let lost = text(&scene.draw(82, 32, Duration::from_secs(20)));
+    assert!(lost.contains("lost: no status for 20 s"), "{lost}");
+    assert!(
+        lost.contains("NATS unreachable at nats://127.0.0.1:4222: reconnecting (20 s)"),
+        "{lost}"
+    );
+    scene.feed(FeedEvent::Connection { up: true });
+    scene.orchestrator(OrchestratorState::Waiting, 75.0, None);
+    let back = scene.screen(82, 32);
+    assert!(back.contains("waiting for the Arbiter"), "{back}");
+    assert!(back.contains("◇ 12 tool calls"), "{back}");
+    assert!(!back.contains("NATS unreachable"), "{back}");
+}
+
+#[test]
+fn scrollback_musings_and_a_multi_line_input() {
+    let mut scene = seed_mid_flight();
+    scene.log(LogBody::Musing(MusingEntry {
+        text: "The mortal wants rotation; the Orchestrator will comply.".into(),
+    }));
+    let key = |app: &mut App, code, modifiers| app.key(&KeyEvent::new(code, modifiers));
+    let hidden = scene.screen(82, 32);
+    assert!(!hidden.contains("Arbiter (musing)"), "{hidden}");
+
+    key(&mut scene.app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    for c in "First line".chars() {
+        key(&mut scene.app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    key(&mut scene.app, KeyCode::Enter, KeyModifiers::ALT);
+    for c in "second".chars() {
+        key(&mut scene.app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    key(&mut scene.app, KeyCode::PageUp, KeyModifiers::NONE);
+    insta::assert_snapshot!("scrolled_with_musings", scene.screen(82, 24));
+
+    key(&mut scene.app, KeyCode::End, KeyModifiers::NONE);
+    let tail = scene.screen(82, 24);
+    assert!(
+        tail.contains("Arbiter (musing): The mortal wants rotation"),
+        "{tail}"
+    );
+    assert!(!tail.contains("more rows"), "{tail}");
+    let sent = key(&mut scene.app, KeyCode::Enter, KeyModifiers::NONE);
+    assert!(matches!(sent, Some(Action::Send { ref text, .. }) if text == "First line\nsecond"));
+    let pending = scene.screen(82, 24);
+    assert!(pending.contains("You: First line"), "{pending}");
+    assert!(pending.contains("second ⋯"), "{pending}");
+}
+
+#[test]
+fn speakers_have_their_colours_and_notes_are_dimmed() {
+    let mut scene = seed_mid_flight();
+    let buffer = scene.draw(82, 32, Duration::from_secs(1));
+    let screen = text(&buffer);
+    let find = |needle: &str| -> (u16, u16) {
+        for (y, line) in screen.lines().enumerate() {
+            if let Some(byte) = line.find(needle) {
+                return (line[..byte].chars().count() as u16, y as u16);
+            }
+        }
+        panic!("{needle:?} is not on the screen:\n{screen}");
+    };
+    let style = |needle: &str| buffer[find(needle)].style();
+    assert_eq!(style("You:").fg, Some(Color::Green));
+    assert_eq!(style("Arbiter → I:").fg, Some(Color::Yellow));
+    assert_eq!(style("Orchestrator I: I'll").fg, Some(Color::Cyan));
+    let note = style("Understood.");
+    assert!(note.add_modifier.contains(Modifier::DIM), "{note:?}");
+    let question = style("I'll begin");
+    assert!(
+        !question.add_modifier.contains(Modifier::DIM),
+        "{question:?}"
+    );
+    assert_eq!(
+        style("████████░░").fg,
+        Some(Color::Yellow),
+        "74 % is past the first warning"
+    );
+    assert_eq!(style("██░░░░░░░░").fg, Some(Color::Green));
+}
+
+#[test]
+fn the_readme_shows_this_screen() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md at the workspace root");
+    let screen = seed_mid_flight().screen(82, 32);
+    assert!(
+        readme.contains(&format!("```\n{screen}\n```")),
+        "README.md's capture of the console differs from this render:\n{screen}"
+    );
+}

@@ -1,0 +1,123 @@
+//! `arbiter-console sessions` against a real nats-server whose sessions
+//! bucket the test fills by hand, as a coordinator would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Output;
+
+use arbiter_bus::Bus;
+use arbiter_protocol::{ActiveOrchestrator, SessionState, SessionStatus, VERSION};
+use arbiter_tests::NatsServer;
+use chrono::{Duration, Utc};
+use pretty_assertions::assert_eq;
+use tokio::process::Command;
+
+async fn sessions(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_arbiter-console"))
+        .arg("sessions")
+        .args(args)
+        .env_remove("NATS_URL")
+        .env_remove("ARBITER_CONSOLE_JSON")
+        .output();
+    tokio::time::timeout(std::time::Duration::from_secs(20), output)
+        .await
+        .expect("sessions did not finish within 20 s")
+        .unwrap()
+}
+
+fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
+    let at = Utc::now() - age;
+    SessionStatus {
+        v: VERSION,
+        session_id: id.into(),
+        state,
+        queued: 0,
+        arbiter_context_pct: 12.0,
+        arbiter_context_tokens: 24_000,
+        active: None,
+        summoned: 0,
+        last_seq: 4,
+        created_at: at - Duration::hours(1),
+        at,
+    }
+}
+
+#[tokio::test]
+async fn lists_sessions_newest_first() {
+    arbiter_tests::init_tracing();
+    let nats = NatsServer::start().await;
+
+    // A server no coordinator has used: no bucket, no sessions, no error.
+    let empty = sessions(&["--nats-url", nats.url()]).await;
+    assert!(empty.status.success(), "{empty:?}");
+    assert_eq!(String::from_utf8_lossy(&empty.stdout), "");
+    assert_eq!(String::from_utf8_lossy(&empty.stderr), "no sessions\n");
+
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    let bus = Bus::setup(client).await.unwrap();
+    let old = status("s-old", SessionState::Idle, Duration::hours(3));
+    let mut busy = status("s-busy", SessionState::Thinking, Duration::seconds(20));
+    busy.summoned = 2;
+    busy.active = Some(ActiveOrchestrator {
+        orch_id: "o-2".into(),
+        number: 2,
+    });
+    for s in [&old, &busy] {
+        bus.sessions_kv
+            .put(&s.session_id, serde_json::to_vec(s).unwrap().into())
+            .await
+            .unwrap();
+    }
+    bus.sessions_kv
+        .put("s-broken", "{not json".into())
+        .await
+        .unwrap();
+
+    let table = sessions(&["--nats-url", nats.url()]).await;
+    assert!(table.status.success(), "{table:?}");
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .filter(|c| !c.is_empty())
+                .map(str::trim)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert_eq!(
+        rows[0],
+        [
+            "SESSION",
+            "STATE",
+            "ORCHESTRATOR",
+            "SUMMONED",
+            "LAST ACTIVITY"
+        ]
+    );
+    assert_eq!(rows[1][..4], ["s-busy", "thinking", "Orchestrator II", "2"]);
+    assert!(rows[1][4].ends_with("(20 s ago)"), "{stdout}");
+    assert_eq!(rows[2][..4], ["s-old", "idle", "-", "0"]);
+    assert!(rows[2][4].ends_with("(3 h ago)"), "{stdout}");
+
+    let json = sessions(&["--json", "--nats-url", nats.url()]).await;
+    assert!(json.status.success(), "{json:?}");
+    let listed: Vec<SessionStatus> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed, [busy, old]);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_an_error() {
+    let output = sessions(&["--nats-url", "nats://127.0.0.1:1"]).await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot connect to NATS at nats://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
