@@ -1,0 +1,484 @@
+//! Scripted replies for the mock Anthropic server, and how each is rendered on the wire.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::gate::Gate;
+
+/// Token counts reported in `usage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MockUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+}
+
+impl Default for MockUsage {
+    fn default() -> Self {
+        MockUsage {
+            input_tokens: 100,
+            output_tokens: 20,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Message {
+        text: Option<String>,
+        tools: Vec<(String, Value)>,
+    },
+    HttpError {
+        status: u16,
+        error_type: String,
+        message: String,
+    },
+    StreamError {
+        partial: String,
+        error_type: String,
+        message: String,
+    },
+    Raw {
+        status: u16,
+        content_type: String,
+        body: Vec<u8>,
+    },
+}
+
+/// One scripted answer to one `POST /v1/messages`, pushed onto a lane with
+/// [`super::MockAnthropic::push`]. Built with the constructors below and refined with
+/// the modifiers (`usage`, `delay`, `gated`, `header`, ...).
+#[derive(Clone, Debug)]
+pub struct MockReply {
+    kind: Kind,
+    usage: MockUsage,
+    stop_reason: Option<String>,
+    headers: Vec<(String, String)>,
+    pub(super) delay: Option<Duration>,
+    pub(super) gate: Option<Gate>,
+    event_delay: Option<Duration>,
+}
+
+impl MockReply {
+    fn new(kind: Kind) -> MockReply {
+        MockReply {
+            kind,
+            usage: MockUsage::default(),
+            stop_reason: None,
+            headers: Vec::new(),
+            delay: None,
+            gate: None,
+            event_delay: None,
+        }
+    }
+
+    /// A final text answer (`stop_reason: end_turn`).
+    pub fn text(text: impl Into<String>) -> MockReply {
+        MockReply::new(Kind::Message {
+            text: Some(text.into()),
+            tools: Vec::new(),
+        })
+    }
+
+    /// A final answer whose text is `value` serialised as JSON (structured output).
+    pub fn json(value: &impl Serialize) -> MockReply {
+        let text = serde_json::to_string(value)
+            .unwrap_or_else(|e| panic!("MockReply::json: cannot serialise the value: {e}"));
+        MockReply::text(text)
+    }
+
+    /// A tool call (`stop_reason: tool_use`); its id `toolu_mock_<n>` is given when sent.
+    pub fn tool_use(name: impl Into<String>, input: Value) -> MockReply {
+        MockReply::new(Kind::Message {
+            text: None,
+            tools: vec![(name.into(), input)],
+        })
+    }
+
+    /// Adds another (parallel) tool call to a tool-use reply.
+    pub fn and_tool_use(mut self, name: impl Into<String>, input: Value) -> MockReply {
+        match &mut self.kind {
+            Kind::Message { tools, .. } => tools.push((name.into(), input)),
+            other => panic!("MockReply::and_tool_use on a non-message reply: {other:?}"),
+        }
+        self
+    }
+
+    /// Text before the tool calls of a message reply, or the partial text sent before
+    /// the error of a [`MockReply::stream_error`].
+    pub fn with_text(mut self, new_text: impl Into<String>) -> MockReply {
+        match &mut self.kind {
+            Kind::Message { text, .. } => *text = Some(new_text.into()),
+            Kind::StreamError { partial, .. } => *partial = new_text.into(),
+            other => panic!("MockReply::with_text on a reply without text: {other:?}"),
+        }
+        self
+    }
+
+    /// An HTTP error with the API's error body, e.g. `(529, "overloaded_error", "Overloaded")`.
+    pub fn http_error(
+        status: u16,
+        error_type: impl Into<String>,
+        message: impl Into<String>,
+    ) -> MockReply {
+        MockReply::new(Kind::HttpError {
+            status,
+            error_type: error_type.into(),
+            message: message.into(),
+        })
+    }
+
+    /// HTTP 200 and a started stream that breaks with an `error` event after some text.
+    /// A non-streaming request gets the matching HTTP error instead.
+    pub fn stream_error(error_type: impl Into<String>, message: impl Into<String>) -> MockReply {
+        MockReply::new(Kind::StreamError {
+            partial: "Partial answer ".to_owned(),
+            error_type: error_type.into(),
+            message: message.into(),
+        })
+    }
+
+    /// Any status, content type and body, sent as is.
+    pub fn raw(
+        status: u16,
+        content_type: impl Into<String>,
+        body: impl Into<Vec<u8>>,
+    ) -> MockReply {
+        MockReply::new(Kind::Raw {
+            status,
+            content_type: content_type.into(),
+            body: body.into(),
+        })
+    }
+
+    /// Sets `usage` (defaults: 100 in, 20 out, no cache).
+    pub fn usage(
+        mut self,
+        input_tokens: u64,
+        output_tokens: u64,
+        cache_creation: u64,
+        cache_read: u64,
+    ) -> MockReply {
+        self.usage = MockUsage {
+            input_tokens,
+            output_tokens,
+            cache_creation_input_tokens: cache_creation,
+            cache_read_input_tokens: cache_read,
+        };
+        self
+    }
+
+    /// Overrides `stop_reason` (e.g. `max_tokens`, `refusal`).
+    pub fn stop_reason(mut self, stop_reason: impl Into<String>) -> MockReply {
+        self.stop_reason = Some(stop_reason.into());
+        self
+    }
+
+    /// Adds a response header (e.g. `retry-after`, `x-should-retry`).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> MockReply {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Waits this long before answering.
+    pub fn delay(mut self, delay: Duration) -> MockReply {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// In a streamed answer, waits this long before each SSE event (slow streams).
+    pub fn event_delay(mut self, delay: Duration) -> MockReply {
+        self.event_delay = Some(delay);
+        self
+    }
+
+    /// Holds the answer until `gate` is opened (after any `delay`).
+    pub fn gated(mut self, gate: Gate) -> MockReply {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Renders the HTTP response for a request to `model`.
+    pub(super) fn render(&self, ctx: &RenderCtx<'_>, stream: bool) -> Response {
+        match &self.kind {
+            Kind::Raw {
+                status,
+                content_type,
+                body,
+            } => self.respond(*status, content_type, ctx, Body::from(body.clone())),
+            Kind::HttpError {
+                status,
+                error_type,
+                message,
+            } => self.error_response(*status, error_type, message, ctx),
+            Kind::StreamError {
+                error_type,
+                message,
+                ..
+            } if !stream => self.error_response(status_for(error_type), error_type, message, ctx),
+            Kind::Message { .. } if !stream => {
+                let body = self.message_json(ctx).to_string();
+                self.respond(200, "application/json", ctx, Body::from(body))
+            }
+            Kind::Message { .. } | Kind::StreamError { .. } => {
+                let events: Vec<Bytes> = self
+                    .sse_events(ctx)
+                    .into_iter()
+                    .map(|(name, data)| Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+                    .collect();
+                let pause = self.event_delay;
+                let body = futures::stream::iter(events).then(move |event| async move {
+                    if let Some(pause) = pause {
+                        tokio::time::sleep(pause).await;
+                    }
+                    Ok::<_, std::convert::Infallible>(event)
+                });
+                let mut resp = self.respond(200, "text/event-stream", ctx, Body::from_stream(body));
+                resp.headers_mut()
+                    .insert("cache-control", HeaderValue::from_static("no-cache"));
+                resp
+            }
+        }
+    }
+
+    fn error_response(
+        &self,
+        status: u16,
+        error_type: &str,
+        message: &str,
+        ctx: &RenderCtx<'_>,
+    ) -> Response {
+        let body = error_body(error_type, message, &ctx.request_id).to_string();
+        self.respond(status, "application/json", ctx, Body::from(body))
+    }
+
+    fn respond(
+        &self,
+        status: u16,
+        content_type: &str,
+        ctx: &RenderCtx<'_>,
+        body: Body,
+    ) -> Response {
+        let mut resp = Response::new(body);
+        *resp.status_mut() = StatusCode::from_u16(status)
+            .unwrap_or_else(|e| panic!("MockReply: bad HTTP status {status}: {e}"));
+        let headers = resp.headers_mut();
+        let fixed = [
+            ("content-type", content_type),
+            ("request-id", ctx.request_id.as_str()),
+        ];
+        let extra = self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        for (name, value) in fixed.into_iter().chain(extra) {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .unwrap_or_else(|e| panic!("MockReply: bad header name {name:?}: {e}"));
+            let value = HeaderValue::from_str(value)
+                .unwrap_or_else(|e| panic!("MockReply: bad header value {value:?}: {e}"));
+            headers.insert(name, value);
+        }
+        resp
+    }
+
+    fn default_stop_reason(&self) -> &str {
+        match (&self.stop_reason, &self.kind) {
+            (Some(reason), _) => reason,
+            (None, Kind::Message { tools, .. }) if !tools.is_empty() => "tool_use",
+            _ => "end_turn",
+        }
+    }
+
+    /// The content blocks, with tool ids assigned now.
+    fn blocks(&self, ctx: &RenderCtx<'_>) -> Vec<Value> {
+        let mut blocks = Vec::new();
+        match &self.kind {
+            Kind::Message { text, tools } => {
+                if let Some(text) = text {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for (name, input) in tools {
+                    blocks.push(json!({
+                        "type": "tool_use", "id": ctx.tool_id(), "name": name, "input": input,
+                    }));
+                }
+            }
+            Kind::StreamError { partial, .. } => {
+                blocks.push(json!({"type": "text", "text": partial}));
+            }
+            Kind::HttpError { .. } | Kind::Raw { .. } => {}
+        }
+        blocks
+    }
+
+    fn message_json(&self, ctx: &RenderCtx<'_>) -> Value {
+        let u = &self.usage;
+        json!({
+            "id": ctx.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": ctx.model,
+            "content": self.blocks(ctx),
+            "stop_reason": self.default_stop_reason(),
+            "stop_sequence": null,
+            "usage": {
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cache_creation_input_tokens": u.cache_creation_input_tokens,
+                "cache_read_input_tokens": u.cache_read_input_tokens,
+            },
+        })
+    }
+
+    /// The named SSE events of a streamed answer, in wire order.
+    fn sse_events(&self, ctx: &RenderCtx<'_>) -> Vec<(&'static str, Value)> {
+        let u = &self.usage;
+        let mut events = vec![
+            (
+                "message_start",
+                json!({"type": "message_start", "message": {
+                    "id": ctx.message_id, "type": "message", "role": "assistant",
+                    "model": ctx.model, "content": [], "stop_reason": null, "stop_sequence": null,
+                    "usage": {
+                        "input_tokens": u.input_tokens,
+                        "output_tokens": 1,
+                        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+                        "cache_read_input_tokens": u.cache_read_input_tokens,
+                    },
+                }}),
+            ),
+            ("ping", json!({"type": "ping"})),
+        ];
+        for (index, block) in self.blocks(ctx).into_iter().enumerate() {
+            let (start, deltas) = if block["type"] == "tool_use" {
+                let input = block["input"].to_string();
+                let mut fragments = vec![String::new()];
+                fragments.extend(split_chunks(&input));
+                let start = json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}});
+                let deltas: Vec<Value> = fragments
+                    .into_iter()
+                    .map(|f| json!({"type": "input_json_delta", "partial_json": f}))
+                    .collect();
+                (start, deltas)
+            } else {
+                let text = block["text"].as_str().unwrap_or_default();
+                let deltas = split_chunks(text)
+                    .into_iter()
+                    .map(|t| json!({"type": "text_delta", "text": t}))
+                    .collect();
+                (json!({"type": "text", "text": ""}), deltas)
+            };
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ));
+            for delta in deltas {
+                events.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index, "delta": delta}),
+                ));
+            }
+            if let Kind::StreamError {
+                error_type,
+                message,
+                ..
+            } = &self.kind
+            {
+                let error =
+                    json!({"type": "error", "error": {"type": error_type, "message": message}});
+                events.push(("error", error));
+                return events;
+            }
+            events.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+        events.push((
+            "message_delta",
+            json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": self.default_stop_reason(), "stop_sequence": null},
+                "usage": {"output_tokens": u.output_tokens},
+            }),
+        ));
+        events.push(("message_stop", json!({"type": "message_stop"})));
+        events
+    }
+}
+
+/// Per-response values the server hands to [`MockReply::render`].
+pub(super) struct RenderCtx<'a> {
+    pub model: String,
+    pub message_id: String,
+    pub request_id: String,
+    pub tool_counter: &'a AtomicU64,
+}
+
+impl RenderCtx<'_> {
+    fn tool_id(&self) -> String {
+        let n = self.tool_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("toolu_mock_{n}")
+    }
+}
+
+/// The API's error body.
+pub(super) fn error_body(error_type: &str, message: &str, request_id: &str) -> Value {
+    json!({
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": request_id,
+    })
+}
+
+/// The HTTP status the API uses for an error type.
+fn status_for(error_type: &str) -> u16 {
+    match error_type {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "conflict_error" => 409,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "timeout_error" => 504,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
+}
+
+/// Splits `s` into pieces on char boundaries: at least two when it has two or more
+/// chars, at most 24 chars each, so clients must reassemble deltas.
+fn split_chunks(s: &str) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() < 2 {
+        return vec![s.to_owned()];
+    }
+    let size = chars.len().div_ceil(2).min(24);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_chunks;
+
+    #[test]
+    fn splits_into_at_least_two_pieces() {
+        assert_eq!(split_chunks("ab"), vec!["a", "b"]);
+        assert_eq!(split_chunks("héllo"), vec!["hél", "lo"]);
+        assert_eq!(split_chunks("x"), vec!["x"]);
+        assert_eq!(split_chunks(""), vec![""]);
+        let long = "a".repeat(100);
+        let parts = split_chunks(&long);
+        assert_eq!(parts.concat(), long);
+        assert!(parts.iter().all(|p| p.len() <= 24));
+    }
+}

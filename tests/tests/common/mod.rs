@@ -1,0 +1,457 @@
+//! The system under test: a real nats-server, the mock Anthropic server, and
+//! a coordinator and worker running in-process against them.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arbiter_bus::{Bus, TraceContext};
+use arbiter_llm::{ApiKey, ModelConfig, Provider, RetryPolicy};
+use arbiter_protocol::{HumanMessage, LogBody, LogEntry, SessionStatus, VERSION, subjects};
+use arbiter_tests::{MockAnthropic, MockOpenAi, MockReply, NatsServer, eventually};
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const ARBITER_MODEL: &str = "mock-arbiter";
+pub const ORCH_MODEL: &str = "mock-orch";
+/// The subagents' (`task` tool) model; its lanes are `mock-sub:<task prompt>`.
+pub const SUB_MODEL: &str = "mock-sub";
+pub const API_KEY: &str = "sk-ant-test-key-0123456789";
+pub const WAIT: Duration = Duration::from_secs(20);
+/// The lease of worker processes in tests: short, so that takeovers take
+/// seconds. `ARBITER_TEST_LEASE_SECS` overrides it (e.g. 6, the default of
+/// the binary, to measure takeover times as deployed).
+pub fn test_lease_secs() -> String {
+    std::env::var("ARBITER_TEST_LEASE_SECS").unwrap_or_else(|_| "2".to_owned())
+}
+
+/// Where a test process's stderr goes: `$ARBITER_TEST_LOGS/<name>.log`
+/// (appended, so restarts add to it) when that is set, else nowhere.
+pub fn process_log(name: &str) -> std::process::Stdio {
+    let Some(dir) = std::env::var_os("ARBITER_TEST_LOGS") else {
+        return std::process::Stdio::null();
+    };
+    let _ = std::fs::create_dir_all(&dir);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(PathBuf::from(dir).join(format!("{name}.log")))
+        .map_or_else(|_| std::process::Stdio::null(), Into::into)
+}
+
+/// A running system. Everything stops when it is dropped.
+pub struct System {
+    pub nats: NatsServer,
+    pub mock: MockAnthropic,
+    /// The OpenAI-compatible mock, used when [`Options::provider`] says so.
+    pub openai: MockOpenAi,
+    provider: Provider,
+    pub bus: Bus,
+    pub workspaces: tempfile::TempDir,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Lanes are `<model>:<first user message>`: the Arbiter's first message is
+/// the human's first words, an Orchestrator's is its brief, so each session
+/// and each Orchestrator gets its own script.
+pub fn lane_of(body: &Value) -> String {
+    let model = body["model"].as_str().unwrap_or_default();
+    // The first user message (an OpenAI-style body starts with the system prompt).
+    let first = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .map_or(&Value::Null, |m| &m["content"]);
+    let text = match first {
+        Value::String(s) => s.clone(),
+        // Only the first block: later turns may be merged into the first message.
+        Value::Array(blocks) => blocks
+            .first()
+            .and_then(|b| b["text"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    };
+    format!("{model}:{text}")
+}
+
+pub fn arbiter_lane(first_human_message: &str) -> String {
+    format!("{ARBITER_MODEL}:{first_human_message}")
+}
+
+pub fn orch_lane(brief: &str) -> String {
+    format!("{ORCH_MODEL}:{brief}")
+}
+
+pub fn sub_lane(prompt: &str) -> String {
+    format!("{SUB_MODEL}:{prompt}")
+}
+
+/// A scripted Arbiter reply.
+pub fn arbiter(intent: &str, message: &str) -> MockReply {
+    MockReply::json(&json!({"intent": intent, "message": message}))
+}
+
+/// A scripted Orchestrator final reply.
+pub fn orch(expects_response: bool, message: &str) -> MockReply {
+    MockReply::json(&json!({"expects_response": expects_response, "message": message}))
+}
+
+pub struct Options {
+    /// Run the coordinator in-process (false: the test runs the binary itself).
+    pub coordinator: bool,
+    pub slots: usize,
+    pub workers: usize,
+    pub orch_context_budget: u64,
+    /// Which API every role talks to: the Anthropic mock or the OpenAI-compatible one.
+    pub provider: Provider,
+    /// A config file for the nats-server (e.g. `deploy/nats-server.conf`).
+    pub nats_config: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            coordinator: true,
+            slots: 4,
+            workers: 1,
+            orch_context_budget: 200_000,
+            provider: Provider::Anthropic,
+            nats_config: None,
+        }
+    }
+}
+
+impl System {
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Self {
+        arbiter_tests::init_tracing();
+        let nats = match &options.nats_config {
+            Some(config) => NatsServer::start_with_config(config).await,
+            None => NatsServer::start().await,
+        };
+        let mock = MockAnthropic::start().await;
+        mock.set_lane_fn(lane_of);
+        let openai = MockOpenAi::start().await;
+        openai.set_lane_fn(lane_of);
+        let client = arbiter_bus::connect(nats.url(), "test", false)
+            .await
+            .unwrap();
+        let bus = Bus::setup(client).await.unwrap();
+        let workspaces = tempfile::tempdir().unwrap();
+        let mut system = Self {
+            nats,
+            mock,
+            openai,
+            provider: options.provider,
+            bus,
+            workspaces,
+            shutdown: CancellationToken::new(),
+            tasks: Vec::new(),
+        };
+        if options.coordinator {
+            system.spawn_coordinator();
+        }
+        for i in 0..options.workers {
+            system.spawn_worker(
+                &format!("worker-{i}"),
+                options.slots,
+                options.orch_context_budget,
+            );
+        }
+        system
+    }
+
+    /// Client settings for `model` on the mock of the configured provider.
+    pub fn model_config(&self, model: &str) -> ModelConfig {
+        let mut config = ModelConfig::new(self.provider, model);
+        config.base_url = match self.provider {
+            Provider::Anthropic => self.mock.base_url(),
+            Provider::OpenAi => self.openai.base_url(),
+        };
+        config.api_key = Some(ApiKey::new(API_KEY));
+        config.retry = RetryPolicy::none();
+        config
+    }
+
+    pub fn coordinator_config(&self) -> arbiter_coordinator::Config {
+        arbiter_coordinator::Config {
+            nats_url: self.nats.url().to_owned(),
+            model: self.model_config(ARBITER_MODEL),
+            ..Default::default()
+        }
+    }
+
+    pub fn worker_config(&self, id: &str, slots: usize, budget: u64) -> arbiter_worker::Config {
+        arbiter_worker::Config {
+            nats_url: self.nats.url().to_owned(),
+            max_orchestrators: slots,
+            workspace_root: self.workspaces.path().to_owned(),
+            model: self.model_config(ORCH_MODEL),
+            context_budget: budget,
+            subagent_model: Some(self.model_config(SUB_MODEL)),
+            worker_id: id.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    pub fn spawn_coordinator(&mut self) {
+        let config = self.coordinator_config();
+        let stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            arbiter_coordinator::run(config, stop.cancelled_owned())
+                .await
+                .expect("coordinator failed");
+        }));
+    }
+
+    pub fn spawn_worker(&mut self, id: &str, slots: usize, budget: u64) {
+        let config = self.worker_config(id, slots, budget);
+        self.spawn_worker_with(config);
+    }
+
+    /// Runs a worker with a config the test adjusted (see [`System::worker_config`]).
+    pub fn spawn_worker_with(&mut self, config: arbiter_worker::Config) {
+        let stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            arbiter_worker::run(config, stop.cancelled_owned())
+                .await
+                .expect("worker failed");
+        }));
+    }
+
+    /// Runs the real coordinator binary against this system, as a process.
+    pub fn coordinator_process(&self) -> tokio::process::Child {
+        tokio::process::Command::new(arbiter_tests::bin("arbiter-coordinator"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NATS_URL", self.nats.url())
+            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .env("ARBITER_MODEL", format!("anthropic:{ARBITER_MODEL}"))
+            .env("ARBITER_MODEL_RETRIES", "0")
+            .env("RUST_LOG", "info,async_nats=warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(process_log("coordinator"))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Runs the real worker binary against this system, as a process named
+    /// `id` with `slots` slots and the short test lease ([`test_lease_secs`]).
+    /// Its log goes to `$ARBITER_TEST_LOGS/<id>.log` when that is set.
+    pub fn worker_process(&self, id: &str, slots: usize) -> tokio::process::Child {
+        tokio::process::Command::new(arbiter_tests::bin("arbiter-worker"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("NATS_URL", self.nats.url())
+            .env("ANTHROPIC_BASE_URL", self.mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .env("ORCHESTRATOR_MODEL", format!("anthropic:{ORCH_MODEL}"))
+            .env("SUBAGENT_MODEL", format!("anthropic:{SUB_MODEL}"))
+            .env("ORCHESTRATOR_MODEL_RETRIES", "0")
+            .env("ARBITER_WORKER_ID", id)
+            .env("ARBITER_MAX_ORCHESTRATORS", slots.to_string())
+            .env("ARBITER_WORKSPACE_ROOT", self.workspaces.path())
+            .env("ARBITER_LEASE_SECS", test_lease_secs())
+            .env("RUST_LOG", "info,async_nats=warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(process_log(id))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Sends what the human typed, as a console does.
+    pub async fn send(&self, session: &str, text: &str) -> String {
+        let message_id = uuid::Uuid::now_v7().to_string();
+        let message = HumanMessage {
+            v: VERSION,
+            session_id: session.to_owned(),
+            message_id: message_id.clone(),
+            text: text.to_owned(),
+            sent_at: chrono::Utc::now(),
+        };
+        self.bus
+            .publish_js(
+                subjects::session_human(session),
+                &message_id,
+                &TraceContext::new_root(),
+                &message,
+            )
+            .await
+            .unwrap();
+        message_id
+    }
+
+    /// Follows a session's log from its start.
+    pub async fn watch_log(&self, session: &str) -> LogWatch {
+        let stream = self
+            .bus
+            .js
+            .get_stream(subjects::SESSIONS_STREAM)
+            .await
+            .unwrap();
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: subjects::session_log(session),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut messages = consumer.messages().await.unwrap();
+        let entries = Arc::new(Mutex::new(Vec::new()));
+        let sink = entries.clone();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(msg)) = messages.next().await {
+                let entry: LogEntry = serde_json::from_slice(&msg.payload)
+                    .unwrap_or_else(|e| panic!("the log holds a malformed entry: {e}"));
+                sink.lock().unwrap().push(entry);
+            }
+        });
+        LogWatch { entries, task }
+    }
+
+    pub async fn status(&self, session: &str) -> Option<SessionStatus> {
+        let bytes = self.bus.sessions_kv.get(session).await.unwrap()?;
+        Some(serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// Waits until the session is idle with no Orchestrator and `n` log entries.
+    pub async fn settled(&self, session: &str, n: u64) -> SessionStatus {
+        eventually(WAIT, "the session to settle", || async {
+            self.status(session).await.filter(|s| {
+                s.state == arbiter_protocol::SessionState::Idle
+                    && s.queued == 0
+                    && s.active.is_none()
+                    && s.last_seq == n
+            })
+        })
+        .await
+    }
+
+    pub fn workspace(&self, session: &str) -> PathBuf {
+        self.workspaces.path().join(session)
+    }
+
+    /// Acks the worker has given for an Orchestrator's inputs (its delivery progress).
+    pub async fn orch_inputs_acked(&self, orch_id: &str) -> u64 {
+        let stream = self.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+        match stream
+            .get_consumer::<pull::Config>(&subjects::orch_consumer(orch_id))
+            .await
+        {
+            Ok(mut consumer) => consumer
+                .info()
+                .await
+                .map(|i| i.ack_floor.consumer_sequence)
+                .unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A session's log, gathered as it grows.
+pub struct LogWatch {
+    entries: Arc<Mutex<Vec<LogEntry>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for LogWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LogWatch {
+    pub fn entries(&self) -> Vec<LogEntry> {
+        self.entries.lock().unwrap().clone()
+    }
+
+    pub fn bodies(&self) -> Vec<LogBody> {
+        self.entries().into_iter().map(|e| e.body).collect()
+    }
+
+    /// Waits for at least `n` entries and returns them all.
+    pub async fn wait_len(&self, n: usize) -> Vec<LogBody> {
+        eventually(WAIT, &format!("{n} log entries"), || async {
+            let bodies = self.bodies();
+            (bodies.len() >= n).then_some(bodies)
+        })
+        .await
+    }
+
+    /// Waits for an entry matching `pred` and returns its index.
+    pub async fn wait_for(&self, what: &str, pred: impl Fn(&LogBody) -> bool) -> usize {
+        eventually(WAIT, what, || async {
+            self.bodies().iter().position(&pred)
+        })
+        .await
+    }
+}
+
+/// A log body reduced to `(kind, text)` for whole-log asserts.
+pub fn brief(body: &LogBody) -> (String, String) {
+    match body {
+        LogBody::Human(e) => ("You".into(), e.text.clone()),
+        LogBody::Arbiter(e) => ("Arbiter".into(), e.text.clone()),
+        LogBody::ArbiterToOrchestrator(e) => (
+            format!(
+                "Arbiter → {}",
+                arbiter_protocol::orchestrator_name(e.number)
+            ),
+            e.text.clone(),
+        ),
+        LogBody::Orchestrator(e) if e.expects_response => (
+            arbiter_protocol::orchestrator_name(e.number),
+            e.text.clone(),
+        ),
+        LogBody::Orchestrator(e) => (
+            format!("{} (note)", arbiter_protocol::orchestrator_name(e.number)),
+            e.text.clone(),
+        ),
+        LogBody::Musing(e) => ("Musing".into(), e.text.clone()),
+        LogBody::Summoned(e) => (
+            format!("Summoned {}", arbiter_protocol::orchestrator_name(e.number)),
+            e.brief.clone(),
+        ),
+        LogBody::Released(e) => (
+            "Released".into(),
+            e.numbers
+                .iter()
+                .map(|n| arbiter_protocol::roman(*n))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        LogBody::System(e) => ("System".into(), e.text.clone()),
+        LogBody::Error(e) => ("Error".into(), e.error.to_string()),
+    }
+}
+
+pub fn briefs(bodies: &[LogBody]) -> Vec<(String, String)> {
+    bodies.iter().map(brief).collect()
+}
+
+pub fn pair(kind: &str, text: &str) -> (String, String) {
+    (kind.to_owned(), text.to_owned())
+}

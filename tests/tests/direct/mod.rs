@@ -1,0 +1,394 @@
+//! Driving workers directly, as the coordinator does, for the runtime tests:
+//! publish summons, inputs and control messages; gather every Orchestrator
+//! output and status; ask the workers' presence service.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arbiter_bus::TraceContext;
+use arbiter_protocol::{
+    Control, ControlAction, OrchestratorEvent, OrchestratorInput, OrchestratorMessage,
+    OrchestratorOutput, OrchestratorState, OrchestratorStatus, Summon, VERSION, subjects,
+};
+use arbiter_tests::eventually;
+use arbiter_worker::WorkerPresence;
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::common::{System, WAIT};
+
+/// Publishes a summons to `pool`, as the coordinator does.
+pub async fn summon(sys: &System, pool: &str, session: &str, orch_id: &str, brief: &str) {
+    summon_into(sys, pool, session, orch_id, brief, None).await;
+}
+
+/// Publishes a summons that names its workspace.
+pub async fn summon_into(
+    sys: &System,
+    pool: &str,
+    session: &str,
+    orch_id: &str,
+    brief: &str,
+    workspace: Option<&str>,
+) {
+    let summon = Summon {
+        v: VERSION,
+        session_id: session.into(),
+        orch_id: orch_id.into(),
+        number: 1,
+        brief: brief.into(),
+        workspace: workspace.map(str::to_owned),
+        pool: pool.into(),
+        summoned_at: chrono::Utc::now(),
+    };
+    sys.bus
+        .publish_js(
+            subjects::summon(pool),
+            orch_id,
+            &TraceContext::new_root(),
+            &summon,
+        )
+        .await
+        .unwrap();
+}
+
+/// Sends the Arbiter's `seq`-th message to an Orchestrator.
+pub async fn input(sys: &System, session: &str, orch_id: &str, seq: u64, text: &str) {
+    let input = OrchestratorInput {
+        v: VERSION,
+        session_id: session.into(),
+        orch_id: orch_id.into(),
+        seq,
+        message: text.into(),
+        sent_at: chrono::Utc::now(),
+    };
+    sys.bus
+        .publish_js(
+            subjects::orch_in(orch_id),
+            &format!("{orch_id}:in:{seq}"),
+            &TraceContext::new_root(),
+            &input,
+        )
+        .await
+        .unwrap();
+}
+
+/// Releases or cancels an Orchestrator.
+pub async fn control(sys: &System, orch_id: &str, action: ControlAction) {
+    let control = Control {
+        v: VERSION,
+        orch_id: orch_id.into(),
+        action,
+        sent_at: chrono::Utc::now(),
+    };
+    sys.bus
+        .publish_js(
+            subjects::orch_ctl(orch_id),
+            &format!("{orch_id}:ctl:{action:?}"),
+            &TraceContext::new_root(),
+            &control,
+        )
+        .await
+        .unwrap();
+}
+
+/// Every Orchestrator output and status, gathered as they are published.
+pub struct Watch {
+    outputs: Arc<Mutex<Vec<OrchestratorMessage>>>,
+    statuses: Arc<Mutex<Vec<OrchestratorStatus>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Watch {
+    /// Starts gathering; call it before the first summons.
+    pub async fn start(sys: &System) -> Self {
+        let outputs = Arc::new(Mutex::new(Vec::new()));
+        let statuses = Arc::new(Mutex::new(Vec::new()));
+        let stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: subjects::ALL_ORCH_OUT.into(),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut messages = consumer.messages().await.unwrap();
+        let sink = outputs.clone();
+        let out_task = tokio::spawn(async move {
+            while let Some(Ok(msg)) = messages.next().await {
+                let message: OrchestratorMessage = serde_json::from_slice(&msg.payload).unwrap();
+                sink.lock().unwrap().push(message);
+            }
+        });
+        let mut subscription = sys
+            .bus
+            .client
+            .subscribe(subjects::ALL_ORCH_STATUS)
+            .await
+            .unwrap();
+        sys.bus.client.flush().await.unwrap();
+        let sink = statuses.clone();
+        let status_task = tokio::spawn(async move {
+            while let Some(msg) = subscription.next().await {
+                let status: OrchestratorStatus = serde_json::from_slice(&msg.payload).unwrap();
+                sink.lock().unwrap().push(status);
+            }
+        });
+        Self {
+            outputs,
+            statuses,
+            tasks: vec![out_task, status_task],
+        }
+    }
+
+    /// The events of one Orchestrator so far, in order.
+    pub fn events(&self, orch_id: &str) -> Vec<OrchestratorEvent> {
+        self.outputs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.orch_id == orch_id)
+            .map(|m| m.event.clone())
+            .collect()
+    }
+
+    /// Waits until an Orchestrator has sent `n` events and returns them.
+    pub async fn wait_events(&self, orch_id: &str, n: usize) -> Vec<OrchestratorEvent> {
+        eventually(WAIT, &format!("{n} events from {orch_id}"), || async {
+            let events = self.events(orch_id);
+            (events.len() >= n).then_some(events)
+        })
+        .await
+    }
+
+    /// Waits for an Orchestrator's `n`-th event and returns it as an output.
+    pub async fn wait_output(&self, orch_id: &str, n: usize) -> OrchestratorOutput {
+        match self.wait_events(orch_id, n).await.swap_remove(n - 1) {
+            OrchestratorEvent::Output(output) => output,
+            other => panic!("{orch_id}: expected an output, got {other:?}"),
+        }
+    }
+
+    /// Every status published so far, in order.
+    pub fn statuses(&self) -> Vec<OrchestratorStatus> {
+        self.statuses.lock().unwrap().clone()
+    }
+
+    /// The statuses of one Orchestrator.
+    pub fn statuses_of(&self, orch_id: &str) -> Vec<OrchestratorStatus> {
+        self.statuses()
+            .into_iter()
+            .filter(|s| s.orch_id == orch_id)
+            .collect()
+    }
+
+    /// Waits for a status of `orch_id` matching `pred`.
+    pub async fn wait_status(
+        &self,
+        orch_id: &str,
+        what: &str,
+        pred: impl Fn(&OrchestratorStatus) -> bool,
+    ) -> OrchestratorStatus {
+        eventually(WAIT, what, || async {
+            self.statuses_of(orch_id).into_iter().find(|s| pred(s))
+        })
+        .await
+    }
+
+    /// Waits until the worker has published `orch_id` as stopped.
+    pub async fn wait_stopped(&self, orch_id: &str) -> OrchestratorStatus {
+        self.wait_status(orch_id, &format!("{orch_id} to stop"), |s| {
+            s.state == OrchestratorState::Stopped
+        })
+        .await
+    }
+}
+
+/// Sends a `$SRV` request to the worker service; the first reply, decoded,
+/// or `None` while no worker answers.
+pub async fn try_srv(sys: &System, verb: &str) -> Option<Value> {
+    let subject = format!("$SRV.{verb}.{}", arbiter_worker::presence::SERVICE_NAME);
+    let reply = tokio::time::timeout(
+        Duration::from_secs(2),
+        sys.bus.client.request(subject, "".into()),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    Some(serde_json::from_slice(&reply.payload).unwrap())
+}
+
+/// Like [`try_srv`], waiting for a worker to answer.
+pub async fn srv(sys: &System, verb: &str) -> Value {
+    eventually(WAIT, &format!("an answer to $SRV.{verb}"), || {
+        try_srv(sys, verb)
+    })
+    .await
+}
+
+/// A worker's slots, from `$SRV.STATS` (one worker running).
+pub async fn presence(sys: &System) -> WorkerPresence {
+    let stats = srv(sys, "STATS").await;
+    let data = stats["endpoints"][0]["data"].clone();
+    serde_json::from_value(data).unwrap_or_else(|e| panic!("bad presence {stats}: {e}"))
+}
+
+/// The slots of the worker named `id`, from its presence endpoint; `None`
+/// while it does not answer.
+pub async fn worker_presence(sys: &System, id: &str) -> Option<WorkerPresence> {
+    let subject = arbiter_worker::presence::presence_subject(id);
+    let reply = tokio::time::timeout(
+        Duration::from_secs(1),
+        sys.bus.client.request(subject, "".into()),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    arbiter_worker::presence::decode_presence(&reply.payload).ok()
+}
+
+/// Waits until the worker named `id` answers on its presence endpoint.
+pub async fn worker_ready(sys: &System, id: &str) -> WorkerPresence {
+    eventually(WAIT, &format!("worker {id} to be ready"), || {
+        worker_presence(sys, id)
+    })
+    .await
+}
+
+/// Summonses of `pool` delivered to a worker and not acknowledged yet: the
+/// leases held on running Orchestrators.
+pub async fn leases_held(sys: &System, pool: &str) -> Option<usize> {
+    let stream = sys.bus.js.get_stream(subjects::SUMMONS_STREAM).await.ok()?;
+    let mut consumer = stream
+        .get_consumer::<pull::Config>(&subjects::pool_consumer(pool))
+        .await
+        .ok()?;
+    Some(consumer.info().await.ok()?.num_ack_pending)
+}
+
+/// Summons of `pool` not yet handed to any worker; `None` until a worker of
+/// the pool has created its consumer.
+pub async fn queued(sys: &System, pool: &str) -> Option<u64> {
+    let stream = sys.bus.js.get_stream(subjects::SUMMONS_STREAM).await.ok()?;
+    let mut consumer = stream
+        .get_consumer::<pull::Config>(&subjects::pool_consumer(pool))
+        .await
+        .ok()?;
+    Some(consumer.info().await.ok()?.num_pending)
+}
+
+/// Whether a process is still running; a zombie waiting for its reaper is not.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits for a command to have written its pid to `path`, and returns it.
+pub async fn pid_in(path: &std::path::Path) -> i32 {
+    eventually(WAIT, &format!("a pid in {}", path.display()), || async {
+        std::fs::read_to_string(path)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+            .and_then(|s| s.trim().parse().ok())
+    })
+    .await
+}
+
+/// The `tool_result` blocks of a request's last message: `(content, is_error)`.
+pub fn tool_results(request: &arbiter_tests::RecordedRequest) -> Vec<(String, bool)> {
+    let last = request.messages().last().cloned().unwrap_or_default();
+    last["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_result")
+                .map(|b| {
+                    let content = match &b["content"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (content, b["is_error"].as_bool().unwrap_or(false))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Counts the blocks of `kind` across a request's messages.
+pub fn count_blocks(request: &arbiter_tests::RecordedRequest, kind: &str) -> usize {
+    request
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == kind)
+        .count()
+}
+
+/// Who wrote an Orchestrator's state records, in order: `(rev, worker_id)`.
+pub async fn state_writers(sys: &System, orch_id: &str) -> Vec<(u64, String)> {
+    state_records(sys, orch_id)
+        .await
+        .into_iter()
+        .map(|record| {
+            (
+                record["rev"].as_u64().unwrap(),
+                record["worker_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// An Orchestrator's state records as stored on its subject (JSON), in order.
+pub async fn state_records(sys: &System, orch_id: &str) -> Vec<Value> {
+    let Ok(stream) = sys.bus.js.get_stream(subjects::ORCH_STATE_STREAM).await else {
+        return Vec::new();
+    };
+    let subject = subjects::orch_state(orch_id);
+    let Ok(last) = stream.get_last_raw_message_by_subject(&subject).await else {
+        return Vec::new();
+    };
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: subject,
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut records = Vec::new();
+    while let Some(Ok(msg)) = messages.next().await {
+        records.push(serde_json::from_slice(&msg.payload).unwrap());
+        if msg.info().unwrap().stream_sequence >= last.sequence {
+            break;
+        }
+    }
+    records
+}
+
+/// Sends a signal (`KILL`, `STOP`, `CONT`) to a process by its pid.
+pub fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid} failed");
+}

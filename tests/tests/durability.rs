@@ -1,0 +1,196 @@
+//! Nothing is lost when the coordinator dies: kill -9 of the real binary in
+//! the middle of an Arbiter turn, then a restart. The turn runs again from
+//! the stored transcript; the log has no gap and no duplicate; an
+//! Orchestrator gets each of the Arbiter's messages exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use arbiter_protocol::LogBody;
+use arbiter_tests::Gate;
+use common::*;
+use pretty_assertions::assert_eq;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_mid_turn_resumes_the_turn_after_restart() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-kill-mid-turn";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Count to three");
+    // The first attempt hangs; the coordinator dies while waiting for it.
+    let never = Gate::new();
+    sys.mock
+        .push(&arb, arbiter("address_human", "LOST").gated(never.clone()));
+    let hold = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_human", "One, two, three.").gated(hold.clone()),
+    );
+    sys.mock.push(&arb, arbiter("address_human", "Four."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "Count to three").await;
+    sys.mock.wait_for_requests(&arb, 1, WAIT).await;
+    log.wait_len(1).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+
+    // Typed while no coordinator runs: it waits in the stream.
+    sys.send(s, "And four?").await;
+    let _coordinator = sys.coordinator_process();
+    // The restarted coordinator re-runs the unfinished turn by itself.
+    let requests = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert_eq!(requests[1].body["messages"], requests[0].body["messages"]);
+    log.wait_for(
+        "the human's second message",
+        |b| matches!(b, LogBody::Human(h) if h.text == "And four?"),
+    )
+    .await;
+    hold.open();
+    sys.settled(s, 4).await;
+    never.open();
+
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Count to three"),
+            pair("You", "And four?"),
+            pair("Arbiter", "One, two, three."),
+            pair("Arbiter", "Four."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 3, "the lost turn ran twice, the next once");
+    assert_eq!(
+        requests[2].messages().len(),
+        3,
+        "the restored transcript continues"
+    );
+    assert_eq!(requests[2].last_user_text(), "And four?");
+    assert!(!requests[2].all_text().contains("LOST"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_while_an_orchestrator_waits_delivers_its_answer_once() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-kill-orch";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Build the store");
+    let brief = "Brief: build the session store.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock
+        .push(&lane, orch(true, "Shared store or stateless?"));
+    let never = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_orchestrator", "LOST").gated(never.clone()),
+    );
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Stateless."));
+    sys.mock.push(&lane, orch(true, "Done: stateless store."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "Build the store").await;
+    // The Arbiter is answering the Orchestrator's question when the coordinator dies.
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    // The status in the KV bucket is written after the turn starts, so a kill
+    // can leave it saying idle: the restart must not trust it.
+    let mut stale = sys.status(s).await.expect("a status was written");
+    stale.state = arbiter_protocol::SessionState::Idle;
+    stale.queued = 0;
+    sys.bus
+        .sessions_kv
+        .put(s, serde_json::to_vec(&stale).unwrap().into())
+        .await
+        .unwrap();
+    let _coordinator = sys.coordinator_process();
+    sys.settled(s, 7).await;
+    never.open();
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build the store"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Shared store or stateless?"),
+            pair("Arbiter → Orchestrator I", "Stateless."),
+            pair("Orchestrator I", "Done: stateless store."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    let orch_requests = sys.mock.requests_for(&lane);
+    assert_eq!(
+        orch_requests.len(),
+        2,
+        "one summons, one answer: nothing twice"
+    );
+    assert_eq!(orch_requests[1].last_user_text(), "Stateless.");
+    assert_eq!(sys.status(s).await.unwrap().summoned, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_restart_mid_conversation_loses_nothing() {
+    let mut sys = System::start().await;
+    let s = "s-nats-restart";
+    let arb = arbiter_lane("Build the cache");
+    let brief = "Brief: build the cache.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(&lane, orch(true, "LRU or LFU?"));
+    {
+        let log = sys.watch_log(s).await;
+        sys.send(s, "Build the cache").await;
+        log.wait_len(3).await;
+    }
+    // The server goes away while the Orchestrator waits for its answer, and
+    // comes back on the same port with the same store.
+    sys.nats.restart().await;
+    sys.mock.push(&arb, arbiter("address_orchestrator", "LRU."));
+    sys.mock.push(&lane, orch(true, "Done: LRU cache."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    // The processes reconnect by themselves; the Arbiter's turn on the
+    // question was already running or runs now.
+    sys.settled(s, 7).await;
+    let log = sys.watch_log(s).await;
+    log.wait_len(7).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build the cache"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "LRU or LFU?"),
+            pair("Arbiter → Orchestrator I", "LRU."),
+            pair("Orchestrator I", "Done: LRU cache."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=7).collect::<Vec<u64>>()
+    );
+    assert_eq!(sys.mock.requests_for(&lane).len(), 2);
+    // And a new message after the restart is served as usual.
+    sys.mock.push(&arb, arbiter("address_human", "Still here."));
+    sys.send(s, "Are you there?").await;
+    sys.settled(s, 9).await;
+}

@@ -1,0 +1,298 @@
+//! Orchestrators survive their workers: kill -9 of a worker process in the
+//! middle of a tool loop, and another worker of the pool resumes the
+//! Orchestrator from its stored transcript (one continuous Orchestrator in
+//! the log, no stored tool run twice); a worker paused past its lease is
+//! fenced off when it wakes (it writes, publishes and runs nothing more).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod direct;
+
+use std::time::{Duration, Instant};
+
+use arbiter_protocol::{ControlAction, LogBody, OrchestratorEvent, OrchestratorState};
+use arbiter_tests::{Gate, MockReply, eventually};
+use common::*;
+use direct::*;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+fn append(line: &str) -> MockReply {
+    MockReply::tool_use(
+        "bash",
+        json!({"command": format!("echo {line} >> steps.txt")}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool() {
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let s = "s-failover";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Write the three steps");
+    let brief = "Brief: append one, two and three to steps.txt.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(&lane, append("one"));
+    sys.mock.push(&lane, append("two"));
+    // The first worker dies waiting for this reply.
+    let never = Gate::new();
+    sys.mock.push(&lane, append("LOST").gated(never.clone()));
+    sys.mock.push(&lane, append("three"));
+    sys.mock.push(&lane, orch(true, "Done: three steps."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+
+    let mut w1 = sys.worker_process("w1", 1);
+    worker_ready(&sys, "w1").await;
+    sys.send(s, "Write the three steps").await;
+    let before = sys.mock.wait_for_requests(&lane, 3, WAIT).await;
+    let orch_id = match &log.wait_len(2).await[1] {
+        LogBody::Summoned(summoned) => summoned.orch_id.clone(),
+        other => panic!("expected the summons, got {other:?}"),
+    };
+    // A second worker of the pool is up when the first one dies.
+    let _w2 = sys.worker_process("w2", 1);
+    worker_ready(&sys, "w2").await;
+    let killed = Instant::now();
+    w1.start_kill().unwrap();
+    w1.wait().await.unwrap();
+
+    watch
+        .wait_status(&orch_id, "w2 to take the Orchestrator over", |s| {
+            s.worker_id == "w2"
+        })
+        .await;
+    let detected = killed.elapsed();
+    let after = sys.mock.wait_for_requests(&lane, 4, WAIT).await;
+    let resumed = killed.elapsed();
+    sys.settled(s, 5).await;
+    never.open();
+
+    // The resumed Orchestrator's first call carries the stored transcript:
+    // the brief, both tool calls and both results.
+    assert_eq!(after[3].body["messages"], before[2].body["messages"]);
+    assert_eq!(after[3].messages().len(), 5);
+    // Each stored tool ran once; the lost reply's tool never ran.
+    let steps = std::fs::read_to_string(sys.workspace(s).join("steps.txt")).unwrap();
+    assert_eq!(steps, "one\ntwo\nthree\n");
+    // One continuous Orchestrator I, no entry lost or doubled.
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Write the three steps"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Done: three steps."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    assert_eq!(watch.events(&orch_id).len(), 1);
+    assert_eq!(sys.mock.requests_for(&lane).len(), 5);
+    // Status shows the takeover: same number and id, the new worker's name.
+    let statuses = watch.statuses_of(&orch_id);
+    let first_w2 = statuses.iter().position(|s| s.worker_id == "w2").unwrap();
+    assert!(statuses[..first_w2].iter().all(|s| s.worker_id == "w1"));
+    assert!(statuses[first_w2..].iter().all(|s| s.worker_id == "w2"));
+    assert!(statuses.iter().all(|s| s.number == 1));
+    assert_eq!(statuses[first_w2].tool_count, 2, "counts carry over");
+    // The released Orchestrator's lease is given up: nothing held, nothing queued.
+    eventually(WAIT, "the summons to be acknowledged", || async {
+        (leases_held(&sys, "default").await == Some(0)).then_some(())
+    })
+    .await;
+    let lease = Duration::from_secs_f64(test_lease_secs().parse().unwrap());
+    assert!(detected < lease * 2, "taken over after {detected:?}");
+    eprintln!(
+        "worker kill -9 (lease {lease:?}): taken over (summons redelivered) after {detected:?}, \
+         resumed (first model call) after {resumed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_past_its_lease_is_fenced_off_when_it_wakes() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let brief = "Append one and two.";
+    let lane = orch_lane(brief);
+    let (session, id) = ("s-fence", "o-fence");
+    sys.mock.push(&lane, append("one"));
+    // The paused worker gets this reply only after it lost its lease.
+    let late = Gate::new();
+    sys.mock.push(&lane, append("STALE").gated(late.clone()));
+    sys.mock.push(&lane, append("two"));
+    sys.mock.push(&lane, orch(true, "Done."));
+
+    let w1 = sys.worker_process("w1", 1);
+    worker_ready(&sys, "w1").await;
+    summon(&sys, "default", session, id, brief).await;
+    sys.mock.wait_for_requests(&lane, 2, WAIT).await;
+    let _w2 = sys.worker_process("w2", 1);
+    worker_ready(&sys, "w2").await;
+    let w1_pid = w1.id().unwrap();
+    signal(w1_pid, "STOP");
+    let paused = Instant::now();
+
+    // w2 takes over, runs the step again and finishes the turn.
+    let done = watch.wait_output(id, 1).await;
+    assert_eq!(done.message, "Done.");
+    let taken = paused.elapsed();
+    watch
+        .wait_status(id, "w2 to wait for the Arbiter", |s| {
+            s.worker_id == "w2" && s.state == OrchestratorState::Waiting
+        })
+        .await;
+
+    // w1 wakes up with the stale reply in hand.
+    late.open();
+    signal(w1_pid, "CONT");
+    let freed = eventually(WAIT, "w1 to free its slot", || async {
+        worker_presence(&sys, "w1")
+            .await
+            .filter(|p| p.slots_used == 0)
+            .map(|_| paused.elapsed())
+    })
+    .await;
+    // Give a misbehaving w1 time to do harm.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let steps = std::fs::read_to_string(sys.workspace(session).join("steps.txt")).unwrap();
+    assert_eq!(steps, "one\ntwo\n", "the stale reply's tool never ran");
+    assert_eq!(watch.events(id).len(), 1, "no output from w1");
+    let writers = state_writers(&sys, id).await;
+    let first_w2 = writers.iter().position(|(_, w)| w == "w2").unwrap();
+    assert!(
+        writers[first_w2..].iter().all(|(_, w)| w == "w2"),
+        "w1 wrote after losing its lease: {writers:?}"
+    );
+    let revs: Vec<u64> = writers.iter().map(|(rev, _)| *rev).collect();
+    assert_eq!(revs, (1..=writers.len() as u64).collect::<Vec<_>>());
+    // w1 is alive and serving, and w2 still holds the lease.
+    let mut w1 = w1;
+    assert!(w1.try_wait().unwrap().is_none(), "w1 died");
+    assert_eq!(worker_presence(&sys, "w1").await.unwrap().slots_free, 1);
+    assert_eq!(leases_held(&sys, "default").await, Some(1));
+
+    // w2 carries on as usual: the Arbiter's answer reaches it, and a release ends it.
+    sys.mock.push(&lane, orch(true, "Noted."));
+    input(&sys, session, id, 1, "Thank you.").await;
+    let noted = watch.wait_output(id, 2).await;
+    assert_eq!(noted.message, "Noted.");
+    control(&sys, id, ControlAction::Release).await;
+    watch.wait_stopped(id).await;
+    eventually(WAIT, "the lease to be given up", || async {
+        (leases_held(&sys, "default").await == Some(0)).then_some(())
+    })
+    .await;
+    assert!(matches!(
+        &watch.events(id)[..],
+        [OrchestratorEvent::Output(_), OrchestratorEvent::Output(_)]
+    ));
+    eprintln!(
+        "worker paused: taken over and answered after {taken:?}; the paused worker freed its slot {freed:?} after the pause"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_consumer_made_by_an_older_worker_gets_the_lease_as_its_ack_wait() {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    // The consumer as workers made it before leases: ack wait 30 s.
+    let stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::SUMMONS_STREAM)
+        .await
+        .unwrap();
+    let name = arbiter_protocol::subjects::pool_consumer("default");
+    stream
+        .create_consumer(pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: arbiter_protocol::subjects::summon("default"),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut config = sys.worker_config("w-new", 1, 200_000);
+    config.lease = Duration::from_secs(3);
+    sys.spawn_worker_with(config);
+    worker_ready(&sys, "w-new").await;
+    let mut consumer = stream.get_consumer::<pull::Config>(&name).await.unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!(info.config.ack_wait, Duration::from_secs(3));
+    assert_eq!(info.config.max_ack_pending, 100_000);
+    // And it serves as before.
+    let watch = Watch::start(&sys).await;
+    sys.mock.push(&orch_lane("Hello."), orch(true, "Hi."));
+    summon(&sys, "default", "s-upd", "o-upd", "Hello.").await;
+    assert_eq!(watch.wait_output("o-upd", 1).await.message, "Hi.");
+    assert_eq!(leases_held(&sys, "default").await, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_too_large_for_one_message_is_stored_and_resumed_from_the_object_store() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let brief = "Write the big file.";
+    let lane = orch_lane(brief);
+    // A model reply of more than 1 MB: over the NATS message cap.
+    let content = "abcdefghij".repeat(110_000);
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("write", json!({"path": "big.txt", "content": content})),
+    );
+    let never = Gate::new();
+    sys.mock
+        .push(&lane, orch(true, "LOST").gated(never.clone()));
+    sys.mock.push(&lane, orch(true, "Done big."));
+
+    let mut w1 = sys.worker_process("w1", 1);
+    worker_ready(&sys, "w1").await;
+    summon(&sys, "default", "s-big", "o-big", brief).await;
+    let before = sys.mock.wait_for_requests(&lane, 2, WAIT).await;
+    let _w2 = sys.worker_process("w2", 1);
+    worker_ready(&sys, "w2").await;
+    w1.start_kill().unwrap();
+    w1.wait().await.unwrap();
+
+    assert_eq!(watch.wait_output("o-big", 1).await.message, "Done big.");
+    never.open();
+    let after = sys.mock.requests_for(&lane);
+    assert_eq!(after[2].body["messages"], before[1].body["messages"]);
+    assert!(after[2].all_text().contains(&content));
+    let written = std::fs::read_to_string(sys.workspace("s-big").join("big.txt")).unwrap();
+    assert_eq!(written.len(), content.len());
+    // The big step went to the object store; the subject holds a pointer to it.
+    let pointers = state_records(&sys, "o-big")
+        .await
+        .into_iter()
+        .filter(|r| r.get("blob").is_some())
+        .count();
+    assert_eq!(pointers, 1);
+}

@@ -1,0 +1,116 @@
+//! Presence and pools end to end: a worker is a NATS micro service
+//! (`$SRV.PING|INFO|STATS.arbiter-worker`) that reports its pool and slots,
+//! and it takes only its own pool's summons.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod direct;
+
+use arbiter_tests::{Gate, eventually};
+use arbiter_worker::WorkerPresence;
+use arbiter_worker::presence::{SERVICE_NAME, presence_subject};
+use common::*;
+use direct::*;
+use pretty_assertions::assert_eq;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_answers_ping_info_and_stats_with_its_pool_and_slots() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.worker_config("worker-gpu-1", 3, 200_000);
+    config.pool = "gpu".into();
+    sys.spawn_worker_with(config);
+    let version = env!("CARGO_PKG_VERSION");
+
+    let ping = srv(&sys, "PING").await;
+    assert_eq!(ping["type"], "io.nats.micro.v1.ping_response");
+    assert_eq!(ping["name"], SERVICE_NAME);
+    assert_eq!(ping["version"], version);
+    assert_eq!(ping["metadata"]["pool"], "gpu");
+    assert_eq!(ping["metadata"]["worker_id"], "worker-gpu-1");
+    assert_eq!(ping["metadata"]["slots_total"], "3");
+
+    let info = srv(&sys, "INFO").await;
+    assert_eq!(info["type"], "io.nats.micro.v1.info_response");
+    assert_eq!(info["id"], ping["id"]);
+    assert_eq!(info["metadata"], ping["metadata"]);
+    assert_eq!(info["endpoints"][0]["name"], "presence");
+    assert_eq!(
+        info["endpoints"][0]["subject"],
+        presence_subject("worker-gpu-1")
+    );
+
+    let stats = srv(&sys, "STATS").await;
+    assert_eq!(stats["type"], "io.nats.micro.v1.stats_response");
+    assert_eq!(stats["version"], version);
+    let idle = WorkerPresence {
+        worker_id: "worker-gpu-1".into(),
+        pool: "gpu".into(),
+        slots_total: 3,
+        slots_used: 0,
+        slots_free: 3,
+        orchestrators: vec![],
+    };
+    assert_eq!(presence(&sys).await, idle);
+
+    // A summons to another pool stays queued; one to `gpu` takes a slot.
+    let hold = Gate::new();
+    sys.mock.push(
+        &orch_lane("GPU work."),
+        orch(true, "On it.").gated(hold.clone()),
+    );
+    summon(
+        &sys,
+        "default",
+        "s-elsewhere",
+        "o-elsewhere",
+        "Default work.",
+    )
+    .await;
+    summon(&sys, "gpu", "s-gpu", "o-gpu", "GPU work.").await;
+    let busy = eventually(WAIT, "the gpu summons to take a slot", || async {
+        Some(presence(&sys).await).filter(|p| p.slots_used == 1)
+    })
+    .await;
+    assert_eq!(
+        busy,
+        WorkerPresence {
+            slots_used: 1,
+            slots_free: 2,
+            orchestrators: vec!["o-gpu".into()],
+            ..idle.clone()
+        }
+    );
+    // The endpoint answers the same, addressed to this worker alone.
+    let direct = sys
+        .bus
+        .client
+        .request(presence_subject("worker-gpu-1"), "".into())
+        .await
+        .unwrap();
+    let answered: WorkerPresence = serde_json::from_slice(&direct.payload).unwrap();
+    assert_eq!(answered, busy);
+    let stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::SUMMONS_STREAM)
+        .await
+        .unwrap();
+    let waiting = stream
+        .get_last_raw_message_by_subject(&arbiter_protocol::subjects::summon("default"))
+        .await;
+    assert!(
+        waiting.is_ok(),
+        "the default pool's summons must still be queued"
+    );
+    assert!(
+        sys.mock
+            .requests_for(&orch_lane("Default work."))
+            .is_empty()
+    );
+    hold.open();
+}
