@@ -1,0 +1,145 @@
+//! Command-line flags: the benchmark run's knobs, and the two internal
+//! subcommands the benchmark uses to run the coordinator and a worker as
+//! child processes of itself.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Benchmarks what Arbiter adds around the model: routing overhead per hop,
+/// routed messages per second, Orchestrator start, memory per session.
+/// Starts its own nats-server (NATS_SERVER_BIN, or nats-server on PATH),
+/// a zero-latency mock model, the coordinator and workers.
+#[derive(Debug, Parser)]
+#[command(version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Internal: run a coordinator (the benchmark starts it).
+    #[command(hide = true)]
+    Coordinator(RoleArgs),
+    /// Internal: run a worker (the benchmark starts it).
+    #[command(hide = true)]
+    Worker(RoleArgs),
+    /// Run the benchmark (the default).
+    Run(RunOptions),
+}
+
+/// What a child process needs to join the system under test.
+#[derive(Debug, Clone, Args)]
+pub struct RoleArgs {
+    #[arg(long)]
+    pub nats_url: String,
+    /// The mock model's base URL.
+    #[arg(long)]
+    pub llm_url: String,
+    #[arg(long, default_value_t = 4)]
+    pub max_orchestrators: usize,
+    #[arg(long, default_value = "workspaces")]
+    pub workspace_root: PathBuf,
+    #[arg(long, default_value = "bench-worker")]
+    pub worker_id: String,
+}
+
+/// Which parts to run and how hard. The defaults take about three minutes.
+#[derive(Debug, Clone, Args)]
+pub struct RunOptions {
+    /// Parts to run, comma separated: baseline, saturation, levels, start, memory, anatomy.
+    #[arg(
+        long,
+        env = "ARBITER_BENCH_PHASES",
+        value_delimiter = ',',
+        default_value = "baseline,saturation,levels,start,memory,anatomy"
+    )]
+    pub phases: Vec<Phase>,
+    /// Session counts of the routing-overhead levels.
+    #[arg(
+        long,
+        env = "ARBITER_BENCH_LEVELS",
+        value_delimiter = ',',
+        default_value = "1,100,1000"
+    )]
+    pub levels: Vec<u32>,
+    /// Seconds measured per level (after the warm-up).
+    #[arg(long, env = "ARBITER_BENCH_DURATION", default_value_t = 20)]
+    pub duration: u64,
+    /// Seconds of load before measuring starts.
+    #[arg(long, env = "ARBITER_BENCH_WARMUP", default_value_t = 3)]
+    pub warmup: u64,
+    /// Human messages per second offered at one session (each takes three
+    /// turns in turn, so one session saturates far below the system).
+    #[arg(long, env = "ARBITER_BENCH_SINGLE_RATE", default_value_t = 20.0)]
+    pub single_rate: f64,
+    /// Human messages per second offered in total at the larger levels
+    /// (each is routed three times: to the Orchestrator, back, to the human).
+    #[arg(long, env = "ARBITER_BENCH_RATE", default_value_t = 200.0)]
+    pub rate: f64,
+    /// Human messages one session sends before a fresh session of its slot
+    /// takes over (so transcripts stay conversation-sized: 4 Arbiter and 2
+    /// Orchestrator messages per tick).
+    #[arg(long, env = "ARBITER_BENCH_TICKS_PER_SESSION", default_value_t = 50)]
+    pub ticks_per_session: u64,
+    /// Exchanges a saturation session makes before it releases its
+    /// Orchestrator and a fresh session takes its place.
+    #[arg(long, env = "ARBITER_BENCH_EXCHANGES", default_value_t = 50)]
+    pub exchanges: u64,
+    /// Sessions started per second while a level is being set up.
+    #[arg(long, env = "ARBITER_BENCH_SETUP_RATE", default_value_t = 200.0)]
+    pub setup_rate: f64,
+    /// Sessions that ping-pong as fast as they can in the saturation run.
+    #[arg(long, env = "ARBITER_BENCH_SATURATION_SESSIONS", default_value_t = 200)]
+    pub saturation_sessions: u32,
+    /// Seconds the saturation run is measured.
+    #[arg(long, env = "ARBITER_BENCH_SATURATION_DURATION", default_value_t = 20)]
+    pub saturation_duration: u64,
+    /// Orchestrators started in the session-start run.
+    #[arg(long, env = "ARBITER_BENCH_START_SESSIONS", default_value_t = 400)]
+    pub start_sessions: u32,
+    /// Orchestrator starts per second in the session-start run.
+    #[arg(long, env = "ARBITER_BENCH_START_RATE", default_value_t = 40.0)]
+    pub start_rate: f64,
+    /// Arbiter sessions per memory step (two steps are measured).
+    #[arg(long, env = "ARBITER_BENCH_MEMORY_ARBITERS", default_value_t = 1000)]
+    pub memory_arbiters: u32,
+    /// Orchestrators per memory step (two steps are measured).
+    #[arg(
+        long,
+        env = "ARBITER_BENCH_MEMORY_ORCHESTRATORS",
+        default_value_t = 500
+    )]
+    pub memory_orchestrators: u32,
+    /// Worker processes (the pool shares them).
+    #[arg(long, env = "ARBITER_BENCH_WORKERS", default_value_t = 1)]
+    pub workers: usize,
+    /// A nats-server config file for every server the benchmark starts, e.g.
+    /// `deploy/nats-server.conf` (the durable profile: an fsync per
+    /// JetStream write). Without it the server runs with its defaults, as in
+    /// the tests.
+    #[arg(long, env = "ARBITER_BENCH_NATS_CONFIG")]
+    pub nats_config: Option<PathBuf>,
+    /// Keep the children's logs and the server's store here instead of a temp dir.
+    #[arg(long, env = "ARBITER_BENCH_KEEP")]
+    pub keep: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phase {
+    Baseline,
+    Saturation,
+    Levels,
+    Start,
+    Memory,
+    Anatomy,
+}
+
+impl RunOptions {
+    pub fn has(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
+    }
+}

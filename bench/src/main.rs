@@ -1,0 +1,58 @@
+//! `arbiter-bench`: measures what Arbiter adds around the model. It starts a
+//! nats-server, a zero-latency mock model, and the coordinator and workers
+//! (as child processes of itself, so their memory can be read), then prints
+//! routing overhead per hop, throughput, session start and memory per session.
+//!
+//! A tool binary, not a library: its modules use `anyhow` throughout.
+
+/// mimalloc: about a third less CPU per routed message than the system
+/// allocator in the benchmark, for a few MiB more resident memory.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod baseline;
+mod cli;
+mod hist;
+mod levels;
+mod load;
+mod machine;
+mod memory;
+mod model;
+mod procs;
+mod report;
+mod roles;
+mod run;
+mod saturation;
+mod start;
+mod system;
+mod timeline;
+
+use std::io::IsTerminal as _;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        // The children log as the real binaries do.
+        Some(Command::Coordinator(_) | Command::Worker(_)) => "info,async_nats=warn",
+        _ => "arbiter_bench=info,arbiter_bus=error,warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match cli.command {
+        Some(Command::Coordinator(args)) => roles::coordinator(args).await,
+        Some(Command::Worker(args)) => roles::worker(args).await,
+        Some(Command::Run(options)) => run::run(options).await,
+        None => run::run(cli.run).await,
+    }
+}

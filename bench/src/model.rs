@@ -1,0 +1,444 @@
+//! The zero-latency model. It decides every reply from the request alone and
+//! times the hops as requests arrive at it:
+//!
+//! - Arbiter (`bench-arbiter`): a session's first message names it and its
+//!   kind. `chat <id>`: always speaks to the human. `start <id>`: summons an
+//!   Orchestrator (brief `brief <id>`), then relays `Human: tick k` to it as
+//!   `relay k` and answers `Orchestrator I: done k` with `ok k`. `loop <id>`:
+//!   after the summons, answers `ready`/`done k` with `relay k+1` while the
+//!   loop runs (the saturation run).
+//! - Orchestrator (`bench-orch`): its brief → `ready`; `relay k` → `done k`;
+//!   `work` → a reply held at a gate (an Orchestrator with a model call open).
+//!
+//! Hop 1 is a tick's intended send time → the Arbiter request that carries
+//! it; hop 2 is the `relay k` reply handed back → the Orchestrator request
+//! that carries it; hop 3 is the `done k` reply handed back → the Arbiter
+//! request that carries it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use arbiter_tests::{Gate, MockReply, RecordedRequest};
+use serde_json::json;
+
+use crate::hist::Latency;
+
+pub const ARBITER_MODEL: &str = "bench-arbiter";
+pub const ORCH_MODEL: &str = "bench-orch";
+
+/// When each session sends its ticks: session `i` sends tick `k` at
+/// `t0 + (k * sessions + i) * period / sessions`, whether or not earlier
+/// ones were answered (open loop).
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    pub t0: Instant,
+    pub sessions: u32,
+    pub period: Duration,
+    /// Ticks one session takes before the next session of its slot takes
+    /// over, so transcripts stay the length of a real conversation.
+    pub ticks_per_session: u64,
+    /// Ticks intended in `[record_from, record_until)` are measured.
+    pub record_from: Instant,
+    pub record_until: Instant,
+}
+
+impl Schedule {
+    pub fn intended(&self, session: u32, tick: u64) -> Instant {
+        let slot = u128::from(tick) * u128::from(self.sessions) + u128::from(session);
+        let nanos = slot * self.period.as_nanos() / u128::from(self.sessions.max(1));
+        self.t0 + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The session of `slot` that sends tick `tick`.
+    pub fn session(&self, prefix: &str, slot: u32, tick: u64) -> String {
+        session_id(prefix, tick / self.ticks_per_session.max(1), slot)
+    }
+
+    /// Sessions each slot needs to send every tick up to `record_until`.
+    pub fn generations(&self) -> u64 {
+        let span = self.record_until.saturating_duration_since(self.t0);
+        let ticks = (span.as_nanos() / self.period.as_nanos().max(1)) as u64 + 1;
+        ticks.div_ceil(self.ticks_per_session.max(1))
+    }
+
+    fn measured(&self, session: u32, tick: u64) -> bool {
+        let at = self.intended(session, tick);
+        session < self.sessions && at >= self.record_from && at < self.record_until
+    }
+}
+
+/// The "hop" of a [`HopSample`] that is an Orchestrator's start.
+pub const START: usize = 3;
+
+/// One hop of one tick (or one start), kept for the anatomy.
+#[derive(Debug, Clone, Copy)]
+pub struct HopSample {
+    pub hop: usize,
+    pub from: Instant,
+    pub to: Instant,
+}
+
+/// The hop and start-up latencies measured so far.
+pub struct Measured {
+    pub hops: [Latency; 3],
+    /// Summons reply handed back → the Orchestrator's first request.
+    pub start_from_reply: Latency,
+    /// Summons seen on NATS → the Orchestrator's first request.
+    pub start_from_publish: Latency,
+    /// Arbiter requests that carried more than one tick (coalesced by design).
+    pub coalesced: u64,
+    pub samples: Vec<HopSample>,
+}
+
+impl Measured {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            hops: [Latency::new()?, Latency::new()?, Latency::new()?],
+            start_from_reply: Latency::new()?,
+            start_from_publish: Latency::new()?,
+            coalesced: 0,
+            samples: Vec::new(),
+        })
+    }
+}
+
+struct State {
+    schedule: Option<Schedule>,
+    keep_samples: bool,
+    relayed: HashMap<(u32, u64), Instant>,
+    done: HashMap<(u32, u64), Instant>,
+    summon_replied: HashMap<String, Instant>,
+    summon_seen: HashMap<String, Instant>,
+    measured: Measured,
+}
+
+/// Shared by the mock's responder and the benchmark phases.
+pub struct Recorder {
+    state: Mutex<State>,
+    gate: Mutex<Gate>,
+    pub arbiter_requests: AtomicU64,
+    pub orch_requests: AtomicU64,
+    /// Sessions whose Arbiter has heard its Orchestrator's `ready`.
+    pub ready: AtomicU64,
+    /// Orchestrator model calls held at the gate.
+    pub held: AtomicU64,
+    /// Whether `loop` sessions keep ping-ponging.
+    pub looping: AtomicBool,
+    /// Exchanges a `loop` session makes before it releases its Orchestrator and ends.
+    pub exchanges: AtomicU64,
+    /// `loop` sessions that have ended.
+    pub finished: AtomicU64,
+}
+
+impl Recorder {
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            state: Mutex::new(State {
+                schedule: None,
+                keep_samples: false,
+                relayed: HashMap::new(),
+                done: HashMap::new(),
+                summon_replied: HashMap::new(),
+                summon_seen: HashMap::new(),
+                measured: Measured::new()?,
+            }),
+            gate: Mutex::new(Gate::new()),
+            arbiter_requests: AtomicU64::new(0),
+            orch_requests: AtomicU64::new(0),
+            ready: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            looping: AtomicBool::new(false),
+            exchanges: AtomicU64::new(u64::MAX),
+            finished: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets everything: a new phase begins. Held replies are let go.
+    pub fn reset(&self) -> anyhow::Result<()> {
+        let mut st = self.lock();
+        st.schedule = None;
+        st.keep_samples = false;
+        st.relayed.clear();
+        st.done.clear();
+        st.summon_replied.clear();
+        st.summon_seen.clear();
+        st.measured = Measured::new()?;
+        drop(st);
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        gate.open();
+        *gate = Gate::new();
+        self.ready.store(0, Ordering::SeqCst);
+        self.held.store(0, Ordering::SeqCst);
+        self.looping.store(false, Ordering::SeqCst);
+        self.exchanges.store(u64::MAX, Ordering::SeqCst);
+        self.finished.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub fn set_schedule(&self, schedule: Schedule) {
+        self.lock().schedule = Some(schedule);
+    }
+
+    /// Keeps every hop (and start) of every measured tick, for the anatomy.
+    pub fn keep_samples(&self) {
+        self.lock().keep_samples = true;
+    }
+
+    /// Takes what was measured, leaving empty histograms behind.
+    pub fn take(&self) -> anyhow::Result<Measured> {
+        let mut st = self.lock();
+        Ok(std::mem::replace(&mut st.measured, Measured::new()?))
+    }
+
+    /// Lets every held Orchestrator reply go.
+    pub fn open_gate(&self) {
+        self.gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open();
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.arbiter_requests.load(Ordering::SeqCst) + self.orch_requests.load(Ordering::SeqCst)
+    }
+
+    /// A summons for `session_id` was seen on NATS.
+    pub fn summon_seen(&self, session_id: String, at: Instant) {
+        self.lock().summon_seen.insert(session_id, at);
+    }
+
+    /// The mock's responder. It runs as soon as the mock has read and parsed
+    /// a request: that moment is the request's arrival.
+    pub fn respond(&self, request: &RecordedRequest) -> Option<MockReply> {
+        let arrived = Instant::now();
+        match request.model() {
+            ARBITER_MODEL => Some(self.arbiter(request, arrived)),
+            ORCH_MODEL => Some(self.orchestrator(request, arrived)),
+            _ => None,
+        }
+    }
+
+    fn arbiter(&self, request: &RecordedRequest, arrived: Instant) -> MockReply {
+        self.arbiter_requests.fetch_add(1, Ordering::Relaxed);
+        let first = first_user_text(request);
+        let (kind, session) = first.split_once(' ').unwrap_or((first.as_str(), ""));
+        if kind == "chat" {
+            return arbiter("address_human", "noted");
+        }
+        if request.messages().len() == 1 {
+            let reply = arbiter("summon_orchestrator", &format!("brief {session}"));
+            self.lock()
+                .summon_replied
+                .insert(session.to_owned(), Instant::now());
+            return reply;
+        }
+        let index = session_index(session);
+        let last = request.last_user_text();
+        let ticks: Vec<u64> = numbers_after(&last, "Human: tick ").collect();
+        let dones: Vec<u64> = numbers_after(&last, "done ").collect();
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            for &k in &dones {
+                if let Some(from) = st.done.remove(&(index, k)) {
+                    record(&mut st.measured, st.keep_samples, 2, from, arrived);
+                }
+            }
+            if let Some(schedule) = st.schedule {
+                for &k in &ticks {
+                    if schedule.measured(index, k) {
+                        let from = schedule.intended(index, k);
+                        record(&mut st.measured, st.keep_samples, 0, from, arrived);
+                    }
+                }
+            }
+            if ticks.len() > 1 {
+                st.measured.coalesced += 1;
+            }
+        }
+        if let Some(&k) = ticks.iter().max() {
+            let reply = arbiter("address_orchestrator", &format!("relay {k}"));
+            let mut st = self.lock();
+            if st.schedule.is_some_and(|s| s.measured(index, k)) {
+                st.relayed.insert((index, k), Instant::now());
+            }
+            return reply;
+        }
+        if last.contains("Human: work") {
+            return arbiter("address_orchestrator", "work");
+        }
+        let ready = last.contains("Orchestrator I: ready");
+        if ready {
+            self.ready.fetch_add(1, Ordering::SeqCst);
+        }
+        if kind == "loop" {
+            let next = dones.iter().max().copied().unwrap_or(0) + 1;
+            if !self.looping.load(Ordering::SeqCst) {
+                return arbiter("address_human", "stopped");
+            }
+            if next > self.exchanges.load(Ordering::SeqCst) {
+                self.finished.fetch_add(1, Ordering::SeqCst);
+                return arbiter("release_orchestrators", "finished");
+            }
+            return arbiter("address_orchestrator", &format!("relay {next}"));
+        }
+        match dones.iter().max() {
+            Some(k) => arbiter("address_human", &format!("ok {k}")),
+            None if ready => arbiter("address_human", "ready"),
+            None => arbiter("address_human", "ok"),
+        }
+    }
+
+    fn orchestrator(&self, request: &RecordedRequest, arrived: Instant) -> MockReply {
+        self.orch_requests.fetch_add(1, Ordering::Relaxed);
+        let first = first_user_text(request);
+        let session = first.strip_prefix("brief ").unwrap_or(&first);
+        if request.messages().len() == 1 {
+            let mut st = self.lock();
+            let st = &mut *st;
+            if let Some(from) = st.summon_replied.remove(session) {
+                st.measured
+                    .start_from_reply
+                    .record(arrived.saturating_duration_since(from));
+                if st.keep_samples {
+                    st.measured.samples.push(HopSample {
+                        hop: START,
+                        from,
+                        to: arrived,
+                    });
+                }
+            }
+            if let Some(from) = st.summon_seen.remove(session) {
+                st.measured
+                    .start_from_publish
+                    .record(arrived.saturating_duration_since(from));
+            }
+            return orchestrator("ready");
+        }
+        let index = session_index(session);
+        let last = request.last_user_text();
+        let relays: Vec<u64> = numbers_after(&last, "relay ").collect();
+        if let Some(&k) = relays.iter().max() {
+            let reply = orchestrator(&format!("done {k}"));
+            let mut st = self.lock();
+            let st = &mut *st;
+            for &k in &relays {
+                if let Some(from) = st.relayed.remove(&(index, k)) {
+                    record(&mut st.measured, st.keep_samples, 1, from, arrived);
+                }
+            }
+            if st.schedule.is_some_and(|s| s.measured(index, k)) {
+                st.done.insert((index, k), Instant::now());
+            }
+            return reply;
+        }
+        if last.contains("work") {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let gate = self
+                .gate
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            return orchestrator("worked").gated(gate);
+        }
+        orchestrator("ok")
+    }
+}
+
+fn record(measured: &mut Measured, keep: bool, hop: usize, from: Instant, to: Instant) {
+    measured.hops[hop].record(to.saturating_duration_since(from));
+    if keep {
+        measured.samples.push(HopSample { hop, from, to });
+    }
+}
+
+fn arbiter(intent: &str, message: &str) -> MockReply {
+    MockReply::json(&json!({"intent": intent, "message": message}))
+}
+
+fn orchestrator(message: &str) -> MockReply {
+    MockReply::json(&json!({"expects_response": true, "message": message}))
+}
+
+/// The text of the first user message (its first text block).
+fn first_user_text(request: &RecordedRequest) -> String {
+    let Some(first) = request.messages().first() else {
+        return String::new();
+    };
+    match &first["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(blocks) => blocks
+            .first()
+            .and_then(|b| b["text"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// `<prefix>-g<generation>-<slot>`: the id of a session that sends ticks.
+pub fn session_id(prefix: &str, generation: u64, slot: u32) -> String {
+    format!("{prefix}-g{generation}-{slot}")
+}
+
+/// `l1000-g0-42` → 42.
+pub fn session_index(session: &str) -> u32 {
+    session
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// Every number that directly follows `prefix` in `text`.
+fn numbers_after<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = u64> + 'a {
+    text.match_indices(prefix).filter_map(move |(at, _)| {
+        let rest = &text[at + prefix.len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_numbers() {
+        let text = "Orchestrator I: done 3\n\nHuman: tick 4\n\nHuman: tick 15";
+        assert_eq!(
+            numbers_after(text, "Human: tick ").collect::<Vec<_>>(),
+            [4, 15]
+        );
+        assert_eq!(numbers_after(text, "done ").collect::<Vec<_>>(), [3]);
+        assert_eq!(session_index("l1000-42"), 42);
+        assert_eq!(session_index(&session_id("l1", 3, 7)), 7);
+    }
+
+    #[test]
+    fn schedule_spreads_sessions_over_the_period() {
+        let t0 = Instant::now();
+        let s = Schedule {
+            t0,
+            sessions: 4,
+            period: Duration::from_millis(100),
+            ticks_per_session: 4,
+            record_from: t0,
+            record_until: t0 + Duration::from_secs(1),
+        };
+        assert_eq!(s.intended(1, 0) - t0, Duration::from_millis(25));
+        assert_eq!(s.intended(0, 2) - t0, Duration::from_millis(200));
+        assert!(s.measured(3, 9));
+        assert!(!s.measured(0, 10));
+        assert_eq!(s.session("p", 3, 9), "p-g2-3");
+        assert_eq!(s.generations(), 3);
+    }
+}

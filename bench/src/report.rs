@@ -1,0 +1,324 @@
+//! The printed report: one section per phase, printed as the phase ends,
+//! then the targets, each marked met or missed.
+
+use std::time::Duration;
+
+use crate::baseline::Baseline;
+use crate::hist::{Latency, bytes, count, micros};
+use crate::levels::Level;
+use crate::memory::Memory;
+use crate::procs::cpu_line;
+use crate::saturation::Saturation;
+use crate::start::Start;
+
+const LABEL: usize = 50;
+const CELL: usize = 10;
+
+/// Targets on 2 cores, from the issue.
+const HOP_P99: Duration = Duration::from_millis(1);
+const ROUTED_PER_SEC: f64 = 5000.0;
+const START_P99: Duration = Duration::from_millis(20);
+const PER_ORCHESTRATOR: f64 = 4_000_000.0;
+/// The session count the routing target is stated for.
+const TARGET_SESSIONS: u32 = 1000;
+
+const HOPS: [&str; 3] = [
+    "human → Arbiter request",
+    "Arbiter output → Orchestrator request",
+    "Orchestrator output → Arbiter request",
+];
+
+pub struct Report {
+    pub ticks_per_session: u64,
+    machine: String,
+    load_before: String,
+    pub load_after: String,
+    pub baseline: Option<Baseline>,
+    pub saturation: Option<Saturation>,
+    pub levels: Vec<Level>,
+    pub start: Option<Start>,
+    pub memory: Option<Memory>,
+    pub anatomy: Vec<String>,
+}
+
+fn header(title: &str) {
+    println!();
+    println!(
+        "{title:<LABEL$}{:>CELL$}{:>CELL$}{:>CELL$}{:>CELL$}{:>CELL$}",
+        "p50", "p99", "p99.9", "max", "n"
+    );
+}
+
+fn row(label: &str, latency: &Latency) {
+    let cells: String = latency
+        .cells()
+        .iter()
+        .map(|c| format!("{c:>CELL$}"))
+        .collect();
+    println!("  {label:<w$}{cells}", w = LABEL - 2);
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}
+
+impl Report {
+    pub fn new(machine: String, load_before: String, ticks_per_session: u64) -> Self {
+        Self {
+            ticks_per_session,
+            machine,
+            load_before,
+            load_after: String::new(),
+            baseline: None,
+            saturation: None,
+            levels: Vec::new(),
+            start: None,
+            memory: None,
+            anatomy: Vec::new(),
+        }
+    }
+
+    pub fn print_header(&self) {
+        println!("Arbiter benchmark: what the system adds around a zero-latency model");
+        println!("machine: {}", self.machine);
+        println!("load average (1 min) at start: {}", self.load_before);
+    }
+
+    pub fn print_baseline(&self) {
+        let Some(b) = &self.baseline else { return };
+        header("Baseline: nats-server alone (idle, back to back)");
+        row("core request-reply RTT", &b.rtt);
+        row("JetStream publish → ack (file stream, msg id)", &b.js_ack);
+        if let Some([one, two]) = &b.delivery {
+            row("JetStream publish → pull consumer, 1 filter", one);
+            row("JetStream publish → pull consumer, 2 filters", two);
+        }
+        if let Some(cpu) = b.server_cpu_per_js {
+            println!("  nats-server CPU per JetStream publish: {}", micros(cpu));
+        }
+    }
+
+    pub fn print_saturation(&self) {
+        let Some(s) = &self.saturation else { return };
+        println!();
+        println!(
+            "Saturation: {} sessions at once, Arbiter and Orchestrator answering each other without pause, {:.0} s",
+            s.sessions, s.seconds
+        );
+        println!(
+            "  each session makes {} exchanges, releases its Orchestrator and is replaced ({:.0} new sessions/s)",
+            s.exchanges, s.starts_per_sec
+        );
+        println!(
+            "  routed messages/s per coordinator: {} (one per model request: Arbiter ↔ Orchestrator, summons, human)",
+            count(s.routed_per_sec.round() as u64)
+        );
+        println!("  CPU, share of one core: {}", cpu_line(&s.cpu));
+        let costs: Vec<String> = s
+            .cpu
+            .iter()
+            .filter(|(name, _)| name != "others")
+            .filter_map(|(name, _)| Some(format!("{name} {}", micros(s.cost(name)?))))
+            .collect();
+        println!("  CPU per routed message: {}", costs.join(", "));
+        if let Some(cost) = s.cost("coordinator") {
+            println!(
+                "  the coordinator alone, on a core of its own, would route ≈ {} msgs/s",
+                count((1.0 / cost.as_secs_f64()).round() as u64)
+            );
+        }
+        println!(
+            "  JetStream messages stored per routed message: {:.1}",
+            s.writes_per_routed
+        );
+    }
+
+    pub fn print_level(&self, level: &Level) {
+        let turns = level.rate * 3.0;
+        let share = self
+            .saturation
+            .as_ref()
+            .filter(|s| s.routed_per_sec > 0.0)
+            .map(|s| {
+                format!(
+                    ", {:.0}% of the saturation rate",
+                    100.0 * turns / s.routed_per_sec
+                )
+            })
+            .unwrap_or_default();
+        header(&format!(
+            "Routing overhead, {} session{}",
+            count(u64::from(level.sessions)),
+            if level.sessions == 1 { "" } else { "s" }
+        ));
+        println!(
+            "  offered (open loop): {:.0} human msgs/s = {:.0} model turns/s{share}",
+            level.rate, turns
+        );
+        for (name, hop) in HOPS.iter().zip(&level.hops) {
+            row(name, hop);
+        }
+        row("same server meanwhile: core RTT", &level.probe.rtt);
+        row(
+            "same server meanwhile: JetStream publish → ack",
+            &level.probe.js_ack,
+        );
+        println!(
+            "  ticks sent {} ({} in the window, {} of them reached the Arbiter); coalesced requests {}; driver lag p50 {} p99 {}",
+            count(level.driven.sent),
+            count(level.driven.measured),
+            count(level.hops[0].len()),
+            level.coalesced,
+            micros(level.driven.lag.p50()),
+            micros(level.driven.lag.p99()),
+        );
+        println!("  CPU, share of one core: {}", cpu_line(&level.cpu));
+        println!(
+            "  CPU before the load, every session idle: {}",
+            cpu_line(&level.idle_cpu)
+        );
+        println!(
+            "  setup: {} sessions ({} per slot, each sends up to {} ticks) in {:.1} s; Orchestrator start meanwhile p50 {} p99 {}",
+            count(u64::from(level.sessions) * level.generations),
+            level.generations,
+            self.ticks_per_session,
+            level.setup_secs,
+            micros(level.setup_start.p50()),
+            micros(level.setup_start.p99()),
+        );
+    }
+
+    pub fn print_start(&self) {
+        let Some(s) = &self.start else { return };
+        header(&format!(
+            "Orchestrator start, {} summons at {:.0}/s",
+            count(u64::from(s.sessions)),
+            s.rate
+        ));
+        row(
+            "summons reply handed back → first model request",
+            &s.from_reply,
+        );
+        row("summons on NATS → first model request", &s.from_publish);
+        let ready: Vec<String> = s
+            .ready_after
+            .iter()
+            .map(|(name, d)| format!("{name} {}", micros(*d)))
+            .collect();
+        println!("  process start → consuming: {}", ready.join(", "));
+    }
+
+    pub fn print_memory(&self) {
+        let Some(m) = &self.memory else { return };
+        println!();
+        println!("Memory: process RSS, slope between two equal steps of sessions");
+        let [a1, a2] = m.arbiter_steps;
+        let [i1, i2] = m.idle_steps;
+        let mib = |b: u64| bytes(b as f64);
+        println!(
+            "  coordinator per Arbiter session (2 turns):     {:>10}   ({} → {} at {} → {} sessions)",
+            bytes(m.per_arbiter()),
+            mib(a1.coordinator),
+            mib(a2.coordinator),
+            count(u64::from(m.arbiters)),
+            count(u64::from(2 * m.arbiters)),
+        );
+        println!(
+            "  coordinator per session with an Orchestrator:  {:>10}",
+            bytes(m.per_arbiter_with_orchestrator())
+        );
+        println!(
+            "  worker per idle Orchestrator:                  {:>10}   ({} → {} at {} → {})",
+            bytes(m.per_idle_orchestrator()),
+            mib(i1.worker),
+            mib(i2.worker),
+            count(u64::from(m.orchestrators)),
+            count(u64::from(2 * m.orchestrators)),
+        );
+        println!(
+            "  worker per active Orchestrator (call open):    {:>10}   ({} with {} active)",
+            bytes(m.per_active_orchestrator()),
+            mib(m.active.worker),
+            count(u64::from(2 * m.orchestrators)),
+        );
+        println!(
+            "  nats-server per Orchestrator session:          {:>10}",
+            bytes(m.nats_per_orchestrator())
+        );
+        println!(
+            "  empty processes: coordinator {}, worker {}, nats-server {}",
+            mib(m.empty.coordinator),
+            mib(m.empty.worker),
+            mib(m.empty.nats),
+        );
+    }
+
+    pub fn print_anatomy(&self) {
+        if self.anatomy.is_empty() {
+            return;
+        }
+        println!();
+        println!("Anatomy: what crosses nats-server inside each hop (1 session, light load)");
+        for line in &self.anatomy {
+            println!("  {line}");
+        }
+    }
+
+    pub fn print_summary(&self) {
+        println!();
+        println!("Targets (stated for 2 cores)");
+        for line in targets(self) {
+            println!("  {line}");
+        }
+        println!(
+            "load average (1 min): {} at start, {} at end",
+            self.load_before, self.load_after
+        );
+    }
+}
+
+/// Each target with what was measured and whether it was met.
+pub fn targets(report: &Report) -> Vec<String> {
+    let mut lines = Vec::new();
+    let line = |what: &str, got: String, target: &str, met: bool| {
+        format!("{what:<62}{got:>12}   {target:<10}{}", verdict(met))
+    };
+    if let Some(level) = report.levels.iter().find(|l| l.sessions == TARGET_SESSIONS) {
+        for (name, hop) in HOPS.iter().zip(&level.hops) {
+            lines.push(line(
+                &format!("p99 at 1,000 sessions, {name}"),
+                micros(hop.p99()),
+                "≤ 1 ms",
+                hop.len() > 0 && hop.p99() <= HOP_P99,
+            ));
+        }
+    }
+    if let Some(s) = &report.saturation {
+        lines.push(line(
+            "routed messages/s per coordinator",
+            count(s.routed_per_sec.round() as u64),
+            "≥ 5,000",
+            s.routed_per_sec >= ROUTED_PER_SEC,
+        ));
+    }
+    if let Some(s) = &report.start {
+        lines.push(line(
+            "Orchestrator start p99 (summons reply → request)",
+            micros(s.from_reply.p99()),
+            "≤ 20 ms",
+            s.from_reply.len() > 0 && s.from_reply.p99() <= START_P99,
+        ));
+    }
+    if let Some(m) = &report.memory {
+        for (what, per) in [
+            ("memory per idle Orchestrator", m.per_idle_orchestrator()),
+            (
+                "memory per active Orchestrator",
+                m.per_active_orchestrator(),
+            ),
+        ] {
+            lines.push(line(what, bytes(per), "≤ 4 MB", per <= PER_ORCHESTRATOR));
+        }
+    }
+    lines
+}

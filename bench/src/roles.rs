@@ -1,0 +1,99 @@
+//! The two internal subcommands: this binary running the coordinator or a
+//! worker library with the benchmark's settings. Each runs until its stdin
+//! closes (the parent stops it) or Ctrl-C. This file is the only one that
+//! builds the coordinator's and worker's configuration.
+
+use anyhow::Context as _;
+use arbiter_llm::{ApiKey, ModelConfig, Provider};
+use tokio::io::AsyncReadExt as _;
+
+use crate::cli::RoleArgs;
+use crate::model::{ARBITER_MODEL, ORCH_MODEL};
+
+/// The mock model: no retries (it never fails), its limits given so no
+/// call is made to look them up.
+fn model(args: &RoleArgs, name: &str) -> ModelConfig {
+    let mut model = ModelConfig::new(Provider::Anthropic, name);
+    model.base_url = args.llm_url.clone();
+    model.api_key = Some(ApiKey::new("sk-ant-bench"));
+    model.retry.max_retries = 0;
+    model.limits.context_window = Some(200_000);
+    model.limits.max_output_tokens = Some(16_000);
+    model
+}
+
+pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
+    let config = arbiter_coordinator::Config {
+        nats_url: args.nats_url.clone(),
+        model: model(&args, ARBITER_MODEL),
+        ..arbiter_coordinator::Config::default()
+    };
+    arbiter_coordinator::run(config, stopped())
+        .await
+        .context("the coordinator stopped")
+}
+
+pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
+    let config = arbiter_worker::Config {
+        nats_url: args.nats_url.clone(),
+        max_orchestrators: args.max_orchestrators,
+        workspace_root: args.workspace_root.clone(),
+        model: model(&args, ORCH_MODEL),
+        worker_id: args.worker_id.clone(),
+        ..arbiter_worker::Config::default()
+    };
+    arbiter_worker::run(config, stopped())
+        .await
+        .context("the worker stopped")
+}
+
+/// Resolves when stdin closes or on Ctrl-C.
+async fn stopped() {
+    let eof = async {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = eof => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// The command line that starts a coordinator.
+pub fn coordinator_args(nats_url: &str, llm_url: &str) -> Vec<String> {
+    vec![
+        "coordinator".into(),
+        "--nats-url".into(),
+        nats_url.into(),
+        "--llm-url".into(),
+        llm_url.into(),
+    ]
+}
+
+/// The command line that starts a worker.
+pub fn worker_args(
+    nats_url: &str,
+    llm_url: &str,
+    slots: usize,
+    workspace_root: &std::path::Path,
+    worker_id: &str,
+) -> Vec<String> {
+    vec![
+        "worker".into(),
+        "--nats-url".into(),
+        nats_url.into(),
+        "--llm-url".into(),
+        llm_url.into(),
+        "--max-orchestrators".into(),
+        slots.to_string(),
+        "--workspace-root".into(),
+        workspace_root.display().to_string(),
+        "--worker-id".into(),
+        worker_id.into(),
+    ]
+}

@@ -1,0 +1,148 @@
+//! One benchmark run: the mock model, then each phase on a fresh system,
+//! printing each part of the report as soon as its phase is done.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use arbiter_tests::MockAnthropic;
+
+use crate::baseline::{Baseline, Probe};
+use crate::cli::{Phase, RunOptions};
+use crate::levels::{self, Level};
+use crate::memory::{self, Memory};
+use crate::model::Recorder;
+use crate::report::Report;
+use crate::saturation;
+use crate::start::{self, Start};
+use crate::system::{Shape, System};
+use crate::{machine, timeline};
+
+/// What every phase shares.
+pub struct Ctx {
+    pub opts: RunOptions,
+    pub mock: MockAnthropic,
+    pub recorder: Arc<Recorder>,
+    dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Ctx {
+    /// A fresh system (server, coordinator, workers) for one phase.
+    pub async fn system(
+        &self,
+        name: &str,
+        workers: usize,
+        slots_per_worker: usize,
+    ) -> anyhow::Result<System> {
+        self.recorder.reset()?;
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        System::start(
+            &self.mock,
+            &self.recorder,
+            Shape {
+                nats_config: self.opts.nats_config.as_deref(),
+                workers: workers.max(1),
+                slots_per_worker,
+                dir: &dir,
+            },
+        )
+        .await
+    }
+}
+
+pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
+    let nats_version = machine::check_nats()?;
+    if let Some(config) = &opts.nats_config {
+        let found = config
+            .canonicalize()
+            .with_context(|| format!("no nats-server config at {}", config.display()))?;
+        opts.nats_config = Some(found);
+    }
+    let (dir, temp) = match &opts.keep {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("arbiter-bench-")
+                .tempdir()?;
+            (temp.path().to_owned(), Some(temp))
+        }
+    };
+    let mock = MockAnthropic::start().await;
+    mock.set_recording(false);
+    let recorder = Arc::new(Recorder::new()?);
+    let responder = recorder.clone();
+    mock.set_responder(move |request| responder.respond(request));
+    let ctx = Ctx {
+        opts,
+        mock,
+        recorder,
+        dir,
+        _temp: temp,
+    };
+    let profile = match &ctx.opts.nats_config {
+        Some(path) => format!("nats-server config {}", path.display()),
+        None => "nats-server defaults (no config file)".to_owned(),
+    };
+    let mut report = Report::new(
+        format!("{}; {profile}", machine::describe(&nats_version)),
+        machine::load(),
+        ctx.opts.ticks_per_session,
+    );
+    report.print_header();
+
+    if ctx.opts.has(Phase::Baseline) {
+        report.baseline = Some(baseline(&ctx).await?);
+        report.print_baseline();
+    }
+    if ctx.opts.has(Phase::Saturation) {
+        report.saturation = Some(saturation::run(&ctx).await?);
+        report.print_saturation();
+    }
+    if ctx.opts.has(Phase::Levels) {
+        let measure = Duration::from_secs(ctx.opts.duration);
+        for &sessions in &ctx.opts.levels.clone() {
+            let rate = if sessions <= 1 {
+                ctx.opts.single_rate
+            } else {
+                ctx.opts.rate
+            };
+            let level = levels::run(&ctx, sessions.max(1), rate, measure, false).await?;
+            report.print_level(&level);
+            report.levels.push(level);
+        }
+    }
+    if ctx.opts.has(Phase::Start) {
+        let start: Start = start::run(&ctx).await?;
+        report.start = Some(start);
+        report.print_start();
+    }
+    if ctx.opts.has(Phase::Memory) {
+        let memory: Memory = memory::run(&ctx).await?;
+        report.memory = Some(memory);
+        report.print_memory();
+    }
+    if ctx.opts.has(Phase::Anatomy) {
+        let rate = (ctx.opts.single_rate / 2.0).max(1.0);
+        let level: Level = levels::run(&ctx, 1, rate, Duration::from_secs(5), true).await?;
+        report.anatomy = timeline::explain(&level.samples, &level.events);
+        report.print_anatomy();
+    }
+    report.load_after = machine::load();
+    report.print_summary();
+    Ok(())
+}
+
+/// The server's own latencies, idle, on a server started for them alone.
+async fn baseline(ctx: &Ctx) -> anyhow::Result<Baseline> {
+    tracing::info!("baseline: core request-reply and JetStream publish-ack");
+    ctx.recorder.reset()?;
+    let nats = crate::system::start_nats(ctx.opts.nats_config.as_deref()).await;
+    let probe = Probe::new(nats.url()).await?;
+    let baseline = probe.idle(10_000, nats.pid()).await?;
+    drop(probe);
+    drop(nats);
+    Ok(baseline)
+}
