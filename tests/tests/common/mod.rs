@@ -3,7 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
@@ -43,6 +43,9 @@ pub fn process_log(name: &str) -> std::process::Stdio {
         .map_or_else(|_| std::process::Stdio::null(), Into::into)
 }
 
+/// What a [`LogWatch`] has received so far.
+type Entries = Mutex<Vec<LogEntry>>;
+
 /// A running system. Everything stops when it is dropped.
 pub struct System {
     pub nats: NatsServer,
@@ -54,6 +57,9 @@ pub struct System {
     pub workspaces: tempfile::TempDir,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// Live [`LogWatch`]es by session, so [`System::settled`] also waits
+    /// until they have received what the status says is stored.
+    watches: Mutex<Vec<(String, Weak<Entries>)>>,
 }
 
 /// Lanes are `<model>:<first user message>`: the Arbiter's first message is
@@ -155,6 +161,7 @@ impl System {
             workspaces,
             shutdown: CancellationToken::new(),
             tasks: Vec::new(),
+            watches: Mutex::new(Vec::new()),
         };
         if options.coordinator {
             system.spawn_coordinator();
@@ -312,6 +319,10 @@ impl System {
             .unwrap();
         let mut messages = consumer.messages().await.unwrap();
         let entries = Arc::new(Mutex::new(Vec::new()));
+        self.watches
+            .lock()
+            .unwrap()
+            .push((session.to_owned(), Arc::downgrade(&entries)));
         let sink = entries.clone();
         let task = tokio::spawn(async move {
             while let Some(Ok(msg)) = messages.next().await {
@@ -328,9 +339,10 @@ impl System {
         Some(serde_json::from_slice(&bytes).unwrap())
     }
 
-    /// Waits until the session is idle with no Orchestrator and `n` log entries.
+    /// Waits until the session is idle with no Orchestrator and `n` log
+    /// entries stored, and every [`LogWatch`] on it has received them.
     pub async fn settled(&self, session: &str, n: u64) -> SessionStatus {
-        eventually(WAIT, "the session to settle", || async {
+        let status = eventually(WAIT, "the session to settle", || async {
             self.status(session).await.filter(|s| {
                 s.state == arbiter_protocol::SessionState::Idle
                     && s.queued == 0
@@ -338,7 +350,24 @@ impl System {
                     && s.last_seq == n
             })
         })
-        .await
+        .await;
+        let watches: Vec<_> = self
+            .watches
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, _)| s == session)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for entries in watches {
+            eventually(
+                WAIT,
+                &format!("the log watch to receive {n} entries"),
+                || async { (entries.lock().unwrap().len() as u64 >= n).then_some(()) },
+            )
+            .await;
+        }
+        status
     }
 
     pub fn workspace(&self, session: &str) -> PathBuf {
