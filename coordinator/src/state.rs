@@ -291,7 +291,8 @@ pub(crate) async fn publish(
 }
 
 /// Republishes a restored outbox. Log entries and inputs already in their
-/// stream are skipped by seq (the server's duplicate window is only minutes).
+/// stream are skipped by seq (the server's duplicate window is only minutes),
+/// and a summons once a worker has taken it (its Orchestrator has state).
 pub(crate) async fn replay(
     bus: &Bus,
     outbox: &[Effect],
@@ -312,11 +313,30 @@ pub(crate) async fn replay(
                     .await
                     .map(|seq| seq >= i.seq)
             }
-            Effect::Summon(_) | Effect::Control(_) => None,
+            Effect::Summon(s) => Some(
+                has_message(
+                    bus,
+                    subjects::ORCH_STATE_STREAM,
+                    &subjects::orch_state(&s.orch_id),
+                )
+                .await,
+            ),
+            Effect::Control(_) => None,
         };
         if stored_seq != Some(true) {
             publish(bus, effect, trace, cancel).await;
         }
+    }
+}
+
+/// Whether a subject holds any message (false when the server cannot say).
+async fn has_message(bus: &Bus, stream: &str, subject: &str) -> bool {
+    match bus.js.get_stream(stream).await {
+        Ok(stream) => stream
+            .get_last_raw_message_by_subject(subject)
+            .await
+            .is_ok(),
+        Err(_) => false,
     }
 }
 

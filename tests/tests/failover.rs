@@ -2,7 +2,8 @@
 //! middle of a tool loop, and another worker of the pool resumes the
 //! Orchestrator from its stored transcript (one continuous Orchestrator in
 //! the log, no stored tool run twice); a worker paused past its lease is
-//! fenced off when it wakes (it writes, publishes and runs nothing more).
+//! fenced off when it wakes (it writes, publishes and runs nothing more); a
+//! summons published twice never takes a live Orchestrator from its holder.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -295,4 +296,55 @@ async fn a_step_too_large_for_one_message_is_stored_and_resumed_from_the_object_
         .filter(|r| r.get("blob").is_some())
         .count();
     assert_eq!(pointers, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summons_published_again_never_takes_a_live_orchestrator_over() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let lease = Duration::from_secs(1);
+    let (session, id, brief) = ("s-dup", "o-dup", "Think it over.");
+    let lane = orch_lane(brief);
+    // w1's model call outlasts several leases.
+    let slow = Gate::new();
+    sys.mock
+        .push(&lane, orch(true, "Done.").gated(slow.clone()));
+    for worker in ["w1", "w2"] {
+        let mut config = sys.worker_config(worker, 1, 200_000);
+        config.lease = lease;
+        sys.spawn_worker_with(config);
+        worker_ready(&sys, worker).await;
+        if worker == "w1" {
+            summon(&sys, "default", session, id, brief).await;
+            sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+        }
+    }
+    // The same summons again under another message id: what a coordinator
+    // restored after the server's duplicate window would publish. Only w2
+    // has a free slot, so w2 gets it.
+    summon_as(&sys, "default", session, id, brief, None, "o-dup:again").await;
+    eventually(WAIT, "the duplicate to be dropped", || async {
+        (summons_queued(&sys).await == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(lease * 3).await;
+    slow.open();
+
+    // w1 keeps the Orchestrator: it alone wrote its state and reported it,
+    // and the model was called once.
+    assert_eq!(watch.wait_output(id, 1).await.message, "Done.");
+    let writers = state_writers(&sys, id).await;
+    assert!(
+        writers.iter().all(|(_, w)| w == "w1"),
+        "taken over: {writers:?}"
+    );
+    assert!(watch.statuses_of(id).iter().all(|s| s.worker_id == "w1"));
+    assert_eq!(sys.mock.requests_for(&lane).len(), 1);
+    assert_eq!(worker_presence(&sys, "w2").await.unwrap().slots_used, 0);
+    assert_eq!(summons_queued(&sys).await, 1, "w1 still holds its summons");
 }

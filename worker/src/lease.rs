@@ -22,6 +22,8 @@ use crate::stop::{Cause, Stopper};
 const ACK_ATTEMPTS: u64 = 5;
 
 pub(crate) struct Lease {
+    /// The summons' stream sequence: the same for every delivery of it.
+    seq: u64,
     /// The latest delivery of the summons (a redelivery to this worker replaces it).
     msg: Mutex<Message>,
     /// Set once the Orchestrator is claimed: the fence to check, the Orchestrator to stop.
@@ -33,6 +35,7 @@ impl Lease {
     /// Holds `msg` and renews it every `every` from now on.
     pub(crate) fn start(msg: Message, every: Duration) -> Arc<Self> {
         let lease = Arc::new(Self {
+            seq: stream_seq(&msg),
             msg: Mutex::new(msg),
             watch: Mutex::new(None),
             task: Mutex::new(None),
@@ -40,6 +43,11 @@ impl Lease {
         let task = tokio::spawn(renew(Arc::downgrade(&lease), every));
         *lock(&lease.task) = Some(task);
         lease
+    }
+
+    /// The stream sequence of the summons held.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// From now on, every renewal first checks `fence` and stops the Orchestrator if it fails.
@@ -155,6 +163,11 @@ impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.registry.0).remove(&self.orch_id);
     }
+}
+
+/// A delivered summons' stream sequence (0 if the delivery carries no info).
+pub(crate) fn stream_seq(msg: &Message) -> u64 {
+    msg.info().map(|info| info.stream_sequence).unwrap_or(0)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -225,9 +225,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Ok(Some((summon, msg))) => match leases.get(&summon.orch_id) {
                     // Its lease ran out while this worker still runs it (a
                     // server restart, a stall): go on under the new delivery.
-                    Some(held) => {
+                    Some(held) if held.seq() == lease::stream_seq(&msg) => {
                         tracing::info!(orch.id = %summon.orch_id, "summons delivered again to its holder; lease renewed");
                         held.adopt(msg);
+                    }
+                    // Another summons of an Orchestrator this worker runs:
+                    // a duplicate (see `state::claim`).
+                    Some(_) => {
+                        tracing::warn!(orch.id = %summon.orch_id, "a second summons of an Orchestrator this worker runs; dropped as a duplicate");
+                        if let Err(e) = msg.double_ack().await {
+                            tracing::warn!(error = %e, "could not acknowledge the duplicate summons; it comes back and is dropped again");
+                        }
                     }
                     None => break (summon, msg),
                 },

@@ -63,7 +63,14 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     } = summoned;
     let stopper = Stopper::new(&shutdown);
     let worker_id = shared.config.worker_id.clone();
-    let claim = state::claim(&shared.state, &summon, &worker_id, stopper.token()).await;
+    let claim = state::claim(
+        &shared.state,
+        &summon,
+        lease.seq(),
+        &worker_id,
+        stopper.token(),
+    )
+    .await;
     let (store, transcript, snapshot, replay) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
@@ -83,6 +90,14 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             drop(registered);
             drop(slot);
             inputs::delete(&shared, &summon.orch_id).await;
+            lease.release().await;
+            return;
+        }
+        Ok(Some(Claim::Duplicate { holder })) => {
+            // Its inputs belong to the holder: only this summons goes.
+            tracing::warn!(%holder, "a second summons of an Orchestrator that is held; dropped as a duplicate");
+            drop(registered);
+            drop(slot);
             lease.release().await;
             return;
         }

@@ -100,6 +100,11 @@ pub(crate) struct Record {
     pub rev: u64,
     /// The worker that wrote it (it held the lease).
     pub worker_id: String,
+    /// Stream sequence of the summons that worker holds the lease under
+    /// (0 in records from before it was kept). A second summons for the same
+    /// Orchestrator, while this one is still in the queue, is a duplicate.
+    #[serde(default)]
+    pub summons_seq: u64,
     /// Transcript messages the step added; a message with the role of the
     /// one before it continues that message.
     #[serde(default)]
@@ -137,6 +142,8 @@ pub(crate) struct Restored {
     pub last_seq: u64,
     /// The worker that wrote the last record.
     pub worker_id: String,
+    /// The summons that worker held it under.
+    pub summons_seq: u64,
 }
 
 /// Why a record was not stored.
@@ -236,6 +243,7 @@ pub(crate) struct StateStore {
     session_id: String,
     number: u32,
     worker_id: String,
+    summons_seq: u64,
     /// Unique per claim: part of every record's message id.
     lease: String,
     subject: String,
@@ -249,6 +257,7 @@ impl StateStore {
         backend: &StateBackend,
         summon: &Summon,
         worker_id: &str,
+        summons_seq: u64,
         rev: u64,
         last_seq: u64,
     ) -> Self {
@@ -263,6 +272,7 @@ impl StateStore {
             session_id: summon.session_id.clone(),
             number: summon.number,
             worker_id: worker_id.to_owned(),
+            summons_seq,
             lease: uuid::Uuid::new_v4().simple().to_string(),
             subject: subjects::orch_state(&summon.orch_id),
             rev,
@@ -295,6 +305,7 @@ impl StateStore {
             number: self.number,
             rev: self.rev,
             worker_id: self.worker_id.clone(),
+            summons_seq: self.summons_seq,
             append,
             snapshot: snapshot.clone(),
             outbox,

@@ -34,6 +34,21 @@ pub async fn summon_into(
     brief: &str,
     workspace: Option<&str>,
 ) {
+    summon_as(sys, pool, session, orch_id, brief, workspace, orch_id).await;
+}
+
+/// Publishes a summons under the message id `msg_id` (the coordinator uses
+/// the orch id; another id stands for one published again after the
+/// server's duplicate window).
+pub async fn summon_as(
+    sys: &System,
+    pool: &str,
+    session: &str,
+    orch_id: &str,
+    brief: &str,
+    workspace: Option<&str>,
+    msg_id: &str,
+) {
     let summon = Summon {
         v: VERSION,
         session_id: session.into(),
@@ -47,7 +62,7 @@ pub async fn summon_into(
     sys.bus
         .publish_js(
             subjects::summon(pool),
-            orch_id,
+            msg_id,
             &TraceContext::new_root(),
             &summon,
         )
@@ -269,6 +284,17 @@ pub async fn worker_ready(sys: &System, id: &str) -> WorkerPresence {
 
 /// Summonses of `pool` delivered to a worker and not acknowledged yet: the
 /// leases held on running Orchestrators.
+/// Summonses in the work queue: waiting, or held by a worker.
+pub async fn summons_queued(sys: &System) -> u64 {
+    let mut stream = sys
+        .bus
+        .js
+        .get_stream(subjects::SUMMONS_STREAM)
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
 pub async fn leases_held(sys: &System, pool: &str) -> Option<usize> {
     let stream = sys.bus.js.get_stream(subjects::SUMMONS_STREAM).await.ok()?;
     let mut consumer = stream

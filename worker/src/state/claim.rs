@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arbiter_llm::{Message, MessageRole};
 use arbiter_protocol::{Summon, subjects};
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
@@ -81,6 +82,7 @@ pub(crate) async fn load(
         rev: last_record.rev,
         last_seq,
         worker_id: last_record.worker_id,
+        summons_seq: last_record.summons_seq,
     }))
 }
 
@@ -92,15 +94,26 @@ pub(crate) enum Claim {
     Resumed(StateStore, Restored),
     /// It ended before: nothing to run.
     Ended,
+    /// Another summons of the same Orchestrator is still in the queue, held
+    /// (or to be taken over) by the worker named: this one is a duplicate.
+    Duplicate { holder: String },
 }
 
 /// Takes an Orchestrator over: loads its records and stores a record of this
 /// worker's own on top, fenced on the last one, so the previous holder's next
 /// write (or lease check) fails. The last record's outbox is carried over, to
 /// be published again. `Ok(None)` when other writers kept getting in between.
+///
+/// `summons_seq` is the stream sequence of the summons this worker took. A
+/// takeover comes with the holder's own summons, delivered again; a summons
+/// with another sequence while the holder's is still queued is a duplicate
+/// (one published again after the server's duplicate window): taking over on
+/// it would fence a live holder, whose summons would later take it back, and
+/// so on, each time at the cost of a model call.
 pub(crate) async fn claim(
     backend: &StateBackend,
     summon: &Summon,
+    summons_seq: u64,
     worker_id: &str,
     until: &CancellationToken,
 ) -> Result<Option<Claim>, String> {
@@ -110,9 +123,24 @@ pub(crate) async fn claim(
             Some(restored) if matches!(restored.snapshot.phase, Phase::Ended { .. }) => {
                 return Ok(Some(Claim::Ended));
             }
+            Some(restored)
+                if restored.summons_seq != 0
+                    && restored.summons_seq != summons_seq
+                    && summons_queued(backend, restored.summons_seq).await =>
+            {
+                return Ok(Some(Claim::Duplicate {
+                    holder: restored.worker_id,
+                }));
+            }
             Some(restored) => {
-                let mut store =
-                    StateStore::new(backend, summon, worker_id, restored.rev, restored.last_seq);
+                let mut store = StateStore::new(
+                    backend,
+                    summon,
+                    worker_id,
+                    summons_seq,
+                    restored.rev,
+                    restored.last_seq,
+                );
                 let outbox = restored.outbox.clone();
                 store
                     .write(Vec::new(), &restored.snapshot, outbox, until)
@@ -120,7 +148,7 @@ pub(crate) async fn claim(
                     .map(|()| Claim::Resumed(store, restored))
             }
             None => {
-                let mut store = StateStore::new(backend, summon, worker_id, 0, 0);
+                let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);
                 let transcript = vec![Message {
                     role: MessageRole::User,
                     content: vec![arbiter_llm::Block::Text {
@@ -146,4 +174,25 @@ pub(crate) async fn claim(
         }
     }
     Ok(None)
+}
+
+/// Whether the summons with this stream sequence is still in the work queue
+/// (it leaves when acknowledged). When the server cannot say, it is taken as
+/// gone: a takeover is safe, if costly; a lost Orchestrator is not.
+async fn summons_queued(backend: &StateBackend, seq: u64) -> bool {
+    let stream = match backend.bus.js.get_stream(subjects::SUMMONS_STREAM).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not open the summons stream");
+            return false;
+        }
+    };
+    match stream.get_raw_message(seq).await {
+        Ok(_) => true,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => false,
+        Err(e) => {
+            tracing::warn!(error = %e, seq, "could not look the holder's summons up");
+            false
+        }
+    }
 }

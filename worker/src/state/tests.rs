@@ -44,7 +44,7 @@ async fn a_second_claim_fences_the_first_holder() {
     let backend = backend(&nats).await;
     let never = CancellationToken::new();
     let s = summon("o-1");
-    let (mut first, transcript) = claimed(claim(&backend, &s, "w1", &never).await.unwrap());
+    let (mut first, transcript) = claimed(claim(&backend, &s, 0, "w1", &never).await.unwrap());
     assert_eq!(transcript, vec![Message::user("Do the thing.")]);
     let mut snap = Snapshot::new();
     snap.tool_count = 1;
@@ -59,7 +59,7 @@ async fn a_second_claim_fences_the_first_holder() {
         .unwrap();
     assert_eq!(first.fence().holds().await, Some(true));
 
-    let (mut second, transcript) = claimed(claim(&backend, &s, "w2", &never).await.unwrap());
+    let (mut second, transcript) = claimed(claim(&backend, &s, 0, "w2", &never).await.unwrap());
     assert_eq!(transcript.len(), 2, "the brief and the step");
     assert_eq!(first.fence().holds().await, Some(false));
     let lost = first
@@ -85,7 +85,11 @@ async fn a_retry_of_a_stored_write_counts_as_stored() {
     let nats = NatsServer::start().await;
     let backend = backend(&nats).await;
     let never = CancellationToken::new();
-    let (mut store, _) = claimed(claim(&backend, &summon("o-2"), "w1", &never).await.unwrap());
+    let (mut store, _) = claimed(
+        claim(&backend, &summon("o-2"), 0, "w1", &never)
+            .await
+            .unwrap(),
+    );
     let (rev, last_seq) = (store.rev, store.last_seq);
     let snap = Snapshot::new();
     store
@@ -110,7 +114,11 @@ async fn a_record_over_the_message_cap_is_stored_behind_a_pointer() {
     let nats = NatsServer::start().await;
     let backend = backend(&nats).await;
     let never = CancellationToken::new();
-    let (mut store, _) = claimed(claim(&backend, &summon("o-3"), "w1", &never).await.unwrap());
+    let (mut store, _) = claimed(
+        claim(&backend, &summon("o-3"), 0, "w1", &never)
+            .await
+            .unwrap(),
+    );
     let big = Message {
         role: MessageRole::Assistant,
         content: vec![arbiter_llm::Block::Text {
