@@ -24,6 +24,9 @@ use crate::{Error, Result, Shared};
 const ACK_WAIT: Duration = Duration::from_secs(10);
 /// Messages the coordinator may hold unacknowledged at once, per consumer.
 const MAX_ACK_PENDING: i64 = 20_000;
+/// The start-up scan of stored sessions is retried with doubling pauses
+/// until a pause would reach this (about 25 s in all).
+const SCAN_GIVE_UP: Duration = Duration::from_secs(15);
 
 async fn consumer(shared: &Shared, stream: &str, name: &str, filter: &str) -> Result<PullConsumer> {
     let stream = shared
@@ -82,11 +85,19 @@ impl Registry {
     /// Sessions an earlier run left with work undone start at once: nobody
     /// else would wake them.
     async fn resume_unfinished(&mut self) {
-        let unfinished = match state::unfinished(&self.shared.bus).await {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::error!(error = %e, "could not scan the stored sessions; unfinished ones wait for their next message");
-                return;
+        let mut delay = Duration::from_millis(100);
+        let unfinished = loop {
+            match state::unfinished(&self.shared.bus).await {
+                Ok(ids) => break ids,
+                Err(e) if delay < SCAN_GIVE_UP => {
+                    tracing::warn!(error = %e, ?delay, "could not scan the stored sessions; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not scan the stored sessions; unfinished ones wait for their next message");
+                    return;
+                }
             }
         };
         for session_id in unfinished {

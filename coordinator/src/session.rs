@@ -128,32 +128,51 @@ pub(crate) async fn spawn(
 }
 
 impl Session {
+    /// Loads the session's records, trying again while the server cannot be
+    /// read: starting afresh on a passing error would lose the transcript.
     async fn restore(&mut self) {
         let bus = self.shared.bus.clone();
-        match state::load(&bus, &self.id).await {
-            Ok(Some(restored)) => {
+        let mut delay = Duration::from_millis(50);
+        let loaded = loop {
+            match state::load(&bus, &self.id).await {
+                Ok(loaded) => break loaded,
+                Err(e) => {
+                    tracing::warn!(session.id = %self.id, error = %e, ?delay, "could not read the session's state; retrying");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        let log = subjects::session_log(&self.id);
+        match loaded {
+            Some(restored) => {
                 self.transcript = restored.transcript;
                 self.stored_turns = self.transcript.len();
                 self.state = restored.snapshot;
                 self.rev = restored.rev;
                 // The last step may have died between storing and publishing.
                 state::replay(&bus, &restored.outbox, &self.trace, &self.cancel).await;
+                if !restored.unreadable.is_empty() {
+                    // A skipped step may have logged entries: go on after them.
+                    if let Some(seq) = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log).await
+                    {
+                        self.state.log_seq = self.state.log_seq.max(seq);
+                    }
+                    for error in restored.unreadable {
+                        self.log(LogBody::Error(ErrorEntry { error }));
+                    }
+                }
                 tracing::info!(session.id = %self.id, rev = self.rev, turns = self.transcript.len(), in_flight = self.state.turn_in_flight, "session restored");
             }
-            Ok(None) => {
+            None => {
                 // A session without records (new, or from before they existed)
                 // continues its log after the last entry.
-                let log = subjects::session_log(&self.id);
                 if let Some(seq) = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log).await {
                     self.state.log_seq = seq;
                 }
-            }
-            Err(e) => {
-                tracing::error!(session.id = %self.id, error = %e, "session state unreadable; starting it afresh after its log");
-                let log = subjects::session_log(&self.id);
-                self.state.log_seq = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log)
-                    .await
-                    .unwrap_or(0);
             }
         }
     }
@@ -162,6 +181,10 @@ impl Session {
     async fn run(mut self, mut inbox: mpsc::Receiver<Input>) {
         let mut turn: Option<RunningTurn> = None;
         let mut heartbeat = tokio::time::interval(STATUS_HEARTBEAT);
+        // What restoring found (an unreadable step) is stored and shown first.
+        if !self.commit().await {
+            return;
+        }
         loop {
             if turn.is_none() && (self.state.turn_in_flight || !self.state.queue.is_empty()) {
                 if !self.state.turn_in_flight {

@@ -10,7 +10,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
-use arbiter_protocol::{Control, LogEntry, OrchestratorInput, Summon, VERSION, subjects};
+use arbiter_protocol::{
+    Control, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
+};
 use async_nats::jetstream::stream;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -140,6 +142,8 @@ pub(crate) struct Restored {
     pub snapshot: Snapshot,
     pub rev: u64,
     pub outbox: Vec<Effect>,
+    /// Records that could not be decoded and were skipped, as the log shows them.
+    pub unreadable: Vec<WireError>,
 }
 
 /// Declares the state stream (idempotent).
@@ -161,6 +165,9 @@ pub(crate) async fn ensure_stream(bus: &Bus) -> Result<(), arbiter_bus::BusError
 }
 
 /// Reads every record of a session, in order. `None` for a session with none.
+/// A record that cannot be decoded is skipped (and reported in `unreadable`):
+/// one bad record costs the turns it held, not the whole session. An error
+/// is a failure to read at all, worth trying again.
 pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>, String> {
     let subject = subjects::session_state(session_id);
     let Some((messages, _)) = bus
@@ -172,17 +179,29 @@ pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>
     };
     let mut transcript = Vec::new();
     let mut last = None;
+    let mut unreadable = Vec::new();
+    // Revs run 1, 2, 3…: the count is the last one even if it is unreadable.
+    let count = messages.len() as u64;
     for msg in messages {
-        let record: Record = serde_json::from_slice(&msg.payload)
-            .map_err(|e| format!("a state record is unreadable: {e}"))?;
-        transcript.extend(record.append);
-        last = Some((record.snapshot, record.rev, record.outbox));
+        match arbiter_bus::decode::<Record>(&subject, &msg.payload) {
+            Ok(record) => {
+                transcript.extend(record.append);
+                last = Some((record.snapshot, record.rev, record.outbox));
+            }
+            Err(error) => {
+                let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+                tracing::error!(session.id = %session_id, seq, %error, "a stored step is unreadable; skipped");
+                unreadable.push(error);
+            }
+        }
     }
-    Ok(last.map(|(snapshot, rev, outbox)| Restored {
+    let (snapshot, rev, outbox) = last.unwrap_or_else(|| (Snapshot::new(), 0, Vec::new()));
+    Ok(Some(Restored {
         transcript,
         snapshot,
-        rev,
+        rev: rev.max(count),
         outbox,
+        unreadable,
     }))
 }
 
@@ -211,7 +230,10 @@ pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
         let last = match stream.get_last_raw_message_by_subject(&subject).await {
             Ok(last) => last,
             Err(e) => {
-                tracing::warn!(session.id = %id, error = %e, "could not read the last state record");
+                // Restoring it costs a read; missing an interrupted turn would
+                // leave it waiting for the human's next message.
+                tracing::warn!(session.id = %id, error = %e, "could not read the last state record; resuming the session to be safe");
+                unfinished.push(id);
                 continue;
             }
         };

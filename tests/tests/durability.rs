@@ -194,3 +194,66 @@ async fn a_nats_server_restart_mid_conversation_loses_nothing() {
     sys.send(s, "Are you there?").await;
     sys.settled(s, 9).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-bad-record";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("First");
+    sys.mock.push(&arb, arbiter("address_human", "One."));
+    sys.mock.push(&arb, arbiter("address_human", "Two."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "First").await;
+    sys.settled(s, 2).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    // A record nobody can read lands on the session's state subject.
+    let subject = arbiter_protocol::subjects::session_state(s);
+    sys.bus
+        .js
+        .publish(subject.clone(), "{\"rev\": 4, \"append\": [".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let _coordinator = sys.coordinator_process();
+    // The restarted coordinator says so in the log at once.
+    log.wait_len(3).await;
+    sys.send(s, "Second").await;
+    sys.settled(s, 5).await;
+
+    // What the user sees: the error, then the conversation going on.
+    let bodies = log.bodies();
+    assert!(
+        matches!(&bodies[2], LogBody::Error(e) if matches!(
+            &e.error,
+            arbiter_protocol::WireError::MalformedMessage { subject: on, .. } if *on == subject
+        )),
+        "{:?}",
+        bodies[2]
+    );
+    assert_eq!(
+        briefs(&[&bodies[..2], &bodies[3..]].concat()),
+        vec![
+            pair("You", "First"),
+            pair("Arbiter", "One."),
+            pair("You", "Second"),
+            pair("Arbiter", "Two."),
+        ]
+    );
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+    // The readable steps survived: the Arbiter still has the first exchange.
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].messages().len(), 3);
+}
