@@ -24,6 +24,11 @@ use crate::{Error, Result, Shared};
 const ACK_WAIT: Duration = Duration::from_secs(10);
 /// Messages the coordinator may hold unacknowledged at once, per consumer.
 const MAX_ACK_PENDING: i64 = 20_000;
+/// The longest human message taken, in bytes (about 64k tokens): larger
+/// ones are refused with an error in the log. The log entry, the Arbiter's
+/// transcript and the step record each carry a copy, and a NATS message is
+/// capped at 1 MB by default.
+pub(crate) const MAX_HUMAN_BYTES: usize = 256 * 1024;
 /// The start-up scan of stored sessions is retried with doubling pauses
 /// until a pause would reach this (about 25 s in all).
 const SCAN_GIVE_UP: Duration = Duration::from_secs(15);
@@ -133,6 +138,14 @@ impl Registry {
                         "its session_id {:?} does not match the subject",
                         human.session_id
                     ),
+                },
+                None,
+            ),
+            Ok(human) if human.text.len() > MAX_HUMAN_BYTES => Input::Malformed(
+                WireError::MessageTooLarge {
+                    subject: subject.to_owned(),
+                    bytes: human.text.len() as u64,
+                    limit: MAX_HUMAN_BYTES as u64,
                 },
                 None,
             ),

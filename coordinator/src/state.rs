@@ -13,13 +13,19 @@ use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
     Control, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
 };
-use async_nats::jetstream::stream;
+use async_nats::jetstream::{object_store, stream};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 /// Longest wait between attempts to store a record or publish an effect.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Records larger than this go to the object store (NATS caps a message at
+/// 1 MB by default) ...
+const INLINE_LIMIT: usize = 900 * 1024;
+/// ... or than the server's `max_payload` less this, for headers and framing.
+const HEADROOM: usize = 64 * 1024;
 
 /// One message of the Arbiter's transcript. The Arbiter has no tools, so text suffices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,8 +152,23 @@ pub(crate) struct Restored {
     pub unreadable: Vec<WireError>,
 }
 
-/// Declares the state stream (idempotent).
+/// What the state subject holds instead of a record too large for one
+/// message: where in the object store the whole record is.
+#[derive(Debug, Serialize, Deserialize)]
+struct Pointer {
+    v: u32,
+    session_id: String,
+    rev: u64,
+    /// The object's name in [`subjects::SESSION_BLOBS_BUCKET`].
+    blob: String,
+}
+
+/// Declares the state stream and the bucket for large records (idempotent).
 pub(crate) async fn ensure_stream(bus: &Bus) -> Result<(), arbiter_bus::BusError> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| arbiter_bus::BusError::JetStream {
+        what: what.into(),
+        message: e.to_string(),
+    };
     bus.js
         .get_or_create_stream(stream::Config {
             name: subjects::STATE_STREAM.into(),
@@ -157,11 +178,69 @@ pub(crate) async fn ensure_stream(bus: &Bus) -> Result<(), arbiter_bus::BusError
             ..Default::default()
         })
         .await
-        .map(|_| ())
-        .map_err(|e| arbiter_bus::BusError::JetStream {
-            what: "creating the state stream".into(),
-            message: e.to_string(),
-        })
+        .map_err(|e| failed("creating the state stream", &e))?;
+    if bus
+        .js
+        .get_object_store(subjects::SESSION_BLOBS_BUCKET)
+        .await
+        .is_err()
+    {
+        bus.js
+            .create_object_store(object_store::Config {
+                bucket: subjects::SESSION_BLOBS_BUCKET.into(),
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed("creating the session blob bucket", &e))?;
+    }
+    Ok(())
+}
+
+/// The largest record stored inline; larger ones go to the object store.
+fn inline_limit(bus: &Bus) -> usize {
+    // Unknown (0) before the first connect: assume the default 1 MB.
+    let max_payload = match bus.client.server_info().max_payload {
+        0 => 1024 * 1024,
+        n => n,
+    };
+    INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024))
+}
+
+/// Reads a record as stored: inline, or behind a pointer. The outer error is
+/// a failure to read (worth trying again); the inner one a record that
+/// cannot be decoded.
+async fn decode_record(
+    bus: &Bus,
+    subject: &str,
+    payload: &[u8],
+) -> Result<Result<Record, WireError>, String> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        blob: Option<String>,
+    }
+    let blob = match serde_json::from_slice::<Probe>(payload) {
+        Ok(Probe { blob: Some(blob) }) => blob,
+        _ => return Ok(arbiter_bus::decode::<Record>(subject, payload)),
+    };
+    let read = async {
+        let store = bus
+            .js
+            .get_object_store(subjects::SESSION_BLOBS_BUCKET)
+            .await?;
+        let mut object = store.get(&blob).await?;
+        let mut bytes = Vec::new();
+        object.read_to_end(&mut bytes).await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(bytes)
+    };
+    let bytes = read.await.map_err(|e| {
+        format!(
+            "reading {blob} from {}: {e}",
+            subjects::SESSION_BLOBS_BUCKET
+        )
+    })?;
+    Ok(arbiter_bus::decode::<Record>(subject, &bytes))
 }
 
 /// Reads every record of a session, in order. `None` for a session with none.
@@ -183,7 +262,7 @@ pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>
     // Revs run 1, 2, 3…: the count is the last one even if it is unreadable.
     let count = messages.len() as u64;
     for msg in messages {
-        match arbiter_bus::decode::<Record>(&subject, &msg.payload) {
+        match decode_record(bus, &subject, &msg.payload).await? {
             Ok(record) => {
                 transcript.extend(record.append);
                 last = Some((record.snapshot, record.rev, record.outbox));
@@ -237,8 +316,8 @@ pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
                 continue;
             }
         };
-        match serde_json::from_slice::<Record>(&last.payload) {
-            Ok(record) => {
+        match decode_record(bus, &subject, &last.payload).await {
+            Ok(Ok(record)) => {
                 if record.snapshot.turn_in_flight
                     || !record.snapshot.queue.is_empty()
                     || !outbox_published(bus, &record.outbox).await
@@ -246,8 +325,8 @@ pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
                     unfinished.push(id);
                 }
             }
-            // Restoring reports the unreadable state and starts the session afresh.
-            Err(_) => unfinished.push(id),
+            // Restoring reads it again, and reports what it cannot read.
+            Ok(Err(_)) | Err(_) => unfinished.push(id),
         }
     }
     Ok(unfinished)
@@ -287,10 +366,46 @@ pub(crate) async fn persist(
 ) -> bool {
     let msg_id = format!("{}:state:{}", record.session_id, record.rev);
     let subject = subjects::session_state(&record.session_id);
-    retry(cancel, "store the session state", || {
-        bus.publish_js(subject.clone(), &msg_id, trace, record)
+    let size = serde_json::to_vec(record).map_or(0, |bytes| bytes.len());
+    if size <= inline_limit(bus) {
+        return retry(cancel, "store the session state", || {
+            bus.publish_js(subject.clone(), &msg_id, trace, record)
+        })
+        .await;
+    }
+    // Too large for one message: the record goes to the object store first,
+    // then a pointer to it takes its place on the subject.
+    let blob = subjects::session_blob(&record.session_id, record.rev);
+    tracing::info!(session.id = %record.session_id, bytes = size, %blob, "state record too large for a message; storing it in the object store");
+    let stored = retry(cancel, "store a large session state record", || async {
+        let failed = |e: &dyn std::fmt::Display| arbiter_bus::BusError::JetStream {
+            what: format!("storing {blob}"),
+            message: e.to_string(),
+        };
+        let bytes = serde_json::to_vec(record).map_err(|e| failed(&e))?;
+        let store = bus
+            .js
+            .get_object_store(subjects::SESSION_BLOBS_BUCKET)
+            .await
+            .map_err(|e| failed(&e))?;
+        store
+            .put(blob.as_str(), &mut bytes.as_slice())
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(())
     })
-    .await
+    .await;
+    let pointer = Pointer {
+        v: VERSION,
+        session_id: record.session_id.clone(),
+        rev: record.rev,
+        blob: blob.clone(),
+    };
+    stored
+        && retry(cancel, "store the session state", || {
+            bus.publish_js(subject.clone(), &msg_id, trace, &pointer)
+        })
+        .await
 }
 
 /// Publishes one effect, retrying until it is published or the session is cancelled.

@@ -71,6 +71,12 @@ pub enum WireError {
     },
     /// An Orchestrator stopped on its worker.
     OrchestratorFailed { number: u32, message: String },
+    /// A message was larger than the conversation takes; it was refused.
+    MessageTooLarge {
+        subject: String,
+        bytes: u64,
+        limit: u64,
+    },
 }
 
 impl fmt::Display for WireError {
@@ -106,6 +112,17 @@ impl fmt::Display for WireError {
                     crate::orchestrator_name(*number)
                 )
             }
+            WireError::MessageTooLarge {
+                subject,
+                bytes,
+                limit,
+            } => write!(
+                f,
+                "a message of {} KiB on {subject} was refused: the limit is {} KiB; \
+                 put long text in a file in the workspace and point to it",
+                bytes.div_ceil(1024),
+                limit / 1024
+            ),
         }
     }
 }

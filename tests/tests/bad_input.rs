@@ -281,3 +281,47 @@ async fn malformed_json_on_every_subject_is_rejected_and_everything_keeps_servin
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_too_large_is_refused_in_plain_words_and_the_session_goes_on() {
+    let sys = System::start().await;
+    let s = "s-too-large";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("After that, this.");
+    sys.mock.push(&arb, arbiter("address_human", "Heard."));
+    let huge = "x".repeat(300 * 1024);
+    sys.send(s, &huge).await;
+    sys.send(s, "After that, this.").await;
+    sys.settled(s, 3).await;
+
+    // What the user sees: the refusal with both sizes and what to do, then
+    // the conversation going on.
+    let bodies = log.bodies();
+    let LogBody::Error(refused) = &bodies[0] else {
+        panic!("expected the refusal, got {:?}", bodies[0]);
+    };
+    assert_eq!(
+        refused.error,
+        WireError::MessageTooLarge {
+            subject: subjects::session_human(s),
+            bytes: 300 * 1024,
+            limit: 256 * 1024,
+        }
+    );
+    assert_eq!(
+        refused.error.to_string(),
+        format!(
+            "a message of 300 KiB on {} was refused: the limit is 256 KiB; \
+             put long text in a file in the workspace and point to it",
+            subjects::session_human(s)
+        )
+    );
+    assert_eq!(
+        briefs(&bodies[1..]),
+        vec![pair("You", "After that, this."), pair("Arbiter", "Heard.")]
+    );
+    // The Arbiter never saw the refused text.
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 1);
+    assert!(!requests[0].all_text().contains("xxxxxxxx"));
+}

@@ -257,3 +257,83 @@ async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].messages().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_step_too_large_for_one_message_is_stored_and_restored() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-big-step";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Wait for it");
+    let hold = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_human", "Waiting.").gated(hold.clone()),
+    );
+    sys.mock
+        .push(&arb, arbiter("address_human", "Read it all."));
+    sys.mock.push(&arb, arbiter("address_human", "Still here."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "Wait for it").await;
+    sys.mock.wait_for_requests(&arb, 1, WAIT).await;
+    // Four long messages queue while the Arbiter is mid-turn: the queue, and
+    // then the turn made of it, pass 1 MB, more than one NATS message holds.
+    let parts: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|c| c.repeat(250 * 1024))
+        .collect();
+    for part in &parts {
+        sys.send(s, part).await;
+    }
+    log.wait_len(5).await;
+    hold.open();
+    sys.settled(s, 7).await;
+    let pointers = state_pointers(&sys, s).await;
+    assert!(pointers >= 1, "no record went to the object store");
+
+    // A restart reads the large steps back through their pointers.
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    let _coordinator = sys.coordinator_process();
+    sys.send(s, "Are you there?").await;
+    sys.settled(s, 9).await;
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 3);
+    // The turn made of the four parts reached the model whole, and is still
+    // in the transcript after the restart.
+    let joined = requests[1].last_user_text();
+    assert!(parts.iter().all(|p| joined.contains(p.as_str())));
+    assert_eq!(requests[2].messages().len(), 5);
+    assert_eq!(
+        requests[2].body["messages"][2],
+        requests[1].body["messages"][2]
+    );
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=9).collect::<Vec<_>>()
+    );
+}
+
+/// Records on a session's state subject that point into the object store.
+async fn state_pointers(sys: &System, session: &str) -> usize {
+    let subject = arbiter_protocol::subjects::session_state(session);
+    let (messages, _) = sys
+        .bus
+        .replay_subject(arbiter_protocol::subjects::STATE_STREAM, &subject)
+        .await
+        .unwrap()
+        .unwrap();
+    messages
+        .iter()
+        .filter(|m| {
+            serde_json::from_slice::<serde_json::Value>(&m.payload)
+                .unwrap()
+                .get("blob")
+                .is_some()
+        })
+        .count()
+}
