@@ -160,6 +160,7 @@ impl Registry {
             Input::Human(h, t, _) => Input::Human(h, t, Some(msg)),
             Input::Orchestrator(o, t, _) => Input::Orchestrator(o, t, Some(msg)),
             Input::Malformed(e, _) => Input::Malformed(e, Some(msg)),
+            other @ Input::NoWorker { .. } => other,
         };
         self.deliver(session_id, input).await;
     }

@@ -5,6 +5,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod delta;
+mod fleet;
 mod intake;
 pub mod prompt;
 mod route;
@@ -72,6 +73,7 @@ pub(crate) struct Shared {
     pub bus: Bus,
     pub model: Arc<dyn Model>,
     pub config: Config,
+    pub fleet: fleet::Fleet,
 }
 
 /// Runs the coordinator until `shutdown` completes.
@@ -90,6 +92,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let bus = Bus::setup(client).await?;
     state::ensure_stream(&bus).await?;
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats_url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
-    let shared = Arc::new(Shared { bus, model, config });
+    let shared = Arc::new(Shared {
+        bus,
+        model,
+        config,
+        fleet: fleet::Fleet::default(),
+    });
     intake::run(shared, shutdown).await
 }

@@ -9,7 +9,7 @@ use arbiter_protocol::{
 };
 use chrono::Utc;
 
-use crate::session::Session;
+use crate::session::{Input, Session};
 use crate::state::{Active, Effect, Pending};
 
 impl Session {
@@ -117,13 +117,22 @@ impl Session {
         self.effect(Effect::Summon(Summon {
             v: VERSION,
             session_id: self.id.clone(),
-            orch_id,
+            orch_id: orch_id.clone(),
             number,
             brief,
             workspace: None,
-            pool,
+            pool: pool.clone(),
             summoned_at: Utc::now(),
         }));
+        // Off the session's path: a summons nobody can take is worth a word.
+        let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
+        tokio::spawn(async move {
+            if !shared.fleet.pool_served(&shared.bus.client, &pool).await
+                && let Some(inbox) = inbox.upgrade()
+            {
+                let _ = inbox.send(Input::NoWorker { orch_id, pool }).await;
+            }
+        });
     }
 
     /// Releases the active Orchestrator, if any: tells its worker and logs it.

@@ -43,6 +43,11 @@ pub(crate) enum Input {
     Human(HumanMessage, TraceContext, Ack),
     Orchestrator(OrchestratorMessage, TraceContext, Ack),
     Malformed(WireError, Ack),
+    /// No worker of `pool` answered after this Orchestrator was summoned.
+    NoWorker {
+        orch_id: String,
+        pool: String,
+    },
 }
 
 /// Cloneable address of a session actor.
@@ -88,6 +93,8 @@ pub(crate) struct Session {
     pub transcript: Vec<Turn>,
     pub state: Snapshot,
     pub trace: TraceContext,
+    /// The session's own inbox, for what its background checks find.
+    pub inbox: mpsc::WeakSender<Input>,
     /// Effects decided in the current step, published after it is stored.
     effects: Vec<Effect>,
     /// Inputs of the current step, acknowledged after it is stored.
@@ -114,6 +121,7 @@ pub(crate) async fn spawn(
         transcript: Vec::new(),
         state: Snapshot::new(),
         trace: TraceContext::new_root(),
+        inbox: tx.downgrade(),
         effects: Vec::new(),
         acks: Vec::new(),
         stored_turns: 0,
@@ -327,6 +335,18 @@ impl Session {
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
                 self.log(LogBody::Error(ErrorEntry { error }));
+            }
+            Input::NoWorker { orch_id, pool } => {
+                let Some(active) = self.state.active.as_ref().filter(|a| a.orch_id == orch_id)
+                else {
+                    return;
+                };
+                let text = format!(
+                    "No worker of pool {pool} is running: {} starts when one does \
+                     (arbiter-worker --pool {pool}).",
+                    orchestrator_name(active.number)
+                );
+                self.log(LogBody::System(arbiter_protocol::SystemEntry { text }));
             }
         }
     }

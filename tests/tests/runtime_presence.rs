@@ -114,3 +114,77 @@ async fn a_worker_answers_ping_info_and_stats_with_its_pool_and_slots() {
     );
     hold.open();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summons_no_worker_can_take_is_told_and_runs_once_a_worker_starts() {
+    let mut sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-no-worker";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Build it");
+    let brief = "Build it.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(&lane, orch(true, "Built."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    // A worker of another pool does not count.
+    let mut gpu = sys.worker_config("w-gpu", 1, 200_000);
+    gpu.pool = "gpu".into();
+    sys.spawn_worker_with(gpu);
+    worker_ready(&sys, "w-gpu").await;
+
+    sys.send(s, "Build it").await;
+    // What the user sees while nobody can take the summons.
+    log.wait_len(3).await;
+    sys.spawn_worker_with(sys.worker_config("w1", 1, 200_000));
+    sys.settled(s, 6).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build it"),
+            pair("Summoned Orchestrator I", brief),
+            pair(
+                "System",
+                "No worker of pool default is running: Orchestrator I starts when one does \
+                 (arbiter-worker --pool default)."
+            ),
+            pair("Orchestrator I", "Built."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    // The notice is for the human: the Arbiter was not told.
+    let requests = sys.mock.requests_for(&arb);
+    assert!(requests.iter().all(|r| !r.all_text().contains("No worker")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_notice_when_a_worker_of_the_pool_is_up() {
+    let sys = System::start().await;
+    let s = "s-worker-up";
+    let log = sys.watch_log(s).await;
+    worker_ready(&sys, "worker-0").await;
+    let arb = arbiter_lane("Build it");
+    let brief = "Build it.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    // The Orchestrator's model call hangs: it is running, nothing else happens.
+    let hold = Gate::new();
+    sys.mock
+        .push(&orch_lane(brief), orch(true, "Built.").gated(hold.clone()));
+    sys.send(s, "Build it").await;
+    sys.mock.wait_for_requests(&orch_lane(brief), 1, WAIT).await;
+    // Longer than the ping's window.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build it"),
+            pair("Summoned Orchestrator I", brief)
+        ]
+    );
+    hold.open();
+}
