@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use arbiter_bus::TraceContext;
 use arbiter_protocol::{
     LogBody, OrchestratorEvent, OrchestratorMessage, OrchestratorOutput, VERSION, subjects,
@@ -45,20 +43,27 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
         &arb,
         arbiter("summon_orchestrator", "Brief two: write the lexer first."),
     );
+    // II's first answer waits until I has spoken out of turn.
+    let two_speaks = Gate::new();
     sys.mock.push(
         &orch_lane("Brief two: write the lexer first."),
-        orch(true, "II here. Lexer first, then."),
+        orch(true, "II here. Lexer first, then.").gated(two_speaks.clone()),
     );
     sys.mock
         .push(&arb, arbiter("release_orchestrators", "It is done."));
     sys.send(s, "No: the lexer comes first").await;
-    sys.settled(s, 8).await;
+    sys.mock
+        .wait_for_requests(&orch_lane("Brief two: write the lexer first."), 1, WAIT)
+        .await;
 
     let orch_one = match &log.bodies()[1] {
         LogBody::Summoned(e) => e.orch_id.clone(),
         other => panic!("{other:?}"),
     };
-    // A late output from I (its worker had not yet seen the release) is not routed.
+    // A late output from I (its worker had not yet seen the release) while
+    // II is active is not routed: not to the log, not to the Arbiter. The
+    // coordinator reads Orchestrator output in stream order, so once II's
+    // answer (published after it) is in the log, I's has been dealt with.
     let late = OrchestratorMessage {
         v: VERSION,
         session_id: s.into(),
@@ -79,8 +84,9 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
         )
         .await
         .unwrap();
+    two_speaks.open();
+    sys.settled(s, 8).await;
     never.open();
-    tokio::time::sleep(Duration::from_millis(500)).await;
 
     assert_eq!(
         briefs(&log.bodies()),
@@ -240,4 +246,115 @@ async fn an_intent_that_cannot_be_carried_out_goes_back_to_the_arbiter() {
             .contains("could not be carried out")
     );
     assert_eq!(sys.mock.requests_for(&arb2).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_that_arrives_mid_turn_is_delivered_after_it_in_order_in_one_message() {
+    let sys = System::start().await;
+    let s = "s-mid-turn";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Plan the release");
+    let brief = "Draft the release notes.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    // The Arbiter's second turn is in flight while the rest arrives.
+    let second_turn = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_human", "Soon.").gated(second_turn.clone()),
+    );
+    let answer = "Yes, include them; thank the contributors.";
+    sys.mock.push(&arb, arbiter("address_orchestrator", answer));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    let note = Gate::new();
+    sys.mock.push(
+        &lane,
+        orch(false, "Reading the changelog.").gated(note.clone()),
+    );
+    sys.mock
+        .push(&lane, orch(true, "Include the internal fixes?"));
+    sys.mock.push(&lane, orch(true, "Done."));
+
+    sys.send(s, "Plan the release").await;
+    sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+    sys.send(s, "How long will it take?").await;
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    // Mid-turn: a note, a question from I, and the human again.
+    note.open();
+    log.wait_len(5).await;
+    sys.send(s, "Also thank the contributors.").await;
+    log.wait_len(6).await;
+    second_turn.open();
+    sys.settled(s, 11).await;
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Plan the release"),
+            pair("Summoned Orchestrator I", brief),
+            pair("You", "How long will it take?"),
+            pair("Orchestrator I (note)", "Reading the changelog."),
+            pair("Orchestrator I", "Include the internal fixes?"),
+            pair("You", "Also thank the contributors."),
+            pair("Arbiter", "Soon."),
+            pair("Arbiter → Orchestrator I", answer),
+            pair("Orchestrator I", "Done."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 4);
+    assert_eq!(
+        requests[1].last_user_text(),
+        "Human: How long will it take?"
+    );
+    // Everything that arrived mid-turn reaches the Arbiter in one message,
+    // in arrival order, the note as a digest first; nothing was interleaved
+    // into the turn in flight.
+    assert_eq!(
+        requests[2].last_user_text(),
+        "Notes sent while working:\n- Orchestrator I: Reading the changelog.\n\n\
+         Orchestrator I: Include the internal fixes?\n\n\
+         Human: Also thank the contributors."
+    );
+    assert_eq!(requests[2].messages().len(), 5);
+    assert_eq!(requests[3].last_user_text(), "Orchestrator I: Done.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn musings_are_logged_and_never_routed() {
+    let sys = System::start().await;
+    let s = "s-musings";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Should we rewrite it in Rust?");
+    sys.mock
+        .push(&arb, arbiter("musings", "The mortal wavers between paths."));
+    sys.mock
+        .push(&arb, arbiter("address_human", "Speak plainly."));
+    sys.send(s, "Should we rewrite it in Rust?").await;
+    sys.settled(s, 2).await;
+    sys.send(s, "Well?").await;
+    sys.settled(s, 4).await;
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Should we rewrite it in Rust?"),
+            pair("Musing", "The mortal wavers between paths."),
+            pair("You", "Well?"),
+            pair("Arbiter", "Speak plainly."),
+        ]
+    );
+    // Nothing was summoned, and no Orchestrator or human was sent the musing;
+    // the Arbiter keeps it in its own transcript.
+    assert_eq!(sys.mock.requests().len(), 2);
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests[1].messages().len(), 3);
+    assert!(
+        requests[1]
+            .all_text()
+            .contains("The mortal wavers between paths.")
+    );
 }
