@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
-    Control, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
+    Control, ControlAction, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
 };
 use async_nats::jetstream::{object_store, stream};
 use chrono::{DateTime, Utc};
@@ -124,7 +124,14 @@ impl Effect {
             ),
             Effect::Control(c) => (
                 subjects::orch_ctl(&c.orch_id),
-                format!("{}:ctl:{:?}", c.orch_id, c.action),
+                format!(
+                    "{}:ctl:{}",
+                    c.orch_id,
+                    match c.action {
+                        ControlAction::Release => "release",
+                        ControlAction::Cancel => "cancel",
+                    }
+                ),
             ),
         }
     }
