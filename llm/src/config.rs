@@ -1,7 +1,11 @@
 //! Model configuration per role (Arbiter, Orchestrator, subagent): a TOML
 //! file read into a raw struct that rejects unknown keys, resolved with the
 //! values of flags and the environment into a concrete [`RoleConfig`].
-//! Precedence: flag > env > file > default (clap merges the first two).
+//! Precedence: flag > env > file > default (clap merges the first two), with
+//! one refinement for how a role reaches its provider: a role's own
+//! `base_url` and `api_key_env` win over the provider-wide flags and
+//! variables (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, …), which win over the
+//! file's `[openai]` / `[anthropic]` sections. See [`resolve`].
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,7 +13,10 @@ use std::time::Duration;
 use arbiter_protocol::Role;
 use serde::Deserialize;
 
-use crate::{ApiKey, LlmError, ModelConfig, ModelLimits, Provider, Result, RetryPolicy, Timeouts};
+use crate::{
+    ApiKey, LlmError, ModelConfig, ModelLimits, Provider, Result, RetryPolicy, Timeouts,
+    parse_model_spec,
+};
 
 /// The default model of each role: a strong one for Orchestrators, a fast
 /// one for the Arbiter, one in between for subagents.
@@ -102,9 +109,10 @@ pub struct RoleFile {
     pub context_window: Option<u64>,
     /// Overrides the output maximum the API reports.
     pub output_limit: Option<u64>,
-    /// This role only; below the provider's environment variable.
+    /// This role's server, above the provider's flag/variable and section.
     pub base_url: Option<String>,
-    /// This role's key variable, instead of the provider's (`""`: no key).
+    /// This role's key variable, instead of the provider's flag/variable and
+    /// section (`""`: no key).
     pub api_key_env: Option<String>,
     api_key: Option<toml::Value>,
 }
@@ -185,6 +193,17 @@ pub struct RoleConfig {
 
 /// Resolves `role` from the file and the overrides. `env` reads the
 /// variables the file names in `api_key_env`.
+///
+/// Base URL: the role's `base_url` > the provider's flag or variable
+/// (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`) > the provider section's
+/// `base_url` > the provider's default. Key: if the role has `api_key_env`,
+/// that variable only (`""`, or a variable that is unset, means no key);
+/// else the provider's flag or variable (`ANTHROPIC_API_KEY`,
+/// `OPENAI_API_KEY`) > the variable the provider section's `api_key_env`
+/// names. The role's `base_url` and `api_key_env` apply only while the role's
+/// model is on the provider of its `model` in the file (a model flag such as
+/// `SUBAGENT_MODEL` that moves the role to the other provider drops them).
+/// There are no per-role connection flags.
 pub fn resolve(
     file: &ConfigFile,
     role: Role,
@@ -210,29 +229,37 @@ pub fn resolve(
         Provider::Anthropic => (&providers.anthropic_base_url, &providers.anthropic_api_key),
         Provider::OpenAi => (&providers.openai_base_url, &providers.openai_api_key),
     };
-    if let Some(url) = flag_url
-        .as_ref()
-        .or(section.base_url.as_ref())
+    // The role's own server and key variable belong to the provider of the
+    // role's model in the file: a flag that moves the role to the other
+    // provider leaves them behind.
+    let file_provider = parse_model_spec(section.model.as_deref().unwrap_or(default_model(role)))
+        .ok()
+        .map(|(provider, _)| provider);
+    let (role_url, role_key_env) = if file_provider == Some(model.provider) {
+        (section.base_url.as_ref(), section.api_key_env.as_ref())
+    } else {
+        (None, None)
+    };
+    // Role > provider flag/env > provider section > default.
+    if let Some(url) = role_url
+        .or(flag_url.as_ref())
         .or(provider.base_url.as_ref())
     {
         model.base_url = url.clone();
     }
-    let from_env = |name: &Option<String>| {
-        name.as_deref()
+    let from_env = |name: &str| {
+        Some(name)
             .filter(|n| !n.is_empty())
             .and_then(env)
             .filter(|k| !k.is_empty())
             .map(ApiKey::new)
     };
-    // A role that names its own variable uses only that one ("" for no key).
-    let key_env = section
-        .api_key_env
-        .as_ref()
-        .or(provider.api_key_env.as_ref());
-    model.api_key = flag_key
-        .clone()
-        .filter(|k| !k.expose().is_empty())
-        .or_else(|| from_env(&key_env.cloned()));
+    let flag_key = flag_key.clone().filter(|k| !k.expose().is_empty());
+    model.api_key = match role_key_env {
+        // A role that names its own variable uses only that one ("" for no key).
+        Some(name) => from_env(name),
+        None => flag_key.or_else(|| provider.api_key_env.as_deref().and_then(from_env)),
+    };
     if let Some(version) = providers
         .anthropic_version
         .as_ref()

@@ -203,19 +203,26 @@ pub(crate) fn error_from_body(
         None => format!("an error event with no message ({body})"),
     });
     let lower = message.to_ascii_lowercase();
+    // A spend limit is never retried, so it is named only by what says so for
+    // certain: 402, Anthropic's `billing_error`, OpenAI's `insufficient_quota`.
+    // The text is read only on 400/403, which are never retried anyway: on a
+    // 429, 408, 409 or 5xx (or an error inside a stream) words such as
+    // "quota" are common in plain rate-limit and outage messages (Azure
+    // links to ".../quotaincrease"), and those must stay retryable.
     let spend = status == Some(402)
         || kind == "billing_error"
         || kind == "insufficient_quota"
         || code == "insufficient_quota"
-        || [
-            "credit balance",
-            "spend limit",
-            "usage limit",
-            "billing",
-            "quota",
-        ]
-        .iter()
-        .any(|k| lower.contains(k));
+        || (matches!(status, Some(400 | 403))
+            && [
+                "credit balance",
+                "spend limit",
+                "usage limit",
+                "billing",
+                "quota",
+            ]
+            .iter()
+            .any(|k| lower.contains(k)));
     let context = kind == "request_too_large"
         || code == "context_length_exceeded"
         || status == Some(413)
@@ -334,6 +341,93 @@ mod tests {
         for never in [400, 401, 403, 413, 402] {
             assert!(e(never, "", "x").never_retry(), "{never}");
             assert!(!e(never, "", "x").is_retryable(), "{never}");
+        }
+    }
+
+    #[test]
+    fn spend_limits_are_told_apart_from_rate_limits() {
+        // Retryable statuses keep their kind whatever the text says.
+        for (status, kind, message) in [
+            (
+                429,
+                "tokens",
+                "Rate limit reached for gpt-x on tokens per min. Your quota resets soon.",
+            ),
+            (
+                429,
+                "rate_limit_error",
+                "This request would exceed your usage limit of 50 requests per minute",
+            ),
+            (
+                429,
+                "",
+                "Please go here: https://aka.ms/oai/quotaincrease to increase the rate limit",
+            ),
+            (503, "server_error", "the billing service is down"),
+            (
+                529,
+                "overloaded_error",
+                "Overloaded; quota checks are delayed",
+            ),
+            (408, "", "billing lookup timed out"),
+            (
+                409,
+                "conflict_error",
+                "quota record was updated concurrently",
+            ),
+        ] {
+            let err = e(status, kind, message);
+            assert!(
+                !matches!(err, LlmError::SpendLimit { .. }),
+                "{status}: {err:?}"
+            );
+            assert!(err.is_retryable(), "{status}: {err:?}");
+            assert!(!err.never_retry(), "{status}: {err:?}");
+        }
+        assert!(matches!(
+            e(429, "tokens", "Rate limit reached; quota"),
+            LlmError::RateLimited { .. }
+        ));
+        // An error event inside a 200 stream is not matched on its text either.
+        let in_stream = error_from_body(
+            None,
+            &json!({"error":{"type":"api_error","message":"quota service unavailable"}}),
+            None,
+        );
+        assert!(in_stream.is_retryable(), "{in_stream:?}");
+
+        // Typed spend limits, whatever the status.
+        for (status, body) in [
+            (402, json!({"error":{"type":"","message":"pay up"}})),
+            (400, json!({"error":{"type":"billing_error","message":"x"}})),
+            (
+                429,
+                json!({"error":{"type":"insufficient_quota","message":"x"}}),
+            ),
+            (
+                429,
+                json!({"error":{"type":"requests","code":"insufficient_quota","message":"x"}}),
+            ),
+        ] {
+            let err = error_from_body(Some(status), &body, None);
+            assert!(
+                matches!(err, LlmError::SpendLimit { .. }),
+                "{body}: {err:?}"
+            );
+            assert!(err.never_retry());
+        }
+        // Text alone only on statuses that are never retried anyway.
+        for (status, message) in [
+            (400, "Your credit balance is too low to access the API"),
+            (400, "You have reached your specified API usage limits"),
+            (403, "Billing is not enabled for this project"),
+            (403, "You exceeded your current quota"),
+        ] {
+            let err = e(status, "", message);
+            assert!(
+                matches!(err, LlmError::SpendLimit { .. }),
+                "{status}: {err:?}"
+            );
         }
     }
 

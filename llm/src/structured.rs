@@ -14,7 +14,10 @@ use crate::{LlmError, Message, Model, Request, Response, Result, StopReason};
 /// schema, then deserialised. `null` in an optional field counts as absent
 /// (OpenAI strict mode sends it). The error explains what is wrong, for the model.
 pub fn parse<T: DeserializeOwned + JsonSchema>(text: &str) -> std::result::Result<T, String> {
-    parse_with(text, &crate::schema::for_model::<T>())
+    parse_with(
+        text,
+        &crate::schema::try_for_model::<T>().map_err(|e| e.to_string())?,
+    )
 }
 
 /// [`parse`] against a given schema.
@@ -39,6 +42,17 @@ pub fn parse_with<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
+/// The request's `output_schema`, set to `T`'s when missing; a recursive `T`
+/// is an invalid request.
+fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<Value> {
+    let schema = match request.output_schema.take() {
+        Some(schema) => schema,
+        None => crate::schema::try_for_model::<T>()?,
+    };
+    request.output_schema = Some(schema.clone());
+    Ok(schema)
+}
+
 /// The user message that asks the model to repair its reply.
 pub fn repair_message(detail: &str) -> String {
     format!(
@@ -60,7 +74,8 @@ pub struct Structured<T> {
 }
 
 /// Calls the model until its reply is valid, at most `1 + repairs` times.
-/// The request's `output_schema` is set to `T`'s schema when missing.
+/// The request's `output_schema` is set to `T`'s schema when missing (a recursive
+/// `T` is an [`LlmError::InvalidRequest`], before anything is sent).
 /// Rejected replies and repair requests are not kept: the caller's transcript
 /// gets only the accepted reply.
 pub async fn complete<T: DeserializeOwned + JsonSchema>(
@@ -68,10 +83,7 @@ pub async fn complete<T: DeserializeOwned + JsonSchema>(
     mut request: Request,
     repairs: u32,
 ) -> Result<Structured<T>> {
-    let schema = request
-        .output_schema
-        .get_or_insert_with(crate::schema::for_model::<T>)
-        .clone();
+    let schema = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     loop {
         let response = model.complete(request.clone()).await?;
@@ -164,10 +176,7 @@ where
     T: DeserializeOwned + JsonSchema,
     F: FnMut(Progress<'_>),
 {
-    let schema = request
-        .output_schema
-        .get_or_insert_with(crate::schema::for_model::<T>)
-        .clone();
+    let schema = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     let mut reported = 0;
     loop {

@@ -478,3 +478,67 @@ async fn a_refused_connection_is_a_network_error_after_retries() {
     let err = client.complete(request("go")).await.unwrap_err();
     assert!(matches!(err, LlmError::Network(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_and_then_succeeds() {
+    let mock = MockAnthropic::start().await;
+    let proxy = FlakyProxy::start(mock.addr(), 1).await;
+    let mut config = config(Provider::Anthropic, MODEL, &proxy.base_url);
+    // Known limits: no GET /v1/models/{id}, so the first connection is the call.
+    config.limits = ModelLimits {
+        context_window: Some(200_000),
+        max_output_tokens: Some(8_000),
+    };
+    config.retry.initial_backoff = Duration::from_millis(50);
+    let client = AnthropicClient::new(config).unwrap();
+    mock.push(MODEL, MockReply::text("made it"));
+    let response = client.complete(request("go")).await.unwrap();
+    assert_eq!(response.text(), "made it");
+    // Two attempts: the dropped one, then one that reached the server.
+    assert_eq!(proxy.connections(), 2);
+    assert_eq!(mock.requests_for(MODEL).len(), 1);
+
+    // Without retries the same failure is a typed network error.
+    let mut once = client.config().clone();
+    once.retry.max_retries = 0;
+    let proxy = FlakyProxy::start(mock.addr(), 1).await;
+    once.base_url = proxy.base_url.clone();
+    let err = AnthropicClient::new(once)
+        .unwrap()
+        .complete(request("go"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LlmError::Network(_)), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(proxy.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_configured_anthropic_version_is_the_header_sent() {
+    let mock = MockAnthropic::start().await;
+    let file = arbiter_llm::ConfigFile::parse(
+        "[anthropic]\nversion = \"2026-10-21\"\n[orchestrator]\nmodel = \"anthropic:claude-sonnet-5-5\"\n",
+    )
+    .unwrap();
+    let providers = arbiter_llm::ProviderOverrides {
+        anthropic_base_url: Some(mock.base_url()),
+        anthropic_api_key: Some(arbiter_llm::ApiKey::new(KEY)),
+        ..Default::default()
+    };
+    let role = arbiter_llm::config::resolve(
+        &file,
+        arbiter_protocol::Role::Orchestrator,
+        &providers,
+        &arbiter_llm::RoleOverrides::default(),
+        &|_| None,
+    )
+    .unwrap();
+    assert_eq!(role.model.anthropic_version, "2026-10-21");
+    let client = arbiter_llm::client_for(&role.model).unwrap();
+    mock.push(MODEL, MockReply::text("ok"));
+    assert_eq!(client.complete(request("go")).await.unwrap().text(), "ok");
+    let requests = mock.requests_for(MODEL);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("anthropic-version"), Some("2026-10-21"));
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+}

@@ -222,3 +222,171 @@ fn mistakes_in_the_file_are_plain_errors() {
         "{missing}"
     );
 }
+
+/// The providers' environment variables (or flags) of a shell that has both
+/// providers set up globally.
+fn global_env() -> ProviderOverrides {
+    ProviderOverrides {
+        anthropic_base_url: Some("https://anthropic-proxy.example".into()),
+        anthropic_api_key: Some(ApiKey::new("global-anthropic-key")),
+        anthropic_version: None,
+        openai_base_url: Some("https://api.openai.com/v1".into()),
+        openai_api_key: Some(ApiKey::new("sk-global-openai-key")),
+    }
+}
+
+#[test]
+fn a_role_pointed_at_a_local_server_gets_no_global_key() {
+    // The example file's subagent: a local Ollama, `api_key_env = ""`.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/arbiter.example.toml"
+    );
+    let file = ConfigFile::load(std::path::Path::new(path)).unwrap();
+    let env = |name: &str| match name {
+        "OPENAI_API_KEY" => Some("sk-global-openai-key".to_owned()),
+        "OPENROUTER_API_KEY" => Some("or-key".to_owned()),
+        _ => None,
+    };
+    let sub = config::resolve(
+        &file,
+        Role::Subagent,
+        &global_env(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(sub.model.base_url, "http://localhost:11434/v1");
+    assert_eq!(sub.model.api_key, None);
+
+    // The same with a minimal file.
+    let file = ConfigFile::parse(
+        "[subagent]\nmodel = \"openai:llama3\"\nbase_url = \"http://ollama:11434\"\napi_key_env = \"\"\n",
+    )
+    .unwrap();
+    let sub = config::resolve(
+        &file,
+        Role::Subagent,
+        &global_env(),
+        &RoleOverrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(sub.model.base_url, "http://ollama:11434");
+    assert_eq!(sub.model.api_key, None);
+}
+
+#[test]
+fn a_roles_own_key_variable_and_url_win_over_the_providers() {
+    let file = ConfigFile::parse(
+        r#"
+[openai]
+base_url = "https://file.example/v1"
+api_key_env = "FILE_OPENAI_KEY"
+
+[arbiter]
+model = "openai:gpt-x"
+api_key_env = "ARBITER_KEY"
+
+[orchestrator]
+model = "openai:gpt-x"
+base_url = "http://gpu-box:8000/v1"
+
+[subagent]
+model = "openai:gpt-x"
+api_key_env = "UNSET_KEY"
+"#,
+    )
+    .unwrap();
+    let env = |name: &str| match name {
+        "ARBITER_KEY" => Some("arbiter-key".to_owned()),
+        "FILE_OPENAI_KEY" => Some("file-key".to_owned()),
+        _ => None,
+    };
+    let resolve = |role| {
+        config::resolve(&file, role, &global_env(), &RoleOverrides::default(), &env)
+            .unwrap()
+            .model
+    };
+    // The role's own key variable wins over OPENAI_API_KEY; the URL is the
+    // provider's, and OPENAI_BASE_URL wins over [openai] base_url.
+    let arbiter = resolve(Role::Arbiter);
+    assert_eq!(arbiter.api_key, Some(ApiKey::new("arbiter-key")));
+    assert_eq!(arbiter.base_url, "https://api.openai.com/v1");
+    // The role's own URL wins over OPENAI_BASE_URL; with no key variable of
+    // its own, the role takes the provider's key (OPENAI_API_KEY).
+    let orch = resolve(Role::Orchestrator);
+    assert_eq!(orch.base_url, "http://gpu-box:8000/v1");
+    assert_eq!(orch.api_key, Some(ApiKey::new("sk-global-openai-key")));
+    // A role that names a variable that is unset has no key: the global one
+    // is not a fallback.
+    let sub = resolve(Role::Subagent);
+    assert_eq!(sub.api_key, None);
+}
+
+#[test]
+fn the_providers_env_and_flags_win_over_the_providers_file_section() {
+    let file = ConfigFile::parse(
+        r#"
+[anthropic]
+base_url = "https://file.example/anthropic"
+api_key_env = "FILE_ANTHROPIC_KEY"
+
+[openai]
+base_url = "https://file.example/v1"
+api_key_env = "FILE_OPENAI_KEY"
+
+[subagent]
+model = "openai:gpt-x"
+"#,
+    )
+    .unwrap();
+    let env = |name: &str| match name {
+        "FILE_ANTHROPIC_KEY" => Some("file-anthropic-key".to_owned()),
+        "FILE_OPENAI_KEY" => Some("file-openai-key".to_owned()),
+        _ => None,
+    };
+    let resolve = |role, providers: &ProviderOverrides| {
+        config::resolve(&file, role, providers, &RoleOverrides::default(), &env)
+            .unwrap()
+            .model
+    };
+    let orch = resolve(Role::Orchestrator, &global_env());
+    assert_eq!(orch.base_url, "https://anthropic-proxy.example");
+    assert_eq!(orch.api_key, Some(ApiKey::new("global-anthropic-key")));
+    let sub = resolve(Role::Subagent, &global_env());
+    assert_eq!(sub.base_url, "https://api.openai.com/v1");
+    assert_eq!(sub.api_key, Some(ApiKey::new("sk-global-openai-key")));
+    // Without them, the file's provider sections apply.
+    let orch = resolve(Role::Orchestrator, &ProviderOverrides::default());
+    assert_eq!(orch.base_url, "https://file.example/anthropic");
+    assert_eq!(orch.api_key, Some(ApiKey::new("file-anthropic-key")));
+    let sub = resolve(Role::Subagent, &ProviderOverrides::default());
+    assert_eq!(sub.base_url, "https://file.example/v1");
+    assert_eq!(sub.api_key, Some(ApiKey::new("file-openai-key")));
+}
+
+#[test]
+fn a_roles_connection_settings_stay_with_its_files_provider() {
+    // The role's own server is an OpenAI-compatible one; a flag that moves
+    // the role to Anthropic must not send Anthropic calls (or keys) there.
+    let file = ConfigFile::parse(
+        "[subagent]\nmodel = \"openai:llama3\"\nbase_url = \"http://ollama:11434\"\napi_key_env = \"\"\n",
+    )
+    .unwrap();
+    let moved = RoleOverrides {
+        model: Some("anthropic:claude-haiku-5-5".into()),
+        ..Default::default()
+    };
+    let sub = config::resolve(&file, Role::Subagent, &global_env(), &moved, &no_env).unwrap();
+    assert_eq!(sub.model.base_url, "https://anthropic-proxy.example");
+    assert_eq!(sub.model.api_key, Some(ApiKey::new("global-anthropic-key")));
+    // Another model on the same provider keeps the role's server.
+    let renamed = RoleOverrides {
+        model: Some("openai:qwen3".into()),
+        ..Default::default()
+    };
+    let sub = config::resolve(&file, Role::Subagent, &global_env(), &renamed, &no_env).unwrap();
+    assert_eq!(sub.model.base_url, "http://ollama:11434");
+    assert_eq!(sub.model.api_key, None);
+}

@@ -274,6 +274,52 @@ async fn server_errors_are_retried_and_quota_is_not() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rate_limit_that_mentions_quota_is_retried_not_a_spend_limit() {
+    let (mock, client) = setup().await;
+    // OpenAI's per-minute limit, and Azure's (whose text links to "quotaincrease").
+    mock.push(
+        MODEL,
+        OpenAiReply::http_error(
+            429,
+            "tokens",
+            "Rate limit reached for qwen2.5-coder on tokens per min (TPM): Limit 30000, \
+             Used 29800, Requested 900. Please try again in 1.8s. Your quota resets every minute.",
+        ),
+    );
+    mock.push(
+        MODEL,
+        OpenAiReply::http_error(
+            429,
+            "",
+            "Requests to the ChatCompletions_Create Operation have exceeded token rate limit \
+             of your current pricing tier. Please retry after 2 seconds. Please go here: \
+             https://aka.ms/oai/quotaincrease if you would like to further increase the \
+             default rate limit.",
+        )
+        .header("retry-after", "2"),
+    );
+    // A server error whose text mentions billing is still a server error.
+    mock.push(
+        MODEL,
+        OpenAiReply::http_error(503, "server_error", "the billing service is unavailable"),
+    );
+    mock.push(MODEL, OpenAiReply::text("ok"));
+    assert_eq!(client.complete(request("go")).await.unwrap().text(), "ok");
+    assert_eq!(mock.requests_for(MODEL).len(), 4);
+    assert_eq!(mock.pending(MODEL), 0);
+
+    // Seen without retries: the typed kinds.
+    let once = no_retries(&client);
+    mock.push(
+        MODEL,
+        OpenAiReply::http_error(429, "tokens", "Rate limit reached; quota resets soon"),
+    );
+    let err = once.complete(request("go")).await.unwrap_err();
+    assert!(matches!(err, LlmError::RateLimited { .. }), "{err:?}");
+    assert!(err.is_retryable());
+}
+
+#[tokio::test(start_paused = true)]
 async fn unauthorized_is_not_retried_and_reads_plainly() {
     let (mock, client) = setup().await;
     mock.push(

@@ -78,14 +78,147 @@ fn every_model_facing_schema_keeps_its_providers_rules() {
     }
 }
 
+/// Mutual recursion through an optional box and a list.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Question {
+    text: String,
+    answer: Option<Box<Answer>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Answer {
+    text: String,
+    follow_ups: Vec<Question>,
+}
+
+/// Holds a recursive type below a plain field.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Forum {
+    title: String,
+    first: Question,
+}
+
 #[test]
-fn recursion_is_caught_by_the_walk() {
-    let tree = schema::for_model::<Tree>();
-    let problems = schema::violations(&tree, Dialect::Anthropic);
-    assert!(
-        problems.iter().any(|p| p.contains("has $ref")),
-        "{problems:?}"
+fn a_recursive_type_is_refused_with_a_clear_error() {
+    let err = schema::try_for_model::<Tree>().unwrap_err();
+    assert_eq!(
+        err,
+        schema::SchemaError::Recursive {
+            type_name: "Tree".into(),
+            path: "$.properties.children.items".into(),
+            reference: "#".into(),
+        }
     );
+    assert_eq!(
+        err.to_string(),
+        "the schema of Tree is recursive ($.properties.children.items refers back to #); \
+         model schemas cannot be recursive: give the type a fixed depth"
+    );
+    let recursive = |type_name: &str, path: &str, reference: &str| schema::SchemaError::Recursive {
+        type_name: type_name.into(),
+        path: path.into(),
+        reference: reference.into(),
+    };
+    assert_eq!(
+        schema::try_for_model::<Question>().unwrap_err(),
+        recursive(
+            "Question",
+            "$.properties.answer.properties.follow_ups.items",
+            "#"
+        )
+    );
+    assert_eq!(
+        schema::try_for_model::<Forum>().unwrap_err(),
+        recursive(
+            "Forum",
+            "$.properties.first.properties.answer.properties.follow_ups.items\
+             .properties.answer.anyOf[0].properties.follow_ups.items",
+            "#/$defs/Question"
+        )
+    );
+    // Parsing a reply as a recursive type says why instead of checking
+    // against a schema with a dangling reference.
+    let err = arbiter_llm::structured::parse::<Tree>(r#"{"name":"a","children":[]}"#).unwrap_err();
+    assert!(err.contains("recursive"), "{err}");
+}
+
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "the schema of Tree is recursive")]
+fn for_model_asserts_on_a_recursive_type() {
+    schema::for_model::<Tree>();
+}
+
+#[test]
+fn the_walk_rejects_a_recursive_schema_normalise_cannot_inline() {
+    let mut tree = json!({
+        "type": "object",
+        "properties": {"next": {"$ref": "#/$defs/Node"}},
+        "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}
+    });
+    schema::normalise(&mut tree, Dialect::Anthropic);
+    let problems = schema::violations(&tree, Dialect::Anthropic);
+    assert_eq!(
+        problems,
+        vec!["$.properties.next.properties.next: has $ref"]
+    );
+}
+
+#[test]
+fn shared_definitions_are_inlined_not_left_dangling() {
+    // A schema written by hand (or by schemars without inlining) that refers
+    // to one definition from two places.
+    let mut shared = json!({
+        "type": "object",
+        "properties": {
+            "owner": {"$ref": "#/$defs/Person", "description": "Who owns it."},
+            "reviewers": {"type": "array", "items": {"$ref": "#/$defs/Person"}}
+        },
+        "required": ["owner", "reviewers"],
+        "$defs": {
+            "Person": {
+                "type": "object",
+                "description": "A person.",
+                "properties": {"name": {"type": "string", "maxLength": 80}},
+                "required": ["name"]
+            }
+        }
+    });
+    let mut strict = shared.clone();
+    schema::normalise(&mut shared, Dialect::Anthropic);
+    schema::normalise(&mut strict, Dialect::OpenAiStrict);
+    let person = |description: &str| {
+        json!({
+            "type": "object",
+            "description": description,
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+            "additionalProperties": false
+        })
+    };
+    assert_eq!(
+        shared,
+        json!({
+            "type": "object",
+            "properties": {
+                "owner": person("Who owns it."),
+                "reviewers": {"type": "array", "items": person("A person.")}
+            },
+            "required": ["owner", "reviewers"],
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(
+        schema::violations(&shared, Dialect::Anthropic),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        schema::violations(&strict, Dialect::OpenAiStrict),
+        Vec::<String>::new()
+    );
+    let reply = json!({"owner": {"name": "a"}, "reviewers": [{"name": "b"}, {"x": 1}]});
+    let err = schema::validate(&reply, &shared).unwrap_err();
+    assert!(err.starts_with("$.reviewers[1]"), "{err}");
 }
 
 #[test]

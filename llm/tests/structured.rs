@@ -152,3 +152,32 @@ async fn a_reply_cut_at_the_output_limit_is_repaired_not_parsed() {
             .contains("cut off at the output token limit")
     );
 }
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)] // only its schema is used
+struct Tree {
+    name: String,
+    children: Vec<Tree>,
+}
+
+#[tokio::test]
+async fn a_recursive_output_type_is_an_invalid_request_and_nothing_is_sent() {
+    let mock = MockAnthropic::start().await;
+    let client = AnthropicClient::new(config(Provider::Anthropic, "m", &mock.base_url())).unwrap();
+    mock.push("m", MockReply::json(&json!({"name": "a", "children": []})));
+    let err = structured::complete::<Tree>(&client, ask(), 2)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LlmError::InvalidRequest { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("the schema of Tree is recursive ($.properties.children.items"),
+        "{err}"
+    );
+    let err = structured::complete_with::<Tree, _>(&client, ask(), 2, |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LlmError::InvalidRequest { .. }), "{err:?}");
+    assert!(mock.requests_for("m").is_empty());
+    assert_eq!(mock.pending("m"), 1);
+}

@@ -2,6 +2,9 @@
 //! mock servers, fixtures, and a tool-use loop driven the way the worker does.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arbiter_llm::{
@@ -9,6 +12,8 @@ use arbiter_llm::{
     RetryPolicy, ToolSpec,
 };
 use serde_json::json;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
 
 pub const KEY: &str = "sk-test-secret-key-4f1e9c";
 
@@ -85,4 +90,52 @@ pub async fn tool_loop(
         });
     }
     panic!("the tool loop did not end in 5 calls");
+}
+
+/// A TCP front for a mock server whose first `drop` connections are closed
+/// as soon as a request's headers have arrived (a server that crashed or
+/// a proxy that gave up mid-request); later connections are passed through.
+pub struct FlakyProxy {
+    pub base_url: String,
+    connections: Arc<AtomicUsize>,
+}
+
+impl FlakyProxy {
+    pub async fn start(target: SocketAddr, drop: usize) -> FlakyProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if n < drop {
+                        let mut seen = Vec::new();
+                        let mut buf = [0u8; 4096];
+                        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match client.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(read) => seen.extend_from_slice(&buf[..read]),
+                            }
+                        }
+                        return; // dropped: the connection closes, unanswered
+                    }
+                    let Ok(mut server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+            }
+        });
+        FlakyProxy {
+            base_url,
+            connections,
+        }
+    }
+
+    /// Connections accepted so far, dropped ones included.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
 }
