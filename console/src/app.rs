@@ -33,6 +33,9 @@ pub enum FeedEvent {
     Connection {
         up: bool,
     },
+    /// The feed has subscribed to the session and opened its log: the session
+    /// exists for this console (and can be resumed).
+    Attached,
     /// A message the human sent could not be published.
     NotSent {
         message_id: String,
@@ -118,6 +121,8 @@ pub struct App {
     pub scroll: Scroll,
     pub show_musings: bool,
     pub connection: Connection,
+    /// Whether the feed ever attached to the session.
+    pub attached: bool,
     /// Rendering cache of the conversation; owned by `ui`.
     pub(crate) wrapped: crate::ui::WrapCache,
 }
@@ -133,6 +138,7 @@ impl App {
             scroll: Scroll::default(),
             show_musings: false,
             connection: Connection::Up,
+            attached: false,
             wrapped: crate::ui::WrapCache::default(),
         }
     }
@@ -167,12 +173,15 @@ impl App {
                     self.conversation.delta(&delta);
                 }
             }
-            FeedEvent::Connection { up: true } => self.connection = Connection::Up,
-            FeedEvent::Connection { up: false } => {
-                if self.connection == Connection::Up {
-                    self.connection = Connection::Down { since: now };
+            FeedEvent::Connection { up } => {
+                self.vitals.connection(up, now);
+                match (up, self.connection) {
+                    (true, _) => self.connection = Connection::Up,
+                    (false, Connection::Up) => self.connection = Connection::Down { since: now },
+                    (false, Connection::Down { .. }) => {}
                 }
             }
+            FeedEvent::Attached => self.attached = true,
             FeedEvent::NotSent {
                 message_id,
                 text,
@@ -233,25 +242,21 @@ impl App {
             KeyCode::End if ctrl => self.scroll.top = None,
             KeyCode::End if self.scroll.top.is_some() => self.scroll.top = None,
             KeyCode::End => self.input.end(),
-            KeyCode::Up => {
-                if self.input.is_single_line() {
-                    self.input.history_prev();
-                } else {
-                    self.input.up();
-                }
-            }
-            KeyCode::Down => {
-                if self.input.is_single_line() {
-                    self.input.history_next();
-                } else {
-                    self.input.down();
-                }
-            }
+            KeyCode::Up => self.browse(Input::up, Input::history_prev),
+            KeyCode::Down => self.browse(Input::down, Input::history_next),
             KeyCode::PageUp => self.scroll.up(self.scroll.page()),
             KeyCode::PageDown => self.scroll.down(self.scroll.page()),
             _ => {}
         }
         None
+    }
+
+    /// Up or Down: to the next line of the input if there is one that way,
+    /// else (at once on a single line) through the history.
+    fn browse(&mut self, line: fn(&mut Input) -> bool, history: fn(&mut Input) -> bool) {
+        if !line(&mut self.input) {
+            history(&mut self.input);
+        }
     }
 
     fn submit(&mut self) -> Option<Action> {
@@ -368,6 +373,58 @@ mod tests {
         press(&mut app, KeyCode::Up);
         assert_eq!(app.input.cursor(), (0, 1), "Up moves within the input");
         assert_eq!(app.input.text(), "a\nb");
+        press(&mut app, KeyCode::Up);
+        assert_eq!(
+            app.input.text(),
+            "second",
+            "past the first line, the history"
+        );
+        press(&mut app, KeyCode::Down);
+        assert_eq!(app.input.text(), "a\nb", "the draft comes back");
+    }
+
+    #[test]
+    fn history_goes_on_through_a_recalled_multi_line_entry() {
+        let mut app = App::new("s", "nats://h");
+        type_str(&mut app, "one");
+        press(&mut app, KeyCode::Enter);
+        type_str(&mut app, "a");
+        app.key(&key(KeyCode::Enter, KeyModifiers::ALT));
+        type_str(&mut app, "b");
+        press(&mut app, KeyCode::Enter);
+        type_str(&mut app, "two");
+        press(&mut app, KeyCode::Enter);
+        type_str(&mut app, "draft");
+
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Up);
+            seen.push((app.input.text(), app.input.cursor()));
+        }
+        assert_eq!(
+            seen,
+            [
+                ("two".to_owned(), (0, 3)),
+                ("a\nb".to_owned(), (1, 1)),
+                ("a\nb".to_owned(), (0, 1)),
+                ("one".to_owned(), (0, 3)),
+                ("one".to_owned(), (0, 3)),
+            ]
+        );
+        seen.clear();
+        for _ in 0..4 {
+            press(&mut app, KeyCode::Down);
+            seen.push((app.input.text(), app.input.cursor()));
+        }
+        assert_eq!(
+            seen,
+            [
+                ("a\nb".to_owned(), (1, 1)),
+                ("two".to_owned(), (0, 3)),
+                ("draft".to_owned(), (0, 5)),
+                ("draft".to_owned(), (0, 5)),
+            ]
+        );
     }
 
     #[test]
@@ -461,6 +518,9 @@ mod tests {
         );
         app.apply(FeedEvent::Connection { up: true }, t0);
         assert_eq!(app.down_for(t0), None);
+        assert!(!app.attached);
+        app.apply(FeedEvent::Attached, t0);
+        assert!(app.attached);
         app.apply(
             log(1, LogBody::Arbiter(ArbiterEntry { text: "x".into() })),
             t0,

@@ -21,6 +21,10 @@ pub enum ConsoleError {
     /// The sessions bucket could not be read.
     #[error("cannot read the status of session {session_id}: {message}")]
     Status { session_id: String, message: String },
+    /// The list of sessions could not be read (the bucket exists, or its
+    /// existence could not be told).
+    #[error("cannot read the sessions bucket {bucket}: {message}")]
+    Sessions { bucket: String, message: String },
     #[error("cannot encode a log entry as JSON: {0}")]
     Encode(#[from] serde_json::Error),
     /// Reading stdin or writing stdout/stderr failed (e.g. a closed pipe).

@@ -1,7 +1,8 @@
 //! The NATS side of the full-screen console: everything the session says
 //! (the log, replayed then live; the session and Orchestrator statuses; the
 //! Arbiter's words as they are written) arrives as [`FeedEvent`]s on one
-//! channel, and human messages are published from here.
+//! channel, and human messages are published from here. The feed starts at
+//! once and attaches in the background, however long the server takes.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -25,6 +26,8 @@ use crate::{ConsoleError, Result};
 
 /// Events the channel holds before the feed waits for the screen.
 const CAPACITY: usize = 1024;
+/// Pause between attempts to reach the server before the first connection.
+const CONNECT_RETRY: Duration = Duration::from_secs(1);
 /// How often the connection state is looked at.
 const CONNECTION_POLL: Duration = Duration::from_millis(250);
 /// Errors in a row after which the log consumer is replaced.
@@ -36,7 +39,8 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running feed; its tasks stop when it is dropped.
 pub(crate) struct Feed {
-    bus: Bus,
+    /// The bus once the feed has attached; `None` until then.
+    bus: watch::Receiver<Option<Bus>>,
     session_id: String,
     pub(crate) events: mpsc::Receiver<FeedEvent>,
     tx: mpsc::Sender<FeedEvent>,
@@ -44,88 +48,33 @@ pub(crate) struct Feed {
 }
 
 impl Feed {
-    /// Connects (failing fast if the server cannot be reached), subscribes to
-    /// the live subjects before reading anything stored, then opens the log
-    /// from its first entry.
-    pub(crate) async fn start(url: &str, session_id: &str) -> Result<Self> {
-        let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
-        let bus = Bus::setup(client).await?;
-        let subscribe = |subject: String| {
-            let client = bus.client.clone();
-            async move {
-                client
-                    .subscribe(subject.clone())
-                    .await
-                    .map_err(|e| ConsoleError::Subscribe {
-                        subject,
-                        message: e.to_string(),
-                    })
-            }
-        };
-        let session_sub = subscribe(subjects::session_status(session_id)).await?;
-        let delta_sub = subscribe(subjects::session_delta(session_id)).await?;
-        let orch_sub = subscribe(subjects::ALL_ORCH_STATUS.to_owned()).await?;
-        bus.client
-            .flush()
-            .await
-            .map_err(|e| ConsoleError::Subscribe {
-                subject: subjects::session_status(session_id),
-                message: e.to_string(),
-            })?;
-
+    /// Starts at once: connecting and attaching to the session go on in the
+    /// background for as long as it takes. Until the server is reached the
+    /// feed reports the connection down (the screen shows why it is empty);
+    /// once attached it reports [`FeedEvent::Attached`].
+    pub(crate) fn start(url: &str, session_id: &str) -> Self {
         let (tx, events) = mpsc::channel(CAPACITY);
-        if let Some(status) = stored_status(&bus, session_id).await? {
-            // The channel is empty and has room.
-            let _ = tx.try_send(FeedEvent::Session(status));
-        }
-        let log = open_log_from(&bus, session_id, DeliverPolicy::All).await?;
-
-        let (reconnected_tx, reconnected) = watch::channel(0);
+        let (bus_tx, bus) = watch::channel(None);
         let mut tasks = JoinSet::new();
-        tasks.spawn(follow_log(
-            bus.clone(),
+        tasks.spawn(run(
+            url.to_owned(),
             session_id.to_owned(),
-            log,
             tx.clone(),
-            reconnected,
+            bus_tx,
         ));
-        tasks.spawn(forward(
-            session_sub,
-            tx.clone(),
-            |_: &SessionStatus| true,
-            FeedEvent::Session,
-        ));
-        tasks.spawn(forward(
-            delta_sub,
-            tx.clone(),
-            |_: &ArbiterDelta| true,
-            FeedEvent::Delta,
-        ));
-        let id = session_id.to_owned();
-        tasks.spawn(forward(
-            orch_sub,
-            tx.clone(),
-            move |s: &OrchestratorStatus| s.session_id == id,
-            FeedEvent::Orchestrator,
-        ));
-        tasks.spawn(watch_connection(
-            bus.client.clone(),
-            tx.clone(),
-            reconnected_tx,
-        ));
-        Ok(Self {
+        Self {
             bus,
             session_id: session_id.to_owned(),
             events,
             tx,
             _tasks: tasks,
-        })
+        }
     }
 
     /// Publishes what the human typed, in the background; a failure comes
     /// back as [`FeedEvent::NotSent`].
     pub(crate) fn send(&self, message_id: String, text: String) {
-        let bus = self.bus.clone();
+        let bus = self.bus.borrow().clone();
         let tx = self.tx.clone();
         let message = HumanMessage {
             v: VERSION,
@@ -135,20 +84,27 @@ impl Feed {
             sent_at: Utc::now(),
         };
         tokio::spawn(async move {
-            let sent = tokio::time::timeout(
-                SEND_TIMEOUT,
-                bus.publish_js(
-                    subjects::session_human(&message.session_id),
-                    &message_id,
-                    &TraceContext::new_root(),
-                    &message,
-                ),
-            )
-            .await;
-            let error = match sent {
-                Ok(Ok(())) => return,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer from NATS within {} s", SEND_TIMEOUT.as_secs()),
+            let error = match bus {
+                None => "not connected to NATS yet".to_owned(),
+                Some(bus) => {
+                    let sent = tokio::time::timeout(
+                        SEND_TIMEOUT,
+                        bus.publish_js(
+                            subjects::session_human(&message.session_id),
+                            &message_id,
+                            &TraceContext::new_root(),
+                            &message,
+                        ),
+                    )
+                    .await;
+                    match sent {
+                        Ok(Ok(())) => return,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => {
+                            format!("no answer from NATS within {} s", SEND_TIMEOUT.as_secs())
+                        }
+                    }
+                }
             };
             tracing::warn!(%error, "human message not sent");
             let _ = tx
@@ -160,6 +116,161 @@ impl Feed {
                 .await;
         });
     }
+}
+
+/// The subscriptions and the log consumer of an attached feed.
+struct Attached {
+    bus: Bus,
+    /// The session's status from the bucket, if it has one.
+    status: Option<SessionStatus>,
+    session_sub: async_nats::Subscriber,
+    delta_sub: async_nats::Subscriber,
+    orch_sub: async_nats::Subscriber,
+    log: pull::Ordered,
+}
+
+/// Where an attempt to attach stopped.
+enum AttachError {
+    /// The server could not be reached.
+    Unreachable(ConsoleError),
+    /// It was reached, but something after failed.
+    Failed(ConsoleError),
+}
+
+/// Attaches (retrying every [`CONNECT_RETRY`] until it works), then runs the
+/// tasks that forward what the session says, until the feed is dropped.
+async fn run(
+    url: String,
+    session_id: String,
+    tx: mpsc::Sender<FeedEvent>,
+    bus_tx: watch::Sender<Option<Bus>>,
+) {
+    let mut up = true;
+    let mut last_trouble = None;
+    let attached = loop {
+        let (now_up, error) = match attach(&url, &session_id).await {
+            Ok(attached) => break attached,
+            Err(AttachError::Unreachable(e)) => (false, e),
+            Err(AttachError::Failed(e)) => (true, e),
+        };
+        tracing::warn!(error = %error, "cannot attach to the session yet");
+        if now_up != up {
+            up = now_up;
+            if tx.send(FeedEvent::Connection { up }).await.is_err() {
+                return;
+            }
+        }
+        let trouble = format!("cannot attach to the session yet: {error}");
+        if up && last_trouble.as_ref() != Some(&trouble) {
+            last_trouble = Some(trouble.clone());
+            if tx.send(FeedEvent::Trouble(trouble)).await.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep(CONNECT_RETRY).await;
+        if tx.is_closed() {
+            return;
+        }
+    };
+    let Attached {
+        bus,
+        status,
+        session_sub,
+        delta_sub,
+        orch_sub,
+        log,
+    } = attached;
+    let first = [
+        (!up).then_some(FeedEvent::Connection { up: true }),
+        status.map(FeedEvent::Session),
+        Some(FeedEvent::Attached),
+    ];
+    for event in first.into_iter().flatten() {
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+    bus_tx.send_replace(Some(bus.clone()));
+
+    let (reconnected_tx, reconnected) = watch::channel(0);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(follow_log(
+        bus.clone(),
+        session_id.clone(),
+        log,
+        tx.clone(),
+        reconnected,
+    ));
+    tasks.spawn(forward(
+        session_sub,
+        tx.clone(),
+        |_: &SessionStatus| true,
+        FeedEvent::Session,
+    ));
+    tasks.spawn(forward(
+        delta_sub,
+        tx.clone(),
+        |_: &ArbiterDelta| true,
+        FeedEvent::Delta,
+    ));
+    let id = session_id.clone();
+    tasks.spawn(forward(
+        orch_sub,
+        tx.clone(),
+        move |s: &OrchestratorStatus| s.session_id == id,
+        FeedEvent::Orchestrator,
+    ));
+    tasks.spawn(watch_connection(bus.client.clone(), tx, reconnected_tx));
+    // The tasks are aborted when this one is, with the feed.
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Connects (failing fast if the server cannot be reached), subscribes to
+/// the live subjects before reading anything stored, then opens the log
+/// from its first entry.
+async fn attach(url: &str, session_id: &str) -> std::result::Result<Attached, AttachError> {
+    let client = arbiter_bus::connect(url, CLIENT_NAME, false)
+        .await
+        .map_err(|e| AttachError::Unreachable(e.into()))?;
+    subscribe_and_open(client, session_id)
+        .await
+        .map_err(AttachError::Failed)
+}
+
+async fn subscribe_and_open(client: async_nats::Client, session_id: &str) -> Result<Attached> {
+    let bus = Bus::setup(client).await?;
+    let subscribe = |subject: String| {
+        let client = bus.client.clone();
+        async move {
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|e| ConsoleError::Subscribe {
+                    subject,
+                    message: e.to_string(),
+                })
+        }
+    };
+    let session_sub = subscribe(subjects::session_status(session_id)).await?;
+    let delta_sub = subscribe(subjects::session_delta(session_id)).await?;
+    let orch_sub = subscribe(subjects::ALL_ORCH_STATUS.to_owned()).await?;
+    bus.client
+        .flush()
+        .await
+        .map_err(|e| ConsoleError::Subscribe {
+            subject: subjects::session_status(session_id),
+            message: e.to_string(),
+        })?;
+    let status = stored_status(&bus, session_id).await?;
+    let log = open_log_from(&bus, session_id, DeliverPolicy::All).await?;
+    Ok(Attached {
+        bus,
+        status,
+        session_sub,
+        delta_sub,
+        orch_sub,
+        log,
+    })
 }
 
 /// Decodes every message of a subscription and forwards those `keep` accepts.
@@ -295,5 +406,83 @@ fn detail(e: WireError) -> String {
     match e {
         WireError::MalformedMessage { detail, .. } => detail,
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::{ArbiterEntry, LogBody};
+    use arbiter_tests::NatsServer;
+
+    async fn next(feed: &mut Feed) -> FeedEvent {
+        tokio::time::timeout(Duration::from_secs(20), feed.events.recv())
+            .await
+            .expect("no feed event within 20 s")
+            .expect("the feed ended")
+    }
+
+    #[tokio::test]
+    async fn a_server_down_at_start_is_waited_for() {
+        arbiter_tests::init_tracing();
+        let mut nats = NatsServer::start().await;
+        nats.stop().await;
+        let session_id = "s-late";
+        let mut feed = Feed::start(nats.url(), session_id);
+        assert!(
+            matches!(next(&mut feed).await, FeedEvent::Connection { up: false }),
+            "the outage is reported"
+        );
+        feed.send("m-1".into(), "hello".into());
+        match next(&mut feed).await {
+            FeedEvent::NotSent {
+                message_id,
+                text,
+                error,
+            } => {
+                assert_eq!(
+                    (message_id.as_str(), text.as_str(), error.as_str()),
+                    ("m-1", "hello", "not connected to NATS yet")
+                );
+            }
+            other => panic!("expected NotSent, got {other:?}"),
+        }
+
+        nats.restart().await;
+        let events = [next(&mut feed).await, next(&mut feed).await];
+        assert!(
+            matches!(
+                events,
+                [FeedEvent::Connection { up: true }, FeedEvent::Attached]
+            ),
+            "{events:?}"
+        );
+
+        // Attached as usual: the log is followed.
+        let client = arbiter_bus::connect(nats.url(), "test", false)
+            .await
+            .unwrap();
+        let bus = Bus::setup(client).await.unwrap();
+        let entry = LogEntry {
+            v: VERSION,
+            session_id: session_id.into(),
+            seq: 1,
+            at: Utc::now(),
+            body: LogBody::Arbiter(ArbiterEntry {
+                text: "At last.".into(),
+            }),
+        };
+        bus.publish_js(
+            subjects::session_log(session_id),
+            "late-1",
+            &TraceContext::new_root(),
+            &entry,
+        )
+        .await
+        .unwrap();
+        match next(&mut feed).await {
+            FeedEvent::Log(got) => assert_eq!(got, entry),
+            other => panic!("expected the log entry, got {other:?}"),
+        }
     }
 }

@@ -71,9 +71,8 @@ impl Default for Config {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
     if config.screen {
         let session_id = session_id(config.session.as_deref())?;
-        let result = screen::run(&config, &session_id, shutdown).await;
-        let hint = write_line(&mut tokio::io::stderr(), &resume_hint(&session_id)).await;
-        return result.and(hint);
+        let ended = screen::run(&config, &session_id, shutdown).await;
+        return ended.finish(&mut tokio::io::stderr(), &session_id).await;
     }
     run_with_io(
         config,
@@ -89,7 +88,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 /// `output` receives the log, `notices` what would go to stderr.
 ///
 /// Returns `Ok` when the session has settled after `input` ended, or when
-/// `shutdown` completes; prints `session <id>` first and the resume hint last.
+/// `shutdown` completes; prints `session <id>` first and, if the console got
+/// as far as the session, the resume hint last.
 pub async fn run_with_io<R, W, E>(
     config: Config,
     input: R,
@@ -104,7 +104,7 @@ where
 {
     let session_id = session_id(config.session.as_deref())?;
     write_line(&mut notices, &format!("session {session_id}")).await?;
-    let result = session::run(
+    let ended = session::run(
         &config,
         &session_id,
         session::Terminal {
@@ -115,8 +115,27 @@ where
         shutdown,
     )
     .await;
-    let hint = write_line(&mut notices, &resume_hint(&session_id)).await;
-    result.and(hint)
+    ended.finish(&mut notices, &session_id).await
+}
+
+/// How a console run ended, and whether it got as far as the session.
+pub(crate) struct Ended {
+    /// The console attached to the session (so there is one to come back to).
+    pub(crate) attached: bool,
+    pub(crate) result: Result<()>,
+}
+
+impl Ended {
+    /// The run's result, after printing the resume hint on `notices` if the
+    /// console had attached: a console that never reached the server has no
+    /// session to resume.
+    async fn finish<E: AsyncWrite + Unpin>(self, notices: &mut E, session_id: &str) -> Result<()> {
+        if !self.attached {
+            return self.result;
+        }
+        let hint = write_line(notices, &resume_hint(session_id)).await;
+        self.result.and(hint)
+    }
 }
 
 /// The line printed at exit: the command that comes back to this session.

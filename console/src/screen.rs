@@ -10,7 +10,7 @@ use futures::StreamExt;
 use crate::app::{Action, App};
 use crate::feed::Feed;
 use crate::tui::Tui;
-use crate::{Config, Result};
+use crate::{Config, Ended, Result};
 
 /// Liveness and the reconnect banner count seconds: redraw this often even
 /// when nothing arrives.
@@ -19,28 +19,32 @@ const TICK: Duration = Duration::from_millis(250);
 const BATCH: usize = 512;
 
 /// Runs the full-screen console on this process's terminal until Ctrl-C,
-/// Ctrl-D or `shutdown`. Connecting happens first, so an unreachable server
-/// is reported on a terminal left as it was.
+/// Ctrl-D or `shutdown`. The screen comes up at once: while the server cannot
+/// be reached it says so, and the feed keeps trying.
 pub(crate) async fn run(
     config: &Config,
     session_id: &str,
     shutdown: impl Future<Output = ()>,
-) -> Result<()> {
-    tokio::pin!(shutdown);
-    let mut feed = tokio::select! {
-        feed = Feed::start(&config.nats_url, session_id) => feed?,
-        () = &mut shutdown => return Ok(()),
-    };
+) -> Ended {
     let mut app = App::new(session_id, &config.nats_url);
     app.show_musings = config.show_musings;
+    let result = run_app(config, &mut app, shutdown).await;
+    Ended {
+        attached: app.attached,
+        result,
+    }
+}
 
+async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = ()>) -> Result<()> {
+    tokio::pin!(shutdown);
+    let mut feed = Feed::start(&config.nats_url, &app.session_id);
     let mut tui = Tui::enter()?;
     let mut events = EventStream::new();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tui.terminal
-            .draw(|frame| crate::ui::draw(frame, &mut app, Instant::now()))?;
+            .draw(|frame| crate::ui::draw(frame, app, Instant::now()))?;
         tokio::select! {
             () = &mut shutdown => break,
             event = events.next() => match event {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::render::render;
 use crate::settle::Progress;
-use crate::{Config, ConsoleError, Result, write_line};
+use crate::{Config, ConsoleError, Ended, Result, write_line};
 
 /// The name this client shows in the server's connection list.
 pub(crate) const CLIENT_NAME: &str = "arbiter-console";
@@ -33,23 +33,31 @@ pub(crate) struct Terminal<'a, R, W, E> {
 }
 
 /// Connects and runs the console loop until the session settles (after the
-/// input ends, unless following) or `shutdown` completes.
+/// input ends, unless following) or `shutdown` completes. The run counts as
+/// attached once the log is open.
 #[tracing::instrument(skip_all, fields(session.id = %session_id))]
 pub(crate) async fn run<R, W, E>(
     config: &Config,
     session_id: &str,
     terminal: Terminal<'_, R, W, E>,
     shutdown: impl Future<Output = ()>,
-) -> Result<()>
+) -> Ended
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
     E: AsyncWrite + Unpin,
 {
     tokio::pin!(shutdown);
+    let not_attached = |result| Ended {
+        attached: false,
+        result,
+    };
     let attached = tokio::select! {
-        attached = attach(&config.nats_url, session_id) => attached?,
-        () = &mut shutdown => return Ok(()),
+        attached = attach(&config.nats_url, session_id) => match attached {
+            Ok(attached) => attached,
+            Err(e) => return not_attached(Err(e)),
+        },
+        () = &mut shutdown => return not_attached(Ok(())),
     };
     let mut console = Console {
         config,
@@ -62,9 +70,13 @@ where
     if let Some(status) = attached.status {
         console.progress.status(status);
     }
-    console
+    let result = console
         .follow(terminal.input, attached.status_sub, attached.log, shutdown)
-        .await
+        .await;
+    Ended {
+        attached: true,
+        result,
+    }
 }
 
 /// What the console holds once connected.

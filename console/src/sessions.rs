@@ -2,6 +2,10 @@
 //! its state and last activity, newest first.
 
 use arbiter_protocol::{SessionState, SessionStatus, orchestrator_name, subjects};
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::context::{
+    GetStreamError, GetStreamErrorKind, KeyValueError, KeyValueErrorKind,
+};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use tokio::io::AsyncWrite;
@@ -15,13 +19,15 @@ use crate::{ConsoleError, Result, write_line};
 pub async fn list(url: &str) -> Result<Vec<SessionStatus>> {
     let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
     let js = async_nats::jetstream::new(client);
-    let error = |e: &dyn std::fmt::Display| ConsoleError::Status {
-        session_id: "*".to_owned(),
+    let error = |e: &dyn std::fmt::Display| ConsoleError::Sessions {
+        bucket: subjects::SESSIONS_BUCKET.to_owned(),
         message: e.to_string(),
     };
-    // No bucket yet: no coordinator has run against this server, no sessions.
-    let Ok(bucket) = js.get_key_value(subjects::SESSIONS_BUCKET).await else {
-        return Ok(Vec::new());
+    let bucket = match js.get_key_value(subjects::SESSIONS_BUCKET).await {
+        Ok(bucket) => bucket,
+        // No coordinator has run against this server yet: no sessions.
+        Err(e) if is_missing_bucket(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(error(&e)),
     };
     let mut keys = bucket.keys().await.map_err(|e| error(&e))?;
     let mut statuses = Vec::new();
@@ -41,6 +47,20 @@ pub async fn list(url: &str) -> Result<Vec<SessionStatus>> {
             .then_with(|| a.session_id.cmp(&b.session_id))
     });
     Ok(statuses)
+}
+
+/// Whether the bucket does not exist (as opposed to not being readable: no
+/// JetStream, no permission, no answer).
+fn is_missing_bucket(e: &KeyValueError) -> bool {
+    e.kind() == KeyValueErrorKind::GetBucket
+        && std::error::Error::source(e)
+            .and_then(|source| source.downcast_ref::<GetStreamError>())
+            .is_some_and(|source| {
+                matches!(
+                    source.kind(),
+                    GetStreamErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND
+                )
+            })
 }
 
 /// Lists the sessions on `out`: a table, or one JSON `SessionStatus` per line.

@@ -1,6 +1,7 @@
 //! What the status area shows: the Arbiter's and the active Orchestrator's
 //! latest status, and whether they are alive, derived from when each status
-//! arrived. Nothing here is guessed: no status, no claim.
+//! arrived. Nothing here is guessed: no status, no claim; and silence that
+//! this console could not have heard (while it was offline) counts for nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,6 +14,19 @@ pub const HEARTBEAT: Duration = Duration::from_secs(2);
 pub const STALLED_AFTER: Duration = Duration::from_secs(6);
 /// Anything silent for this long is lost.
 pub const LOST_AFTER: Duration = Duration::from_secs(15);
+/// After the console reconnects, liveness stays unknown this long (three
+/// heartbeats) unless a status arrives first.
+pub const RECONNECT_GRACE: Duration = STALLED_AFTER;
+
+/// Why this console cannot tell whether something is alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blind {
+    /// The console's own connection to NATS is down: no status can arrive.
+    Offline,
+    /// The console reconnected less than [`RECONNECT_GRACE`] ago and no
+    /// status has arrived since.
+    Reconnected,
+}
 
 /// How an Orchestrator is doing, as its status stream says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +43,8 @@ pub enum Liveness {
     Lost { silent: Duration },
     /// Its worker said it stopped.
     Stopped,
+    /// This console cannot hear its statuses, or has not yet since reconnecting.
+    Unknown(Blind),
 }
 
 /// What the Arbiter is doing.
@@ -43,6 +59,8 @@ pub enum ArbiterLiveness {
     Lost {
         silent: Duration,
     },
+    /// This console cannot hear the coordinator, or has not yet since reconnecting.
+    Unknown(Blind),
 }
 
 /// A status and the moment this console received it.
@@ -61,6 +79,10 @@ pub struct Vitals {
     orchestrators: HashMap<String, Received<OrchestratorStatus>>,
     /// The active Orchestrator and when this console learned it was active.
     active_since: Option<(String, Instant)>,
+    /// The console's connection to NATS is down.
+    offline: bool,
+    /// When the connection last came back; `None` if it was never lost.
+    online_since: Option<Instant>,
 }
 
 impl Vitals {
@@ -70,7 +92,36 @@ impl Vitals {
             session: None,
             orchestrators: HashMap::new(),
             active_since: None,
+            offline: false,
+            online_since: None,
         }
+    }
+
+    /// The console lost (`up == false`) or regained its connection to NATS at
+    /// `now`. While it is down nothing can be heard, so nothing is claimed.
+    pub fn connection(&mut self, up: bool, now: Instant) {
+        if up && self.offline {
+            self.online_since = Some(now);
+        }
+        self.offline = !up;
+    }
+
+    /// Why liveness cannot be told for something last heard at `heard`, if so.
+    fn blind(&self, heard: Option<Instant>, now: Instant) -> Option<Blind> {
+        if self.offline {
+            return Some(Blind::Offline);
+        }
+        let back = self.online_since?;
+        let heard_since_back = heard.is_some_and(|heard| heard >= back);
+        (!heard_since_back && now.saturating_duration_since(back) <= RECONNECT_GRACE)
+            .then_some(Blind::Reconnected)
+    }
+
+    /// How long something last heard (or expected from) at `heard` has been
+    /// silent, counting only the time this console could have heard it.
+    fn silent(&self, heard: Instant, now: Instant) -> Duration {
+        let from = self.online_since.map_or(heard, |back| heard.max(back));
+        now.saturating_duration_since(from)
     }
 
     /// Keeps the status with the newest `at`; a copy as new as the one held
@@ -139,9 +190,9 @@ impl Vitals {
             .map(|a| a.orch_id.as_str())
     }
 
-    /// The Arbiter's context use, 0–100.
-    pub fn arbiter_pct(&self) -> f32 {
-        self.session_status().map_or(0.0, |s| s.arbiter_context_pct)
+    /// The Arbiter's context use, 0–100; `None` until a status has told it.
+    pub fn arbiter_pct(&self) -> Option<f32> {
+        self.session_status().map(|s| s.arbiter_context_pct)
     }
 
     /// The number the next summoned Orchestrator will have.
@@ -161,6 +212,9 @@ impl Vitals {
     }
 
     pub fn arbiter(&self, now: Instant) -> ArbiterLiveness {
+        if let Some(blind) = self.blind(self.session.as_ref().map(|r| r.arrived), now) {
+            return ArbiterLiveness::Unknown(blind);
+        }
         let Some(received) = &self.session else {
             return ArbiterLiveness::Idle;
         };
@@ -168,7 +222,7 @@ impl Vitals {
         if status.state == SessionState::Idle && status.queued == 0 {
             return ArbiterLiveness::Idle;
         }
-        let silent = now.saturating_duration_since(received.arrived);
+        let silent = self.silent(received.arrived, now);
         if silent >= LOST_AFTER {
             ArbiterLiveness::Lost { silent }
         } else {
@@ -181,15 +235,23 @@ impl Vitals {
     /// The active Orchestrator's liveness; `None` when none is active.
     pub fn liveness(&self, now: Instant) -> Option<Liveness> {
         let (id, since) = self.active_since.as_ref()?;
-        let Some(received) = self.orchestrators.get(id) else {
-            let silent = now.saturating_duration_since(*since);
+        let received = self.orchestrators.get(id);
+        // What its worker said last is a fact, not a liveness claim.
+        if received.is_some_and(|r| r.value.state == OrchestratorState::Stopped) {
+            return Some(Liveness::Stopped);
+        }
+        if let Some(blind) = self.blind(received.map(|r| r.arrived), now) {
+            return Some(Liveness::Unknown(blind));
+        }
+        let Some(received) = received else {
+            let silent = self.silent(*since, now);
             return Some(if silent >= LOST_AFTER {
                 Liveness::Lost { silent }
             } else {
                 Liveness::Starting
             });
         };
-        let silent = now.saturating_duration_since(received.arrived);
+        let silent = self.silent(received.arrived, now);
         Some(match received.value.state {
             OrchestratorState::Stopped => Liveness::Stopped,
             _ if silent >= LOST_AFTER => Liveness::Lost { silent },
@@ -282,6 +344,76 @@ mod tests {
     }
 
     #[test]
+    fn nothing_is_claimed_while_the_console_cannot_hear() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        v.session(session(SessionState::Thinking, Some(("o1", 1))), t0);
+        v.orchestrator(orch("o1", OrchestratorState::Working), t0);
+        v.connection(false, t0 + secs(1));
+        for t in [2, 8, 20, 60] {
+            assert_eq!(
+                v.liveness(t0 + secs(t)),
+                Some(Liveness::Unknown(Blind::Offline)),
+                "{t} s"
+            );
+            assert_eq!(
+                v.arbiter(t0 + secs(t)),
+                ArbiterLiveness::Unknown(Blind::Offline),
+                "{t} s"
+            );
+        }
+
+        // Back at 60 s: unknown until a status arrives, or for the grace ...
+        v.connection(true, t0 + secs(60));
+        assert_eq!(
+            v.liveness(t0 + secs(66)),
+            Some(Liveness::Unknown(Blind::Reconnected))
+        );
+        assert_eq!(
+            v.arbiter(t0 + secs(66)),
+            ArbiterLiveness::Unknown(Blind::Reconnected)
+        );
+        // ... then silence counts from the reconnection, not from the last status.
+        assert_eq!(
+            v.liveness(t0 + secs(67)),
+            Some(Liveness::Stalled { silent: secs(7) })
+        );
+        assert_eq!(
+            v.arbiter(t0 + secs(67)),
+            ArbiterLiveness::Thinking { queued: 0 }
+        );
+        assert_eq!(
+            v.liveness(t0 + secs(75)),
+            Some(Liveness::Lost { silent: secs(15) })
+        );
+
+        // A status after a reconnection ends the blindness at once, for its sender only.
+        v.connection(false, t0 + secs(80));
+        v.connection(true, t0 + secs(81));
+        v.orchestrator(orch("o1", OrchestratorState::Waiting), t0 + secs(82));
+        assert_eq!(v.liveness(t0 + secs(82)), Some(Liveness::Waiting));
+        assert_eq!(
+            v.arbiter(t0 + secs(82)),
+            ArbiterLiveness::Unknown(Blind::Reconnected)
+        );
+
+        // A worker that said it stopped has stopped, heard or not.
+        v.orchestrator(orch("o1", OrchestratorState::Stopped), t0 + secs(83));
+        v.connection(false, t0 + secs(84));
+        assert_eq!(v.liveness(t0 + secs(90)), Some(Liveness::Stopped));
+    }
+
+    #[test]
+    fn before_any_connection_nothing_is_known() {
+        let t0 = Instant::now();
+        let mut v = Vitals::new("s");
+        assert_eq!(v.arbiter_pct(), None);
+        v.connection(false, t0);
+        assert_eq!(v.arbiter(t0), ArbiterLiveness::Unknown(Blind::Offline));
+        assert_eq!(v.liveness(t0), None, "no Orchestrator known to be active");
+    }
+
+    #[test]
     fn older_copies_do_not_replace_newer_ones() {
         let t0 = Instant::now();
         let mut v = Vitals::new("s");
@@ -334,6 +466,6 @@ mod tests {
         v.session(session(SessionState::Idle, None), t0 + secs(20));
         assert_eq!(v.arbiter(t0 + secs(60)), ArbiterLiveness::Idle);
         assert_eq!(v.next_number(), 2);
-        assert_eq!(v.arbiter_pct(), 18.0);
+        assert_eq!(v.arbiter_pct(), Some(18.0));
     }
 }

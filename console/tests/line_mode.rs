@@ -574,6 +574,10 @@ async fn an_unreachable_server_fails_fast_and_names_the_url() {
         all.contains("cannot connect to NATS at nats://127.0.0.1:1"),
         "{all}"
     );
+    assert!(
+        !all.contains("resume:"),
+        "no session was reached, none to resume: {all}"
+    );
 }
 
 #[tokio::test]

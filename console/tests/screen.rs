@@ -26,10 +26,13 @@ fn at(secs: i64) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 22, 9, 0, 0).unwrap() + chrono::Duration::seconds(secs)
 }
 
-/// Builds the state of one screen: events arrive at `t0`, the screen is drawn later.
+/// Builds the state of one screen: events arrive at `t0` (or as long after
+/// it as [`Scene::later`] says), the screen is drawn later.
 struct Scene {
     app: App,
     t0: Instant,
+    /// How long after `t0` the next events arrive.
+    offset: Duration,
     seq: u64,
 }
 
@@ -38,12 +41,19 @@ impl Scene {
         Self {
             app: App::new(SESSION, "nats://127.0.0.1:4222"),
             t0: Instant::now(),
+            offset: Duration::ZERO,
             seq: 0,
         }
     }
 
+    /// The events from now on arrive `after` past `t0`.
+    fn later(&mut self, after: Duration) -> &mut Self {
+        self.offset = after;
+        self
+    }
+
     fn feed(&mut self, event: FeedEvent) -> &mut Self {
-        self.app.apply(event, self.t0);
+        self.app.apply(event, self.t0 + self.offset);
         self
     }
 
@@ -274,23 +284,59 @@ fn the_reply_appears_as_it_is_written() {
 }
 
 #[test]
+fn a_silent_orchestrator_stalls_then_is_lost() {
+    // The console is connected: silence is the Orchestrator's.
+    let mut scene = seed_mid_flight();
+    let stalled = text(&scene.draw(82, 32, Duration::from_secs(8)));
+    assert!(stalled.contains("stalled: no status for 8 s"), "{stalled}");
+    assert!(!stalled.contains("unknown"), "{stalled}");
+    insta::assert_snapshot!("stalled_while_connected", stalled);
+    let lost = text(&scene.draw(82, 32, Duration::from_secs(20)));
+    assert!(lost.contains("lost: no status for 20 s"), "{lost}");
+}
+
+#[test]
 fn liveness_and_the_reconnect_banner() {
     let mut scene = seed_mid_flight();
     scene.feed(FeedEvent::Connection { up: false });
-    let stalled = text(&scene.draw(82, 32, Duration::from_secs(8)));
-    insta::assert_snapshot!("stalled_and_reconnecting", stalled);
-    let lost = text(&scene.draw(82, 32, Duration::from_secs(20)));
-    assert!(lost.contains("lost: no status for 20 s"), "{lost}");
+    // The console hears nothing: the silence is its own, nobody is blamed.
+    let offline = text(&scene.draw(82, 32, Duration::from_secs(8)));
+    insta::assert_snapshot!("stalled_and_reconnecting", offline);
+    let later = text(&scene.draw(82, 32, Duration::from_secs(20)));
+    assert!(!later.contains("lost"), "{later}");
+    assert!(!later.contains("no status for"), "{later}");
     assert!(
-        lost.contains("NATS unreachable at nats://127.0.0.1:4222: reconnecting (20 s)"),
-        "{lost}"
+        later.contains("Arbiter · unknown: console offline"),
+        "{later}"
     );
-    scene.feed(FeedEvent::Connection { up: true });
-    scene.orchestrator(OrchestratorState::Waiting, 75.0, None);
-    let back = scene.screen(82, 32);
-    assert!(back.contains("waiting for the Arbiter"), "{back}");
-    assert!(back.contains("◇ 12 tool calls"), "{back}");
+    assert!(later.contains("unknown: console offline   ║"), "{later}");
+    assert!(
+        later.contains("NATS unreachable at nats://127.0.0.1:4222: reconnecting (20 s)"),
+        "{later}"
+    );
+
+    // Back at 20 s: still unknown until a status arrives (or for a grace) ...
+    scene
+        .later(Duration::from_secs(20))
+        .feed(FeedEvent::Connection { up: true });
+    let back = text(&scene.draw(82, 32, Duration::from_secs(22)));
     assert!(!back.contains("NATS unreachable"), "{back}");
+    assert!(
+        back.contains("unknown: no status since reconnecting"),
+        "{back}"
+    );
+    // ... then silence counts from the reconnection.
+    let silent = text(&scene.draw(82, 32, Duration::from_secs(27)));
+    assert!(silent.contains("stalled: no status for 7 s"), "{silent}");
+
+    scene
+        .later(Duration::from_secs(28))
+        .session(SessionState::Idle, 18.0, true)
+        .orchestrator(OrchestratorState::Waiting, 75.0, None);
+    let heard = text(&scene.draw(82, 32, Duration::from_secs(29)));
+    assert!(heard.contains("waiting for the Arbiter"), "{heard}");
+    assert!(heard.contains("◇ 12 tool calls"), "{heard}");
+    assert!(!heard.contains("unknown"), "{heard}");
 }
 
 #[test]

@@ -352,6 +352,74 @@ async fn a_banner_shows_while_nats_is_unreachable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
+    arbiter_tests::init_tracing();
+    let mut nats = NatsServer::start().await;
+    let s = "s-tui-late";
+    // Something was said before; then the server goes down (its store and
+    // port stay), and only then do consoles start.
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
+    let entry = LogEntry {
+        v: VERSION,
+        session_id: s.into(),
+        seq: 1,
+        at: chrono::Utc::now(),
+        body: LogBody::Arbiter(ArbiterEntry {
+            text: "Spoken before the outage.".into(),
+        }),
+    };
+    bus.publish_js(
+        subjects::session_log(s),
+        "late-1",
+        &arbiter_bus::TraceContext::new_root(),
+        &entry,
+    )
+    .await
+    .unwrap();
+    drop(bus);
+    nats.stop().await;
+
+    // A console that gives up before the server comes back never reached the
+    // session: it leaves no resume hint.
+    let mut early = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
+    early
+        .wait_for(&[
+            "NATS unreachable at",
+            "reconnecting",
+            "Arbiter · unknown: console offline",
+        ])
+        .await;
+    early.type_keys(CTRL_C);
+    let (success, raw, screen) = early.exit().await;
+    assert!(success, "{raw}");
+    assert_restored(&screen);
+    assert!(!raw.contains("resume:"), "{raw}");
+
+    // One that waits attaches once the server is up, and replays the log.
+    let mut console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
+    console
+        .wait_for(&["NATS unreachable at", "reconnecting"])
+        .await;
+    nats.restart().await;
+    let screen = console
+        .wait_for(&["Arbiter: Spoken before the outage."])
+        .await;
+    assert!(!screen.contains("console offline"), "{screen}");
+    console.wait_gone("NATS unreachable").await;
+    console.type_keys(CTRL_C);
+    let (success, raw, screen) = console.exit().await;
+    assert!(success, "{raw}");
+    assert_restored(&screen);
+    assert!(
+        raw.contains(&format!("resume: arbiter-console --session {s}")),
+        "{raw}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrators_status_shows_while_it_works() {
     let sys = System::start().await;
     let s = "s-tui-orch";

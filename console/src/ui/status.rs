@@ -10,7 +10,7 @@ use ratatui::text::{Line, Span};
 use unicode_width::UnicodeWidthStr;
 
 use super::theme;
-use crate::vitals::{ArbiterLiveness, Liveness, Vitals};
+use crate::vitals::{ArbiterLiveness, Blind, Liveness, Vitals};
 
 /// Cells of a full-width context bar.
 const BAR: usize = 10;
@@ -36,6 +36,7 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         ArbiterLiveness::Lost { silent } => {
             Some((format!("no status for {}", seconds(silent)), theme::bad()))
         }
+        ArbiterLiveness::Unknown(blind) => Some((unknown(blind).to_owned(), theme::dim())),
     };
     // Both bars get the same size: full where the longest label leaves room.
     let bar = if width >= 2 + LONG_LABEL + 1 + MIN_RULE + 1 + BAR + 1 + PCT + PAD {
@@ -46,7 +47,7 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
     let mut rows = vec![bar_line(
         Span::styled("Arbiter", theme::arbiter()),
         arbiter_state,
-        Some(vitals.arbiter_pct()),
+        vitals.arbiter_pct(),
         bar,
         width,
     )];
@@ -179,6 +180,15 @@ fn liveness_word(liveness: Option<Liveness>) -> (String, Style) {
             theme::bad(),
         ),
         Some(Liveness::Stopped) => ("stopped".to_owned(), theme::dim()),
+        Some(Liveness::Unknown(blind)) => (unknown(blind).to_owned(), theme::dim()),
+    }
+}
+
+/// What is shown instead of a liveness this console cannot tell.
+fn unknown(blind: Blind) -> &'static str {
+    match blind {
+        Blind::Offline => "unknown: console offline",
+        Blind::Reconnected => "unknown: no status since reconnecting",
     }
 }
 
@@ -221,6 +231,26 @@ mod tests {
             text(&crowded),
             "  Arbiter ── █░░░░ 1%   ",
             "the state gives way"
+        );
+    }
+
+    #[test]
+    fn nothing_is_claimed_before_a_status_arrives() {
+        let t0 = Instant::now();
+        let mut vitals = Vitals::new("s");
+        let rows: Vec<String> = lines(&vitals, t0, 50).iter().map(text).collect();
+        assert_eq!(
+            rows,
+            [
+                "  Arbiter ───────────────────── ░░░░░░░░░░ --%    ",
+                "  Awaiting your command.",
+            ]
+        );
+        vitals.connection(false, t0);
+        let offline = text(&lines(&vitals, t0, 60)[0]);
+        assert_eq!(
+            offline,
+            "  Arbiter · unknown: console offline ──── ░░░░░░░░░░ --%    "
         );
     }
 }
