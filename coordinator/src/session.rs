@@ -342,8 +342,8 @@ impl Session {
                     return;
                 };
                 let text = format!(
-                    "No worker of pool {pool} is running: {} starts when one does \
-                     (arbiter-worker --pool {pool}).",
+                    "No worker of pool {pool} answered: {} waits in the queue until \
+                     one is up (arbiter-worker --pool {pool}).",
                     orchestrator_name(active.number)
                 );
                 self.log(LogBody::System(arbiter_protocol::SystemEntry { text }));

@@ -149,8 +149,8 @@ async fn a_summons_no_worker_can_take_is_told_and_runs_once_a_worker_starts() {
             pair("Summoned Orchestrator I", brief),
             pair(
                 "System",
-                "No worker of pool default is running: Orchestrator I starts when one does \
-                 (arbiter-worker --pool default)."
+                "No worker of pool default answered: Orchestrator I waits in the queue until \
+                 one is up (arbiter-worker --pool default)."
             ),
             pair("Orchestrator I", "Built."),
             pair("Released", "I"),
