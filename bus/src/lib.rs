@@ -152,12 +152,24 @@ impl Bus {
         payload: &T,
     ) -> Result<()> {
         let bytes = encode(&subject, payload)?;
+        self.publish_js_bytes(subject, msg_id, trace, bytes.into())
+            .await
+    }
+
+    /// [`Bus::publish_js`] for a payload already encoded.
+    pub async fn publish_js_bytes(
+        &self,
+        subject: String,
+        msg_id: &str,
+        trace: &TraceContext,
+        payload: bytes::Bytes,
+    ) -> Result<()> {
         let mut headers = HeaderMap::new();
         headers.insert(MSG_ID_HEADER, msg_id);
         trace.inject(&mut headers);
         let ack = self
             .js
-            .publish_with_headers(subject.clone(), headers, bytes.into())
+            .publish_with_headers(subject.clone(), headers, payload)
             .await
             .map_err(|e| BusError::js(format!("publish to {subject}"), e))?;
         ack.await

@@ -373,10 +373,18 @@ pub(crate) async fn persist(
 ) -> bool {
     let msg_id = format!("{}:state:{}", record.session_id, record.rev);
     let subject = subjects::session_state(&record.session_id);
-    let size = serde_json::to_vec(record).map_or(0, |bytes| bytes.len());
+    let bytes = match serde_json::to_vec(record) {
+        Ok(bytes) => bytes::Bytes::from(bytes),
+        Err(e) => {
+            // Only a bug can get here (every field serialises); retrying cannot help.
+            tracing::error!(session.id = %record.session_id, error = %e, "could not encode the session state");
+            return false;
+        }
+    };
+    let size = bytes.len();
     if size <= inline_limit(bus) {
         return retry(cancel, "store the session state", || {
-            bus.publish_js(subject.clone(), &msg_id, trace, record)
+            bus.publish_js_bytes(subject.clone(), &msg_id, trace, bytes.clone())
         })
         .await;
     }
@@ -389,14 +397,13 @@ pub(crate) async fn persist(
             what: format!("storing {blob}"),
             message: e.to_string(),
         };
-        let bytes = serde_json::to_vec(record).map_err(|e| failed(&e))?;
         let store = bus
             .js
             .get_object_store(subjects::SESSION_BLOBS_BUCKET)
             .await
             .map_err(|e| failed(&e))?;
         store
-            .put(blob.as_str(), &mut bytes.as_slice())
+            .put(blob.as_str(), &mut bytes.as_ref())
             .await
             .map_err(|e| failed(&e))?;
         Ok(())
