@@ -17,6 +17,9 @@ pub const READ_DEFAULT_LINES: usize = 2000;
 pub const READ_MAX_LINE_CHARS: usize = 2000;
 /// A file with a NUL byte in its first this many bytes is taken for binary.
 const BINARY_SNIFF: usize = 8192;
+/// The largest file `read` and `edit` take whole (a worker host's memory is
+/// shared by every Orchestrator on it).
+const MAX_TEXT_BYTES: u64 = 16 * 1024 * 1024;
 
 pub(super) fn read_spec() -> ToolSpec {
     ToolSpec {
@@ -112,6 +115,23 @@ async fn read_text(workspace: &Workspace, path: &str) -> Result<String, ToolOutc
     if resolved.is_dir() {
         return Err(ToolOutcome::error(format!(
             "{path} is a directory; use glob to list it"
+        )));
+    }
+    let meta = tokio::fs::metadata(&resolved)
+        .await
+        .map_err(|e| ToolOutcome::error(format!("{path}: {e}")))?;
+    // A FIFO or a device would block the read, or never end.
+    if !meta.is_file() {
+        return Err(ToolOutcome::error(format!(
+            "{path} is not a regular file (a pipe, socket or device); only files can be read"
+        )));
+    }
+    if meta.len() > MAX_TEXT_BYTES {
+        return Err(ToolOutcome::error(format!(
+            "{path} is {} MiB, more than the {} MiB this tool reads whole; \
+             look into it with grep, or with bash (head, tail, sed -n)",
+            meta.len().div_ceil(1024 * 1024),
+            MAX_TEXT_BYTES / (1024 * 1024)
         )));
     }
     let bytes = tokio::fs::read(&resolved)
@@ -314,6 +334,45 @@ mod tests {
         assert!(long.content.len() < 2100);
         let bin = run(&ctx, "read", &json!({"path": "bin"})).await;
         assert!(bin.is_error && bin.content.contains("binary"), "{bin:?}");
+    }
+
+    #[tokio::test]
+    async fn files_too_large_or_not_regular_are_refused_with_what_to_do_instead() {
+        let (_base, ctx) = context();
+        let big = ctx.workspace.root().join("big.log");
+        let file = std::fs::File::create(&big).unwrap();
+        // Sparse: no disk or memory is spent on it.
+        file.set_len(super::MAX_TEXT_BYTES + 1).unwrap();
+        for tool in ["read", "edit"] {
+            let input = match tool {
+                "read" => json!({"path": "big.log"}),
+                _ => json!({"path": "big.log", "old_string": "a", "new_string": "b"}),
+            };
+            let refused = run(&ctx, tool, &input).await;
+            assert!(refused.is_error, "{tool}: {refused:?}");
+            assert_eq!(
+                refused.content,
+                "big.log is 17 MiB, more than the 16 MiB this tool reads whole; \
+                 look into it with grep, or with bash (head, tail, sed -n)",
+                "{tool}"
+            );
+        }
+        let fifo = ctx.workspace.root().join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            run(&ctx, "read", &json!({"path": "pipe"})),
+        )
+        .await
+        .expect("reading a FIFO must not block");
+        assert_eq!(
+            refused.content,
+            "pipe is not a regular file (a pipe, socket or device); only files can be read"
+        );
     }
 
     #[tokio::test]
