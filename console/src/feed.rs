@@ -36,6 +36,9 @@ const MAX_LOG_ERRORS: u32 = 10;
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 /// A publish not acknowledged by then is reported as not sent.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// A message typed before the first connection waits this long for it
+/// (the console usually connects within milliseconds of starting).
+const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// A running feed; its tasks stop when it is dropped.
 pub(crate) struct Feed {
@@ -72,9 +75,10 @@ impl Feed {
     }
 
     /// Publishes what the human typed, in the background; a failure comes
-    /// back as [`FeedEvent::NotSent`].
+    /// back as [`FeedEvent::NotSent`]. Before the first connection it waits
+    /// [`FIRST_CONNECT_WAIT`] for one.
     pub(crate) fn send(&self, message_id: String, text: String) {
-        let bus = self.bus.borrow().clone();
+        let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
         let message = HumanMessage {
             v: VERSION,
@@ -84,7 +88,14 @@ impl Feed {
             sent_at: Utc::now(),
         };
         tokio::spawn(async move {
-            let error = match bus {
+            let connected = tokio::time::timeout(FIRST_CONNECT_WAIT, async {
+                bus_rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|bus| bus.clone())
+            });
+            let error = match connected.await.ok().flatten() {
                 None => "not connected to NATS yet".to_owned(),
                 Some(bus) => {
                     let sent = tokio::time::timeout(
@@ -420,6 +431,42 @@ mod tests {
             .await
             .expect("no feed event within 20 s")
             .expect("the feed ended")
+    }
+
+    #[tokio::test]
+    async fn a_message_typed_while_the_console_connects_is_sent() {
+        let nats = NatsServer::start().await;
+        let session_id = "s-quick";
+        let mut feed = Feed::start(nats.url(), session_id);
+        // At once, before the feed has had a chance to attach.
+        feed.send("m-1".into(), "typed at once".into());
+        loop {
+            match next(&mut feed).await {
+                FeedEvent::Attached => break,
+                FeedEvent::NotSent { error, .. } => panic!("not sent: {error}"),
+                _ => {}
+            }
+        }
+        let client = arbiter_bus::connect(nats.url(), "test", false)
+            .await
+            .unwrap();
+        let bus = Bus::setup(client).await.unwrap();
+        let sent = arbiter_tests::eventually(Duration::from_secs(10), "the message", || async {
+            let (messages, _) = bus
+                .replay_subject(
+                    subjects::SESSIONS_STREAM,
+                    &subjects::session_human(session_id),
+                )
+                .await
+                .ok()??;
+            messages.into_iter().next()
+        })
+        .await;
+        let message: HumanMessage = serde_json::from_slice(&sent.payload).unwrap();
+        assert_eq!(
+            (message.message_id.as_str(), message.text.as_str()),
+            ("m-1", "typed at once")
+        );
     }
 
     #[tokio::test]
