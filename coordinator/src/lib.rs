@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
+    /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
+    pub output_schema: serde_json::Value,
 }
 
 /// Runs the coordinator until `shutdown` completes.
@@ -97,6 +99,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         model,
         config,
         fleet: fleet::Fleet::default(),
+        output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
     });
     intake::run(shared, shutdown).await
 }

@@ -442,7 +442,7 @@ impl Session {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
             messages,
             tools: Vec::new(),
-            output_schema: Some(arbiter_llm::schema::for_model::<ArbiterOutput>()),
+            output_schema: Some(self.shared.output_schema.clone()),
         };
         let shared = self.shared.clone();
         let session_id = self.id.clone();

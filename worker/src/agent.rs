@@ -414,7 +414,7 @@ impl Agent {
             system: self.system.clone(),
             messages: self.transcript.messages().to_vec(),
             tools: self.tools.clone(),
-            output_schema: Some(arbiter_llm::schema::for_model::<OrchestratorOutput>()),
+            output_schema: Some(self.shared.output_schema.clone()),
         };
         let model = self.shared.model.clone();
         let response = self

@@ -136,6 +136,9 @@ pub(crate) struct Shared {
     pub model: Arc<dyn Model>,
     pub subagent: SubagentRole,
     pub config: Config,
+    /// `OrchestratorOutput`'s model-facing schema, made once: every model
+    /// call carries it.
+    pub output_schema: serde_json::Value,
 }
 
 /// How long a fetch waits for a summons before asking again.
@@ -202,6 +205,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         model,
         subagent,
         config,
+        output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::OrchestratorOutput>(),
     });
     let leases = lease::Registry::default();
     let cancel = CancellationToken::new();
