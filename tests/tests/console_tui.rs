@@ -177,6 +177,28 @@ impl Drop for Console {
 
 /// The terminal is as the console found it: main screen, cursor shown,
 /// mouse reporting and bracketed paste off.
+/// Publishes the session's first log entry, the Arbiter saying `text`, as
+/// the coordinator would.
+async fn log_arbiter_words(url: &str, session: &str, text: &str) {
+    let client = arbiter_bus::connect(url, "test", false).await.unwrap();
+    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
+    let entry = LogEntry {
+        v: VERSION,
+        session_id: session.into(),
+        seq: 1,
+        at: chrono::Utc::now(),
+        body: LogBody::Arbiter(ArbiterEntry { text: text.into() }),
+    };
+    bus.publish_js(
+        subjects::session_log(session),
+        &format!("{session}:log:1"),
+        &arbiter_bus::TraceContext::new_root(),
+        &entry,
+    )
+    .await
+    .unwrap();
+}
+
 fn assert_restored(screen: &vt100::Screen) {
     assert!(!screen.alternate_screen(), "still on the alternate screen");
     assert!(!screen.hide_cursor(), "the cursor is still hidden");
@@ -327,27 +349,7 @@ async fn a_banner_shows_while_nats_is_unreachable() {
     console.wait_gone("NATS unreachable").await;
 
     // The log is followed again after the outage.
-    let client = arbiter_bus::connect(nats.url(), "test", false)
-        .await
-        .unwrap();
-    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
-    let entry = LogEntry {
-        v: VERSION,
-        session_id: s.into(),
-        seq: 1,
-        at: chrono::Utc::now(),
-        body: LogBody::Arbiter(ArbiterEntry {
-            text: "I am still here.".into(),
-        }),
-    };
-    bus.publish_js(
-        subjects::session_log(s),
-        "outage-1",
-        &arbiter_bus::TraceContext::new_root(),
-        &entry,
-    )
-    .await
-    .unwrap();
+    log_arbiter_words(nats.url(), s, "I am still here.").await;
     console.wait_for(&["Arbiter: I am still here."]).await;
 }
 
@@ -358,28 +360,7 @@ async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
     let s = "s-tui-late";
     // Something was said before; then the server goes down (its store and
     // port stay), and only then do consoles start.
-    let client = arbiter_bus::connect(nats.url(), "test", false)
-        .await
-        .unwrap();
-    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
-    let entry = LogEntry {
-        v: VERSION,
-        session_id: s.into(),
-        seq: 1,
-        at: chrono::Utc::now(),
-        body: LogBody::Arbiter(ArbiterEntry {
-            text: "Spoken before the outage.".into(),
-        }),
-    };
-    bus.publish_js(
-        subjects::session_log(s),
-        "late-1",
-        &arbiter_bus::TraceContext::new_root(),
-        &entry,
-    )
-    .await
-    .unwrap();
-    drop(bus);
+    log_arbiter_words(nats.url(), s, "Spoken before the outage.").await;
     nats.stop().await;
 
     // A console that gives up before the server comes back never reached the
