@@ -15,6 +15,7 @@ pub mod app;
 pub mod conversation;
 mod error;
 mod feed;
+pub mod inert;
 pub mod input;
 pub mod render;
 mod screen;

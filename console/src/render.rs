@@ -1,7 +1,10 @@
 //! How log entries look in the line modes: one plain-text line (or block, for
-//! multi-line text) per entry, or one compact JSON object per line.
+//! multi-line text, its later lines marked) per entry, or one compact JSON
+//! object per line.
 
 use arbiter_protocol::{LogBody, LogEntry, orchestrator_name, roman};
+
+use crate::inert;
 
 /// How the console prints the log on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -9,7 +12,8 @@ pub enum OutputMode {
     /// `You: …`, `Arbiter: …`, `· Orchestrator I summoned: …`; musings hidden unless asked for.
     #[default]
     Plain,
-    /// Each [`LogEntry`] re-serialised as one compact JSON line, musings included.
+    /// Each [`LogEntry`] re-serialised as one compact JSON line, musings
+    /// included; active characters are `\uXXXX` escapes ([`inert::json_line`]).
     Json,
 }
 
@@ -21,33 +25,41 @@ pub fn render(
 ) -> Result<Option<String>, serde_json::Error> {
     match mode {
         OutputMode::Plain => Ok(plain(entry, show_musings)),
-        OutputMode::Json => serde_json::to_string(entry).map(Some),
+        OutputMode::Json => inert::json_line(entry).map(Some),
     }
 }
 
 /// The plain-text form of an entry; `None` for a musing unless `show_musings`.
-/// Multi-line text is kept as is.
+/// The words are made inert ([`inert::block`]): escape sequences and other
+/// active characters are shown escaped, and every line after the first starts
+/// with [`inert::CONTINUATION`], so no text can pose as another speaker.
 pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
-    let line = match &entry.body {
-        LogBody::Human(e) => format!("You: {}", e.text),
-        LogBody::Arbiter(e) => format!("Arbiter: {}", e.text),
-        LogBody::ArbiterToOrchestrator(e) => {
-            format!("Arbiter → {}: {}", orchestrator_name(e.number), e.text)
-        }
-        LogBody::Orchestrator(e) if e.expects_response => {
-            format!("{}: {}", orchestrator_name(e.number), e.text)
-        }
-        LogBody::Orchestrator(e) => format!("{} (note): {}", orchestrator_name(e.number), e.text),
-        LogBody::Musing(e) if show_musings => format!("Arbiter (musing): {}", e.text),
+    let (label, text) = match &entry.body {
+        LogBody::Human(e) => ("You: ".to_owned(), e.text.as_str()),
+        LogBody::Arbiter(e) => ("Arbiter: ".to_owned(), e.text.as_str()),
+        LogBody::ArbiterToOrchestrator(e) => (
+            format!("Arbiter → {}: ", orchestrator_name(e.number)),
+            e.text.as_str(),
+        ),
+        LogBody::Orchestrator(e) if e.expects_response => (
+            format!("{}: ", orchestrator_name(e.number)),
+            e.text.as_str(),
+        ),
+        LogBody::Orchestrator(e) => (
+            format!("{} (note): ", orchestrator_name(e.number)),
+            e.text.as_str(),
+        ),
+        LogBody::Musing(e) if show_musings => ("Arbiter (musing): ".to_owned(), e.text.as_str()),
         LogBody::Musing(_) => return None,
-        LogBody::Summoned(e) => {
-            format!("· {} summoned: {}", orchestrator_name(e.number), e.brief)
-        }
-        LogBody::Released(e) => format!("· {} released.", released_names(&e.numbers)),
-        LogBody::System(e) => format!("· System: {}", e.text),
-        LogBody::Error(e) => format!("! Error: {}", e.error),
+        LogBody::Summoned(e) => (
+            format!("· {} summoned: ", orchestrator_name(e.number)),
+            e.brief.as_str(),
+        ),
+        LogBody::Released(e) => (format!("· {} released.", released_names(&e.numbers)), ""),
+        LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
+        LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
     };
-    Some(line)
+    Some(inert::block(&label, text))
 }
 
 /// `Orchestrator I`, `Orchestrator I, II`; `Orchestrators` when the list is empty.
@@ -141,7 +153,7 @@ mod tests {
             .collect();
         let want: Vec<Option<String>> = vec![
             Some("You: hello".into()),
-            Some("Arbiter: Two lines:\nthe second.".into()),
+            Some("Arbiter: Two lines:\n  │ the second.".into()),
             Some("· Orchestrator I summoned: Build it.".into()),
             Some("Arbiter → Orchestrator I: Proceed.".into()),
             Some("Orchestrator I (note): Halfway.".into()),
@@ -173,6 +185,100 @@ mod tests {
             None,
             "hidden by default"
         );
+    }
+
+    /// What an attack probe sent as model text: a title change and a screen
+    /// clear, a carriage return and newlines faking other speakers, a C1 CSI
+    /// and a bidi override.
+    const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J ok\rYou: fake\nline1\nYou: fake\nArbiter: fake \u{9b}2J \u{202e}desserts";
+
+    /// Speaker lines start with one of these; the console's own first line aside,
+    /// no line may.
+    const SPEAKERS: [&str; 6] = ["You:", "Arbiter", "Orchestrator", "· ", "! ", "System"];
+
+    fn hostile_bodies() -> Vec<LogBody> {
+        let text = || HOSTILE.to_owned();
+        vec![
+            LogBody::Human(HumanEntry {
+                message_id: "m1".into(),
+                text: text(),
+            }),
+            LogBody::Arbiter(ArbiterEntry { text: text() }),
+            LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+                number: 1,
+                orch_id: "o1".into(),
+                text: text(),
+            }),
+            LogBody::Orchestrator(OrchestratorEntry {
+                number: 1,
+                orch_id: "o1".into(),
+                expects_response: true,
+                text: text(),
+            }),
+            LogBody::Orchestrator(OrchestratorEntry {
+                number: 1,
+                orch_id: "o1".into(),
+                expects_response: false,
+                text: text(),
+            }),
+            LogBody::Musing(MusingEntry { text: text() }),
+            LogBody::Summoned(SummonedEntry {
+                number: 2,
+                orch_id: "o2".into(),
+                pool: "default".into(),
+                brief: text(),
+            }),
+            LogBody::System(SystemEntry { text: text() }),
+            LogBody::Error(ErrorEntry {
+                error: WireError::OrchestratorFailed {
+                    number: 1,
+                    message: text(),
+                },
+            }),
+        ]
+    }
+
+    #[test]
+    fn hostile_text_is_inert() {
+        // The human sees the escapes spelled out, and the fake speakers on
+        // lines marked as the Orchestrator's own:
+        //   Orchestrator I: \x1b]0;pwned\x07\x1b[2J ok\x0dYou: fake
+        //     │ line1
+        //     │ You: fake
+        //     │ Arbiter: fake \u{9b}2J \u{202e}desserts
+        let orchestrator = entry(1, hostile_bodies().swap_remove(3));
+        assert_eq!(
+            plain(&orchestrator, false).unwrap(),
+            "Orchestrator I: \\x1b]0;pwned\\x07\\x1b[2J ok\\x0dYou: fake\n  │ line1\n  │ You: fake\n  │ Arbiter: fake \\u{9b}2J \\u{202e}desserts"
+        );
+        for (i, body) in hostile_bodies().into_iter().enumerate() {
+            let text = plain(&entry(i as u64 + 1, body), true).unwrap();
+            assert!(
+                !text.chars().any(|c| c != '\n' && inert::is_active(c)),
+                "a raw control character: {text:?}"
+            );
+            // The first line is the entry's own; the fake speakers come after.
+            for line in text.split('\n').skip(1) {
+                assert!(line.starts_with("  │ "), "an unmarked line: {line:?}");
+                assert!(
+                    !SPEAKERS.iter().any(|s| line.starts_with(s)),
+                    "a line poses as a speaker: {line:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_json_is_escaped_and_the_same_value() {
+        // A program reads the same entry back; a human who looks at the line
+        // in a terminal sees \u001b, \u009b and \u202e spelled out.
+        for (i, body) in hostile_bodies().into_iter().enumerate() {
+            let e = entry(i as u64 + 1, body);
+            let line = render(&e, OutputMode::Json, false).unwrap().unwrap();
+            assert!(!line.chars().any(inert::is_active), "{line:?}");
+            let back: LogEntry = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, e);
+        }
     }
 
     #[test]

@@ -461,7 +461,7 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
         "Orchestrator I (note): Surveying the river.",
         "Orchestrator I: Stone or steel?",
         "Arbiter → Orchestrator I: Stone.",
-        "· Orchestrator II summoned: Build the bridge\nfrom the design.",
+        "· Orchestrator II summoned: Build the bridge\n  │ from the design.",
         "! Error: Orchestrator II stopped: the worker went away",
         "· Orchestrator I, II released.",
         "· System: No Orchestrator is active.",
