@@ -85,7 +85,9 @@ fn main() -> ExitCode {
     match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("arbiter-console: {e:#}");
+            // An error can quote what a server sent.
+            let message = arbiter_console::inert::block("arbiter-console: ", &format!("{e:#}"));
+            eprintln!("{message}");
             ExitCode::FAILURE
         }
     }

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 use tokio::time::Instant;
 
+use crate::inert;
 use crate::render::render;
 use crate::settle::Progress;
 use crate::{Config, ConsoleError, Ended, Result, write_line};
@@ -135,7 +136,7 @@ pub(crate) async fn stored_status(bus: &Bus, session_id: &str) -> Result<Option<
     match arbiter_bus::decode::<SessionStatus>(&key, &bytes) {
         Ok(status) => Ok(Some(status)),
         Err(e) => {
-            tracing::warn!(error = %e, "stored session status ignored");
+            tracing::warn!(error = %inert::one_line(&e.to_string()), "stored session status ignored");
             Ok(None)
         }
     }
@@ -260,8 +261,9 @@ where
                     WireError::MalformedMessage { detail, .. } => detail,
                     other => other.to_string(),
                 };
-                tracing::warn!(%subject, %detail, "malformed log entry");
-                let notice = format!("! malformed log entry skipped: {detail}");
+                // The detail can quote the entry's JSON: it is made inert.
+                tracing::warn!(%subject, detail = %inert::one_line(&detail), "malformed log entry");
+                let notice = inert::block("! malformed log entry skipped: ", &detail);
                 return write_line(self.notices, &notice).await;
             }
         };
@@ -275,7 +277,9 @@ where
     fn status_message(&mut self, subject: &str, payload: &[u8]) {
         match arbiter_bus::decode::<SessionStatus>(subject, payload) {
             Ok(status) => self.progress.status(status),
-            Err(e) => tracing::warn!(error = %e, "session status ignored"),
+            Err(e) => {
+                tracing::warn!(error = %inert::one_line(&e.to_string()), "session status ignored");
+            }
         }
     }
 
@@ -302,8 +306,10 @@ where
             .await;
         if let Err(e) = sent {
             self.progress.not_sent(&message_id);
-            tracing::warn!(error = %e, "human message not sent");
-            write_line(self.notices, &format!("! message not sent: {e}")).await?;
+            let error = e.to_string();
+            tracing::warn!(error = %inert::one_line(&error), "human message not sent");
+            let notice = inert::block("! message not sent: ", &error);
+            write_line(self.notices, &notice).await?;
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use tokio::io::AsyncWrite;
 use unicode_width::UnicodeWidthStr;
 
+use crate::inert;
 use crate::session::CLIENT_NAME;
 use crate::{ConsoleError, Result, write_line};
 
@@ -39,7 +40,9 @@ pub async fn list(url: &str) -> Result<Vec<SessionStatus>> {
         let name = format!("{}/{key}", subjects::SESSIONS_BUCKET);
         match arbiter_bus::decode::<SessionStatus>(&name, &bytes) {
             Ok(status) => statuses.push(status),
-            Err(e) => tracing::warn!(error = %e, "session status skipped"),
+            Err(e) => {
+                tracing::warn!(error = %inert::one_line(&e.to_string()), "session status skipped");
+            }
         }
     }
     statuses.sort_by(|a, b| {
@@ -69,7 +72,7 @@ pub async fn print<W: AsyncWrite + Unpin>(url: &str, json: bool, mut out: W) -> 
     let statuses = list(url).await?;
     if json {
         for status in &statuses {
-            write_line(&mut out, &serde_json::to_string(status)?).await?;
+            write_line(&mut out, &inert::json_line(status)?).await?;
         }
     } else if statuses.is_empty() {
         write_line(&mut tokio::io::stderr(), "no sessions").await?;
@@ -108,7 +111,8 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
             ago(now, s.at)
         );
         rows.push(vec![
-            s.session_id.clone(),
+            // The id comes from the bucket, whoever wrote it.
+            inert::one_line(&s.session_id),
             state,
             active,
             s.summoned.to_string(),
@@ -190,6 +194,21 @@ mod tests {
                 "s-busy        thinking (2 queued)  Orchestrator III  3         2026-11-22 11:59:18 UTC (42 s ago)",
                 "0193a1b2-old  idle                 -                 0         2026-11-22 07:00:00 UTC (5 h ago)",
             ]
+        );
+    }
+
+    #[test]
+    fn a_forged_session_id_stays_in_its_cell() {
+        // The human sees the escape spelled out and the newline as \x0a: one
+        // row, nothing cleared.
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
+        let forged = status("x\u{1b}[2J\nfake\u{202e}", SessionState::Idle, now);
+        let rows = table(&[forged], now);
+        assert_eq!(rows.len(), 2);
+        assert!(
+            rows[1].starts_with("x\\x1b[2J\\x0afake\\u{202e}  idle"),
+            "{:?}",
+            rows[1]
         );
     }
 
