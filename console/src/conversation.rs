@@ -4,6 +4,8 @@
 use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, LogEntry, orchestrator_name, roman};
 use chrono::{DateTime, Utc};
 
+use crate::inert::escape;
+
 /// Who speaks in one entry of the conversation, which decides how it looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -105,13 +107,15 @@ impl Conversation {
         match &entry.body {
             LogBody::Human(e) => {
                 self.pending.retain(|p| p.message_id != e.message_id);
-                self.entries.push(Entry::new(Kind::Human, clean(&e.text)));
+                self.entries.push(Entry::new(Kind::Human, escape(&e.text)));
                 human = Some(e.text.clone());
             }
-            LogBody::Arbiter(e) => self.entries.push(Entry::new(Kind::Arbiter, clean(&e.text))),
+            LogBody::Arbiter(e) => self
+                .entries
+                .push(Entry::new(Kind::Arbiter, escape(&e.text))),
             LogBody::ArbiterToOrchestrator(e) => self.entries.push(Entry::new(
                 Kind::ArbiterToOrchestrator(e.number),
-                clean(&e.text),
+                escape(&e.text),
             )),
             LogBody::Orchestrator(e) => {
                 let kind = if e.expects_response {
@@ -119,33 +123,33 @@ impl Conversation {
                 } else {
                     Kind::Note(e.number)
                 };
-                self.entries.push(Entry::new(kind, clean(&e.text)));
+                self.entries.push(Entry::new(kind, escape(&e.text)));
             }
-            LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, clean(&e.text))),
+            LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, escape(&e.text))),
             LogBody::Summoned(e) => {
                 let name = orchestrator_name(e.number);
                 self.entries
                     .push(Entry::new(Kind::Event, format!("{name} summoned.")));
                 self.entries.push(Entry::new(
                     Kind::ArbiterToOrchestrator(e.number),
-                    clean(&e.brief),
+                    escape(&e.brief),
                 ));
             }
             LogBody::Released(e) => {
                 self.entries
                     .push(Entry::new(Kind::Event, released(&e.numbers)));
             }
-            LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, clean(&e.text))),
+            LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
             LogBody::Error(e) => self
                 .entries
-                .push(Entry::new(Kind::Error, clean(&e.error.to_string()))),
+                .push(Entry::new(Kind::Error, escape(&e.error.to_string()))),
         }
         human
     }
 
     /// Adds a line that is not in the log (a notice of this console).
     pub fn notice(&mut self, kind: Kind, text: &str) {
-        self.entries.push(Entry::new(kind, clean(text)));
+        self.entries.push(Entry::new(kind, escape(text)));
     }
 
     /// Adds a piece of the Arbiter's reply. A piece written before the last
@@ -158,7 +162,7 @@ impl Conversation {
         }
         match &mut self.streaming {
             Some(s) if s.turn == delta.turn && s.attempt == delta.attempt => {
-                s.text.push_str(&clean(&delta.text));
+                s.text.push_str(&escape(&delta.text));
                 s.intent = delta.intent.or(s.intent);
                 s.at = s.at.max(delta.at);
             }
@@ -171,7 +175,7 @@ impl Conversation {
                     turn: delta.turn,
                     attempt: delta.attempt,
                     intent: delta.intent,
-                    text: clean(&delta.text),
+                    text: escape(&delta.text),
                     at: delta.at,
                 });
             }
@@ -195,7 +199,7 @@ impl Conversation {
     pub fn sending(&mut self, message_id: &str, text: &str) {
         self.pending.push(Pending {
             message_id: message_id.to_owned(),
-            text: clean(text),
+            text: escape(text),
         });
     }
 
@@ -227,20 +231,6 @@ fn released(numbers: &[u32]) -> String {
             format!("Orchestrators {} released.", numerals.join(", "))
         }
     }
-}
-
-/// Text as the screen may show it: tabs become spaces, `\r\n` a newline,
-/// and other control characters (escape sequences above all) are dropped.
-pub fn clean(text: &str) -> String {
-    text.replace("\r\n", "\n")
-        .chars()
-        .filter_map(|c| match c {
-            '\n' => Some('\n'),
-            '\t' => Some(' '),
-            c if c.is_control() => None,
-            c => Some(c),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -332,7 +322,7 @@ mod tests {
         assert_eq!(
             c.entries(),
             [
-                Entry::new(Kind::Human, "hi there[31m"),
+                Entry::new(Kind::Human, "hi    there\\x1b[31m"),
                 Entry::new(Kind::Event, "Orchestrator II summoned."),
                 Entry::new(Kind::ArbiterToOrchestrator(2), "Do it."),
                 Entry::new(Kind::Note(2), "Working."),
@@ -341,6 +331,27 @@ mod tests {
             ]
         );
         assert_eq!(c.last_seq(), 5);
+    }
+
+    #[test]
+    fn the_screen_shows_active_characters_escaped() {
+        // The human sees the override and the C1 CSI spelled out, where the
+        // override used to reach the terminal and reverse the line.
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        c.log(&entry(
+            1,
+            t,
+            arbiter("\u{202e}txet \u{9b}2J\u{1b}]0;t\u{7}"),
+        ));
+        c.notice(Kind::Error, "bad \u{2066}entry");
+        assert_eq!(
+            c.entries(),
+            [
+                Entry::new(Kind::Arbiter, "\\u{202e}txet \\u{9b}2J\\x1b]0;t\\x07"),
+                Entry::new(Kind::Error, "bad \\u{2066}entry"),
+            ]
+        );
     }
 
     #[test]
