@@ -5,6 +5,7 @@ use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, LogEntry, orchestra
 use chrono::{DateTime, Utc};
 
 use crate::inert::escape;
+use crate::shown::ShownSeqs;
 
 /// Who speaks in one entry of the conversation, which decides how it looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +67,8 @@ pub struct Pending {
 #[derive(Debug, Clone, Default)]
 pub struct Conversation {
     entries: Vec<Entry>,
-    /// Highest log seq shown.
-    last_seq: u64,
+    /// The log seqs shown, each once.
+    shown: ShownSeqs,
     streaming: Option<Streaming>,
     /// When the last reply was closed (by its log entry, or by an idle
     /// status); pieces written before then are stale.
@@ -90,16 +91,15 @@ impl Conversation {
 
     /// Highest log seq shown so far.
     pub fn last_seq(&self) -> u64 {
-        self.last_seq
+        self.shown.highest()
     }
 
     /// Adds a log entry. Returns the text of a human message, for the input
     /// history. An entry whose seq was already shown is ignored.
     pub fn log(&mut self, entry: &LogEntry) -> Option<String> {
-        if entry.seq != 0 && entry.seq <= self.last_seq {
+        if !self.shown.first_time(entry.seq) {
             return None;
         }
-        self.last_seq = self.last_seq.max(entry.seq);
         if closes_reply(&entry.body) {
             self.close(entry.at);
         }
@@ -185,7 +185,7 @@ impl Conversation {
     /// The Arbiter is idle and the log has been shown up to `last_seq`: a
     /// reply still streaming was abandoned (its turn failed), so it goes.
     pub fn idle(&mut self, last_seq: u64, at: DateTime<Utc>) {
-        if last_seq <= self.last_seq && self.streaming.as_ref().is_some_and(|s| s.at <= at) {
+        if last_seq <= self.shown.highest() && self.streaming.as_ref().is_some_and(|s| s.at <= at) {
             self.close(at);
         }
     }

@@ -22,6 +22,7 @@ mod screen;
 mod session;
 pub mod sessions;
 mod settle;
+mod shown;
 mod tui;
 pub mod ui;
 pub mod vitals;

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::inert;
 use crate::render::render;
 use crate::settle::Progress;
+use crate::shown::ShownSeqs;
 use crate::{Config, ConsoleError, Ended, Result, write_line};
 
 /// The name this client shows in the server's connection list.
@@ -67,6 +68,7 @@ where
         output: terminal.output,
         notices: terminal.notices,
         progress: Progress::default(),
+        shown: ShownSeqs::default(),
     };
     if let Some(status) = attached.status {
         console.progress.status(status);
@@ -179,6 +181,8 @@ struct Console<'a, W, E> {
     output: W,
     notices: &'a mut E,
     progress: Progress,
+    /// Each log seq is printed (or reported malformed) at most once.
+    shown: ShownSeqs,
 }
 
 impl<W, E> Console<'_, W, E>
@@ -251,12 +255,20 @@ where
         }
     }
 
-    /// Prints one log entry, or reports it on stderr if it cannot be decoded.
+    /// Prints one log entry, or reports it on stderr if it cannot be decoded;
+    /// an entry whose seq was already printed or reported is skipped.
     async fn log_message(&mut self, subject: &str, payload: &[u8]) -> Result<()> {
         let entry = match arbiter_bus::decode::<LogEntry>(subject, payload) {
             Ok(entry) => entry,
             Err(e) => {
-                self.progress.malformed(readable_seq(payload));
+                let seq = readable_seq(payload);
+                self.progress.malformed(seq);
+                if let Some(seq) = seq
+                    && !self.shown.first_time(seq)
+                {
+                    tracing::warn!(seq, "malformed log entry with a seq already shown skipped");
+                    return Ok(());
+                }
                 let detail = match e {
                     WireError::MalformedMessage { detail, .. } => detail,
                     other => other.to_string(),
@@ -267,6 +279,13 @@ where
                 return write_line(self.notices, &notice).await;
             }
         };
+        if !self.shown.first_time(entry.seq) {
+            tracing::warn!(
+                seq = entry.seq,
+                "log entry with a seq already shown skipped"
+            );
+            return Ok(());
+        }
         self.progress.entry(&entry);
         if let Some(text) = render(&entry, self.config.output, self.config.show_musings)? {
             write_line(&mut self.output, &text).await?;

@@ -73,6 +73,19 @@ impl Coordinator {
         ack.await.unwrap();
     }
 
+    /// Publishes `entry` again without a message id, as a coordinator
+    /// restarted after the server's dedupe window would: the server keeps both.
+    async fn log_again(&self, entry: &LogEntry) {
+        let payload = serde_json::to_vec(entry).unwrap();
+        let ack = self
+            .bus
+            .js
+            .publish(subjects::session_log(&entry.session_id), payload.into())
+            .await
+            .unwrap();
+        ack.await.unwrap();
+    }
+
     /// An idle status with `last_seq`, live and in the bucket.
     async fn idle(&self, session_id: &str, last_seq: u64) {
         let status = idle_status(session_id, last_seq);
@@ -627,5 +640,42 @@ async fn follow_keeps_going_until_interrupted() {
     let done = console.finish().await;
     done.assert_success();
     assert_eq!(done.stdout, "Arbiter: First.\nArbiter: Second.\n");
+    done.assert_resume_hint(session_id);
+}
+
+#[tokio::test]
+async fn a_duplicate_seq_is_printed_once() {
+    let coordinator = Coordinator::start().await;
+    let session_id = "twice";
+    let first = entry(session_id, 1, arbiter("Once."));
+    let second = entry(session_id, 2, arbiter("Twice?"));
+    coordinator.log(&[first.clone(), second.clone()]).await;
+    coordinator.log_again(&second).await;
+    // A copy with other words under a seq already shown is not shown either.
+    coordinator
+        .log_again(&entry(session_id, 1, arbiter("Forged.")))
+        .await;
+    coordinator
+        .log(&[entry(session_id, 3, arbiter("Thrice."))])
+        .await;
+    coordinator.store_status(&idle_status(session_id, 3)).await;
+
+    let console = Console::spawn(
+        &[
+            "--plain",
+            "--session",
+            session_id,
+            "--nats-url",
+            coordinator.url(),
+        ],
+        false,
+    );
+    let done = console.finish().await;
+    // The human sees each entry once, and the console still settles and exits.
+    done.assert_success();
+    assert_eq!(
+        done.stdout,
+        "Arbiter: Once.\nArbiter: Twice?\nArbiter: Thrice.\n"
+    );
     done.assert_resume_hint(session_id);
 }
