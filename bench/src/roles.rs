@@ -24,7 +24,7 @@ fn model(args: &RoleArgs, name: &str) -> ModelConfig {
 
 pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
     let config = arbiter_coordinator::Config {
-        nats_url: args.nats_url.clone(),
+        nats: arbiter_bus::NatsOptions::url(args.nats_url.clone()),
         model: model(&args, ARBITER_MODEL),
         ..arbiter_coordinator::Config::default()
     };
@@ -35,7 +35,7 @@ pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
 
 pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
     let config = arbiter_worker::Config {
-        nats_url: args.nats_url.clone(),
+        nats: arbiter_bus::NatsOptions::url(args.nats_url.clone()),
         max_orchestrators: args.max_orchestrators,
         workspace_root: args.workspace_root.clone(),
         model: model(&args, ORCH_MODEL),

@@ -4,16 +4,22 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
+pub mod connect;
+pub mod setup;
 mod trace;
 
 use std::time::Duration;
 
-use arbiter_protocol::{WireError, subjects};
+use arbiter_protocol::WireError;
+use arbiter_protocol::roles::NatsRole;
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::{Client, HeaderMap};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use connect::{Alarms, Connection, NatsOptions, Reach, Secret, connect_with};
 pub use trace::TraceContext;
 
 /// The header JetStream deduplicates on.
@@ -27,6 +33,29 @@ pub type Result<T, E = BusError> = std::result::Result<T, E>;
 pub enum BusError {
     #[error("cannot connect to NATS at {url}: {message}")]
     Connect { url: String, message: String },
+    /// The server refused the credentials (at connect, or on a reconnect: revoked).
+    #[error("{0}")]
+    Refused(String),
+    #[error("TLS with NATS at {url} failed: {cause}")]
+    Tls { url: String, cause: String },
+    #[error("cannot use {what} {path}: {cause}")]
+    File {
+        what: String,
+        path: String,
+        cause: String,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "NATS denied this {role} credential an operation it needs ({denied}); \
+         was it issued for another role? (`arbiter-admin issue {role} NAME`)"
+    )]
+    Denied { role: NatsRole, denied: String },
+    #[error(
+        "the stream {stream} does not exist: start the coordinator (it creates the \
+         streams) or run `arbiter-admin setup`"
+    )]
+    Missing { stream: String },
     #[error("JetStream {what} failed: {message}")]
     JetStream { what: String, message: String },
     #[error("cannot encode a message for {subject}: {message}")]
@@ -34,7 +63,7 @@ pub enum BusError {
 }
 
 impl BusError {
-    fn js(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+    pub(crate) fn js(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
         BusError::JetStream {
             what: what.into(),
             message: e.to_string(),
@@ -42,28 +71,18 @@ impl BusError {
     }
 }
 
-/// Connects with a client name; retries in the background for a server that
-/// is not up yet when `wait_for_server` is set (services), fails at once otherwise (CLIs).
+/// Connects with a client name and no credential (tests, local tools);
+/// retries in the background for a server that is not up yet when
+/// `wait_for_server` is set, fails at once otherwise.
 pub async fn connect(url: &str, name: &str, wait_for_server: bool) -> Result<Client> {
-    let mut options =
-        async_nats::ConnectOptions::new()
-            .name(name)
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Disconnected => {
-                        tracing::warn!("NATS connection lost; reconnecting")
-                    }
-                    async_nats::Event::Connected => tracing::info!("NATS connected"),
-                    other => tracing::debug!(%other, "NATS event"),
-                }
-            });
-    if wait_for_server {
-        options = options.retry_on_initial_connect();
-    }
-    options.connect(url).await.map_err(|e| BusError::Connect {
-        url: redact_url(url),
-        message: e.to_string(),
-    })
+    let reach = if wait_for_server {
+        Reach::Wait
+    } else {
+        Reach::FailFast
+    };
+    Ok(connect_with(&NatsOptions::url(url), name, reach)
+        .await?
+        .client)
 }
 
 /// A URL with any user:password part hidden, for messages and logs.
@@ -82,64 +101,22 @@ pub struct Bus {
     pub client: Client,
     pub js: jetstream::Context,
     pub sessions_kv: kv::Store,
+    /// Refusals and denials the server reported on this connection.
+    pub alarms: Alarms,
+    /// The user name of the credential, when it names one.
+    pub user: Option<String>,
 }
 
 impl Bus {
-    /// Declares the streams and the sessions bucket if they do not exist yet.
+    /// Declares everything that is missing and opens the bus, as the admin
+    /// does: for tests, tools and the benchmark on an open server.
     pub async fn setup(client: Client) -> Result<Self> {
-        let js = jetstream::new(client.clone());
-        let streams = [
-            stream::Config {
-                name: subjects::SESSIONS_STREAM.into(),
-                subjects: vec![
-                    subjects::ALL_SESSION_HUMAN.into(),
-                    subjects::ALL_SESSION_LOG.into(),
-                ],
-                ..Default::default()
-            },
-            stream::Config {
-                name: subjects::ORCH_STREAM.into(),
-                subjects: vec![
-                    subjects::ALL_ORCH_IN.into(),
-                    subjects::ALL_ORCH_OUT.into(),
-                    subjects::ALL_ORCH_CTL.into(),
-                ],
-                ..Default::default()
-            },
-            stream::Config {
-                name: subjects::SUMMONS_STREAM.into(),
-                subjects: vec![subjects::ALL_SUMMONS.into()],
-                retention: stream::RetentionPolicy::WorkQueue,
-                ..Default::default()
-            },
-        ];
-        for config in streams {
-            let name = config.name.clone();
-            js.get_or_create_stream(stream::Config {
-                storage: stream::StorageType::File,
-                duplicate_window: DUPLICATE_WINDOW,
-                ..config
-            })
-            .await
-            .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
-        }
-        let sessions_kv = match js.get_key_value(subjects::SESSIONS_BUCKET).await {
-            Ok(store) => store,
-            Err(_) => js
-                .create_key_value(kv::Config {
-                    bucket: subjects::SESSIONS_BUCKET.into(),
-                    history: 1,
-                    storage: stream::StorageType::File,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| BusError::js("creating the sessions bucket", e))?,
-        };
-        Ok(Self {
+        let conn = Connection {
             client,
-            js,
-            sessions_kv,
-        })
+            alarms: Alarms::default(),
+            user: None,
+        };
+        Self::open(conn, NatsRole::Admin, Reach::FailFast).await
     }
 
     /// Publishes to a JetStream subject and waits for the server's ack.

@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
+use arbiter_bus::{Connection, NatsOptions, Reach};
+use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{
     ArbiterDelta, HumanMessage, LogEntry, OrchestratorStatus, SessionStatus, VERSION, WireError,
     subjects,
@@ -55,16 +57,11 @@ impl Feed {
     /// background for as long as it takes. Until the server is reached the
     /// feed reports the connection down (the screen shows why it is empty);
     /// once attached it reports [`FeedEvent::Attached`].
-    pub(crate) fn start(url: &str, session_id: &str) -> Self {
+    pub(crate) fn start(nats: &NatsOptions, session_id: &str) -> Self {
         let (tx, events) = mpsc::channel(CAPACITY);
         let (bus_tx, bus) = watch::channel(None);
         let mut tasks = JoinSet::new();
-        tasks.spawn(run(
-            url.to_owned(),
-            session_id.to_owned(),
-            tx.clone(),
-            bus_tx,
-        ));
+        tasks.spawn(run(nats.clone(), session_id.to_owned(), tx.clone(), bus_tx));
         Self {
             bus,
             session_id: session_id.to_owned(),
@@ -151,7 +148,7 @@ enum AttachError {
 /// Attaches (retrying every [`CONNECT_RETRY`] until it works), then runs the
 /// tasks that forward what the session says, until the feed is dropped.
 async fn run(
-    url: String,
+    nats: NatsOptions,
     session_id: String,
     tx: mpsc::Sender<FeedEvent>,
     bus_tx: watch::Sender<Option<Bus>>,
@@ -159,7 +156,7 @@ async fn run(
     let mut up = true;
     let mut last_trouble = None;
     let attached = loop {
-        let (now_up, error) = match attach(&url, &session_id).await {
+        let (now_up, error) = match attach(&nats, &session_id).await {
             Ok(attached) => break attached,
             Err(AttachError::Unreachable(e)) => (false, e),
             Err(AttachError::Failed(e)) => (true, e),
@@ -239,17 +236,24 @@ async fn run(
 /// Connects (failing fast if the server cannot be reached), subscribes to
 /// the live subjects before reading anything stored, then opens the log
 /// from its first entry.
-async fn attach(url: &str, session_id: &str) -> std::result::Result<Attached, AttachError> {
-    let client = arbiter_bus::connect(url, CLIENT_NAME, false)
+async fn attach(
+    nats: &NatsOptions,
+    session_id: &str,
+) -> std::result::Result<Attached, AttachError> {
+    let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, Reach::FailFast)
         .await
-        .map_err(|e| AttachError::Unreachable(e.into()))?;
-    subscribe_and_open(client, session_id)
+        .map_err(|e| match e {
+            e @ arbiter_bus::BusError::Connect { .. } => AttachError::Unreachable(e.into()),
+            // Refused credentials, TLS, unreadable files: the server answered.
+            e => AttachError::Failed(e.into()),
+        })?;
+    subscribe_and_open(conn, session_id)
         .await
         .map_err(AttachError::Failed)
 }
 
-async fn subscribe_and_open(client: async_nats::Client, session_id: &str) -> Result<Attached> {
-    let bus = Bus::setup(client).await?;
+async fn subscribe_and_open(conn: Connection, session_id: &str) -> Result<Attached> {
+    let bus = Bus::open(conn, NatsRole::Console, Reach::FailFast).await?;
     let subscribe = |subject: String| {
         let client = bus.client.clone();
         async move {
@@ -436,8 +440,13 @@ mod tests {
     #[tokio::test]
     async fn a_message_typed_while_the_console_connects_is_sent() {
         let nats = NatsServer::start().await;
+        // The streams exist (the coordinator made them): consoles only bind.
+        let client = arbiter_bus::connect(nats.url(), "test", false)
+            .await
+            .unwrap();
+        let bus = Bus::setup(client).await.unwrap();
         let session_id = "s-quick";
-        let mut feed = Feed::start(nats.url(), session_id);
+        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id);
         // At once, before the feed has had a chance to attach.
         feed.send("m-1".into(), "typed at once".into());
         loop {
@@ -447,10 +456,6 @@ mod tests {
                 _ => {}
             }
         }
-        let client = arbiter_bus::connect(nats.url(), "test", false)
-            .await
-            .unwrap();
-        let bus = Bus::setup(client).await.unwrap();
         let sent = arbiter_tests::eventually(Duration::from_secs(10), "the message", || async {
             let (messages, _) = bus
                 .replay_subject(
@@ -473,9 +478,13 @@ mod tests {
     async fn a_server_down_at_start_is_waited_for() {
         arbiter_tests::init_tracing();
         let mut nats = NatsServer::start().await;
+        let client = arbiter_bus::connect(nats.url(), "test", false)
+            .await
+            .unwrap();
+        drop(Bus::setup(client).await.unwrap());
         nats.stop().await;
         let session_id = "s-late";
-        let mut feed = Feed::start(nats.url(), session_id);
+        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id);
         assert!(
             matches!(next(&mut feed).await, FeedEvent::Connection { up: false }),
             "the outage is reported"

@@ -35,13 +35,11 @@ use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 pub use error::{ConsoleError, Result};
 pub use render::OutputMode;
 
-/// Default NATS URL, as for the other Arbiter binaries.
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
-
 /// Everything a console run needs to know, resolved from flags and env.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    pub nats_url: String,
+    /// How to reach NATS, and the console's credential.
+    pub nats: arbiter_bus::NatsOptions,
     /// Attach to this session; `None` starts a new one.
     pub session: Option<String>,
     pub output: OutputMode,
@@ -57,7 +55,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            nats_url: DEFAULT_NATS_URL.to_owned(),
+            nats: arbiter_bus::NatsOptions::default(),
             session: None,
             output: OutputMode::Plain,
             show_musings: false,

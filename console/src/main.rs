@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use arbiter_console::{Config, DEFAULT_NATS_URL, OutputMode};
+use arbiter_bus::cli::NatsArgs;
+use arbiter_console::{Config, OutputMode};
 use clap::builder::BoolishValueParser;
 use clap::{Parser, Subcommand};
 use tracing_appender::non_blocking::WorkerGuard;
@@ -28,9 +29,8 @@ struct Cli {
     /// Attach to this session instead of starting a new one.
     #[arg(long, env = "ARBITER_SESSION")]
     session: Option<String>,
-    /// NATS server URL.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
-    nats_url: String,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// Show the Arbiter's musings (the full-screen view toggles them with Ctrl-T).
     #[arg(long, env = "ARBITER_SHOW_MUSINGS", value_parser = BoolishValueParser::new())]
     show_musings: bool,
@@ -66,7 +66,7 @@ impl Cli {
 
     fn into_config(self, screen: bool) -> Config {
         Config {
-            nats_url: self.nats_url,
+            nats: self.nats.options(),
             session: self.session,
             output: if self.json {
                 OutputMode::Json
@@ -107,7 +107,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let result = match cli.command {
         Some(Command::Sessions { json }) => runtime.block_on(arbiter_console::sessions::print(
-            &cli.nats_url,
+            &cli.nats.options(),
             json || cli.json,
             tokio::io::stdout(),
         )),

@@ -26,7 +26,7 @@ pub(crate) async fn run(
     session_id: &str,
     shutdown: impl Future<Output = ()>,
 ) -> Ended {
-    let mut app = App::new(session_id, &config.nats_url);
+    let mut app = App::new(session_id, &config.nats.url);
     app.show_musings = config.show_musings;
     let result = run_app(config, &mut app, shutdown).await;
     Ended {
@@ -37,7 +37,7 @@ pub(crate) async fn run(
 
 async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = ()>) -> Result<()> {
     tokio::pin!(shutdown);
-    let mut feed = Feed::start(&config.nats_url, &app.session_id);
+    let mut feed = Feed::start(&config.nats, &app.session_id);
     let mut tui = Tui::enter()?;
     let mut events = EventStream::new();
     let mut tick = tokio::time::interval(TICK);

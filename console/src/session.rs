@@ -5,6 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
+use arbiter_bus::{NatsOptions, Reach};
+use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{HumanMessage, LogEntry, SessionStatus, VERSION, WireError, subjects};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use chrono::Utc;
@@ -55,7 +57,7 @@ where
         result,
     };
     let attached = tokio::select! {
-        attached = attach(&config.nats_url, session_id) => match attached {
+        attached = attach(&config.nats, session_id) => match attached {
             Ok(attached) => attached,
             Err(e) => return not_attached(Err(e)),
         },
@@ -92,9 +94,9 @@ struct Attached {
     log: pull::Ordered,
 }
 
-async fn attach(url: &str, session_id: &str) -> Result<Attached> {
-    let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
-    let bus = Bus::setup(client).await?;
+async fn attach(nats: &NatsOptions, session_id: &str) -> Result<Attached> {
+    let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, Reach::FailFast).await?;
+    let bus = Bus::open(conn, NatsRole::Console, Reach::FailFast).await?;
 
     let subject = subjects::session_status(session_id);
     let subscribe_error = |e: &dyn std::fmt::Display| ConsoleError::Subscribe {
@@ -163,6 +165,9 @@ pub(crate) async fn open_log_from(
         .js
         .create_consumer_on_stream(
             pull::OrderedConfig {
+                // Named, so that the server sees the filter in the create
+                // subject: a console credential may only follow logs.
+                name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
                 filter_subject: subjects::session_log(session_id),
                 deliver_policy,
                 ..Default::default()

@@ -17,9 +17,9 @@ use crate::{ConsoleError, Result, write_line};
 
 /// Reads every session's latest status from the bucket, newest activity first.
 /// A value that cannot be decoded is skipped with a warning.
-pub async fn list(url: &str) -> Result<Vec<SessionStatus>> {
-    let client = arbiter_bus::connect(url, CLIENT_NAME, false).await?;
-    let js = async_nats::jetstream::new(client);
+pub async fn list(nats: &arbiter_bus::NatsOptions) -> Result<Vec<SessionStatus>> {
+    let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, arbiter_bus::Reach::FailFast).await?;
+    let js = async_nats::jetstream::new(conn.client);
     let error = |e: &dyn std::fmt::Display| ConsoleError::Sessions {
         bucket: subjects::SESSIONS_BUCKET.to_owned(),
         message: e.to_string(),
@@ -68,8 +68,12 @@ fn is_missing_bucket(e: &KeyValueError) -> bool {
 
 /// Lists the sessions on `out`: a table, or one JSON `SessionStatus` per line.
 /// With no session at all, nothing goes to `out` (and `no sessions` to stderr).
-pub async fn print<W: AsyncWrite + Unpin>(url: &str, json: bool, mut out: W) -> Result<()> {
-    let statuses = list(url).await?;
+pub async fn print<W: AsyncWrite + Unpin>(
+    nats: &arbiter_bus::NatsOptions,
+    json: bool,
+    mut out: W,
+) -> Result<()> {
+    let statuses = list(nats).await?;
     if json {
         for status in &statuses {
             write_line(&mut out, &inert::json_line(status)?).await?;

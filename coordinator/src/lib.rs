@@ -15,14 +15,16 @@ mod state;
 use std::future::Future;
 use std::sync::Arc;
 
-use arbiter_bus::Bus;
+use arbiter_bus::{Bus, Reach};
 use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::Role;
+use arbiter_protocol::roles::NatsRole;
 
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub nats_url: String,
+    /// How to reach NATS, and the coordinator's credential.
+    pub nats: arbiter_bus::NatsOptions,
     /// The worker pool summons go to.
     pub pool: String,
     /// The Arbiter's model and how to reach it.
@@ -39,7 +41,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            nats_url: "nats://127.0.0.1:4222".into(),
+            nats: arbiter_bus::NatsOptions::default(),
             pool: "default".into(),
             model: default_model(),
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
@@ -90,10 +92,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut config = config;
     config.context_budget =
         arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
-    let client = arbiter_bus::connect(&config.nats_url, "arbiter-coordinator", true).await?;
-    let bus = Bus::setup(client).await?;
-    state::ensure_stream(&bus).await?;
-    tracing::info!(nats = %arbiter_bus::redact_url(&config.nats_url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
+    let conn = arbiter_bus::connect_with(&config.nats, "arbiter-coordinator", Reach::Wait).await?;
+    let bus = Bus::open(conn, NatsRole::Coordinator, Reach::Wait).await?;
+    // The pool's queue exists before any worker does, so its lag can be read
+    // (an autoscaler that starts workers from zero reads it).
+    arbiter_bus::setup::guarded(
+        &bus.alarms,
+        NatsRole::Coordinator,
+        arbiter_bus::setup::ensure_pool_consumer(&bus.js, &config.pool),
+    )
+    .await?;
+    tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
     let shared = Arc::new(Shared {
         bus,
         model,
@@ -101,5 +110,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         fleet: fleet::Fleet::default(),
         output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
     });
-    intake::run(shared, shutdown).await
+    let alarms = shared.bus.alarms.clone();
+    tokio::select! {
+        result = intake::run(shared, shutdown) => result,
+        refused = alarms.fatal() => Err(refused.into()),
+    }
 }

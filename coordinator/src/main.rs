@@ -8,6 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::io::IsTerminal as _;
 
 use anyhow::Context as _;
+use arbiter_bus::cli::NatsArgs;
 use arbiter_llm::cli::ProviderArgs;
 use arbiter_llm::{Provider, RoleOverrides};
 use arbiter_protocol::Role;
@@ -18,9 +19,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
-    /// NATS server URL.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// Worker pool that summoned Orchestrators go to.
     #[arg(long, env = "ARBITER_POOL", default_value = "default")]
     pool: String,
@@ -77,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let config = arbiter_coordinator::Config {
-        nats_url: cli.nats_url,
+        nats: cli.nats.options(),
         pool: cli.pool,
         model: arbiter.model,
         context_budget: arbiter.context_budget,

@@ -13,7 +13,6 @@ use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
     Control, ControlAction, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
 };
-use async_nats::jetstream::{object_store, stream};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
@@ -168,40 +167,6 @@ struct Pointer {
     rev: u64,
     /// The object's name in [`subjects::SESSION_BLOBS_BUCKET`].
     blob: String,
-}
-
-/// Declares the state stream and the bucket for large records (idempotent).
-pub(crate) async fn ensure_stream(bus: &Bus) -> Result<(), arbiter_bus::BusError> {
-    let failed = |what: &str, e: &dyn std::fmt::Display| arbiter_bus::BusError::JetStream {
-        what: what.into(),
-        message: e.to_string(),
-    };
-    bus.js
-        .get_or_create_stream(stream::Config {
-            name: subjects::STATE_STREAM.into(),
-            subjects: vec![subjects::ALL_SESSION_STATE.into()],
-            storage: stream::StorageType::File,
-            duplicate_window: arbiter_bus::DUPLICATE_WINDOW,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| failed("creating the state stream", &e))?;
-    if bus
-        .js
-        .get_object_store(subjects::SESSION_BLOBS_BUCKET)
-        .await
-        .is_err()
-    {
-        bus.js
-            .create_object_store(object_store::Config {
-                bucket: subjects::SESSION_BLOBS_BUCKET.into(),
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| failed("creating the session blob bucket", &e))?;
-    }
-    Ok(())
 }
 
 /// The largest record stored inline; larger ones go to the object store.

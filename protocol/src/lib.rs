@@ -9,6 +9,7 @@
 pub mod error;
 pub mod orchestrator;
 pub mod outputs;
+pub mod roles;
 pub mod schema;
 pub mod session;
 pub mod subjects;

@@ -19,6 +19,9 @@ pub const ORCH_BLOBS_BUCKET: &str = "arbiter_orch_blobs";
 /// KV bucket: the latest [`crate::SessionStatus`] of every session, by session id.
 pub const SESSIONS_BUCKET: &str = "arbiter_sessions";
 
+/// The NATS micro service every worker registers as (presence).
+pub const WORKER_SERVICE: &str = "arbiter-worker";
+
 /// Durable consumer through which the coordinator reads human messages.
 pub const COORDINATOR_HUMAN_CONSUMER: &str = "coordinator-human";
 /// Durable consumer through which the coordinator reads Orchestrator output.
@@ -88,7 +91,14 @@ pub fn session_delta(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.delta")
 }
 pub const ALL_SESSION_HUMAN: &str = "arbiter.v1.session.*.human";
+/// A human line sent by the console named `console` (its NATS user name): the
+/// server lets a console credential publish only under its own name.
+pub fn session_human_from(session_id: &str, console: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.human.{console}")
+}
 pub const ALL_SESSION_LOG: &str = "arbiter.v1.session.*.log";
+/// Human lines sent under a console's name ([`session_human_from`]).
+pub const ALL_SESSION_HUMAN_FROM: &str = "arbiter.v1.session.*.human.*";
 
 /// Ids and pool names become subject tokens, so they must be one token:
 /// ASCII letters, digits, `-` and `_`, 1 to 64 characters.

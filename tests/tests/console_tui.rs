@@ -338,6 +338,11 @@ async fn a_banner_shows_while_nats_is_unreachable() {
     arbiter_tests::init_tracing();
     let mut nats = NatsServer::start().await;
     let s = "s-tui-outage";
+    // The coordinator has made the streams; consoles only bind to them.
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    arbiter_bus::Bus::setup(client).await.unwrap();
     let console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
     console.wait_for(&["Nothing has been said yet."]).await;
 

@@ -34,11 +34,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbiter_bus::Bus;
+use arbiter_bus::{Bus, Reach};
 use arbiter_llm::{Model, ModelConfig};
+use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{Summon, subjects};
 use async_nats::jetstream::AckKind;
-use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::consumer::{PullConsumer, pull};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +49,8 @@ use crate::subagent::SubagentRole;
 /// Everything a worker needs; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub nats_url: String,
+    /// How to reach NATS, and the worker's credential.
+    pub nats: arbiter_bus::NatsOptions,
     /// The pool whose summons this worker takes.
     pub pool: String,
     /// Orchestrators run at once; a summons is taken only when a slot is free.
@@ -82,7 +84,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            nats_url: "nats://127.0.0.1:4222".into(),
+            nats: arbiter_bus::NatsOptions::default(),
             pool: "default".into(),
             max_orchestrators: 4,
             workspace_root: PathBuf::from("workspaces"),
@@ -100,9 +102,8 @@ impl Default for Config {
 }
 
 /// How long a lease lasts without renewal, by default.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(6);
-/// Summons a pool may have out at once (each running Orchestrator holds one).
-const POOL_MAX_ACK_PENDING: i64 = 100_000;
+pub const DEFAULT_LEASE: Duration = arbiter_bus::setup::DEFAULT_LEASE;
+use arbiter_bus::setup::POOL_MAX_ACK_PENDING;
 
 /// The Orchestrators' default model, with default settings.
 fn default_model() -> ModelConfig {
@@ -189,12 +190,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.workspace_root.display()
         ))
     })?;
-    let client = arbiter_bus::connect(&config.nats_url, &config.worker_id, true).await?;
-    let bus = Bus::setup(client.clone()).await?;
+    let conn = arbiter_bus::connect_with(&config.nats, &config.worker_id, Reach::Wait).await?;
+    let client = conn.client.clone();
+    let bus = Bus::open(conn, NatsRole::Worker, Reach::Wait).await?;
     let state = state::StateBackend::setup(&bus)
         .await
         .map_err(|message| js_error("setting up the Orchestrator state", message))?;
-    let (consumer, lease) = pool_consumer(&bus, &config.pool, config.lease).await?;
+    let (consumer, lease) = arbiter_bus::setup::guarded(
+        &bus.alarms,
+        NatsRole::Worker,
+        pool_consumer(&bus, &config.pool, config.lease),
+    )
+    .await?;
     let slots = Slots::new(&config.worker_id, &config.pool, config.max_orchestrators);
     let presence = presence::start(&client, slots.clone()).await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, ?lease, "worker ready");
@@ -210,6 +217,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let leases = lease::Registry::default();
     let cancel = CancellationToken::new();
     let mut running = tokio::task::JoinSet::new();
+    // Credentials refused on a reconnect (revoked): stop as on shutdown
+    // (Orchestrators handed back), then fail with the reason.
+    let refused = Arc::new(std::sync::Mutex::new(None));
+    let shutdown = {
+        let alarms = shared.bus.alarms.clone();
+        let refused = refused.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                error = alarms.fatal() => {
+                    *refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+                }
+            }
+        }
+    };
     tokio::pin!(shutdown);
     'outer: loop {
         let permit = tokio::select! {
@@ -271,7 +293,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     cancel.cancel();
     while running.join_next().await.is_some() {}
     presence.stop().await;
-    Ok(())
+    let refused = refused
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    match refused {
+        Some(error) => Err(error.into()),
+        None => Ok(()),
+    }
 }
 
 /// The pool's shared consumer, with `ack_wait` set to the lease; returns it
@@ -284,14 +313,7 @@ async fn pool_consumer(bus: &Bus, pool: &str, lease: Duration) -> Result<(PullCo
         .get_stream(subjects::SUMMONS_STREAM)
         .await
         .map_err(|e| js_error("opening the summons stream", e))?;
-    let config = pull::Config {
-        durable_name: Some(name.clone()),
-        filter_subject: subjects::summon(pool),
-        ack_policy: AckPolicy::Explicit,
-        ack_wait: lease,
-        max_ack_pending: POOL_MAX_ACK_PENDING,
-        ..Default::default()
-    };
+    let config = arbiter_bus::setup::pool_consumer_config(pool, lease);
     let consumer: PullConsumer = match stream.get_consumer::<pull::Config>(&name).await {
         Ok(existing) => {
             let have = &existing.cached_info().config;

@@ -9,6 +9,7 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use arbiter_bus::cli::NatsArgs;
 use arbiter_llm::cli::ProviderArgs;
 use arbiter_llm::{Provider, RoleOverrides};
 use arbiter_protocol::Role;
@@ -19,9 +20,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
-    /// NATS server URL.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// The pool whose summons this worker takes.
     #[arg(long, env = "ARBITER_POOL", default_value = "default")]
     pool: String,
@@ -120,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let defaults = arbiter_worker::Config::default();
     let config = arbiter_worker::Config {
-        nats_url: cli.nats_url,
+        nats: cli.nats.options(),
         pool: cli.pool,
         max_orchestrators: cli.max_orchestrators,
         workspace_root: cli.workspace_root,

@@ -164,31 +164,20 @@ pub(crate) struct StateBackend {
 }
 
 impl StateBackend {
-    /// Declares the state stream and the blob bucket (idempotent).
+    /// Opens the state stream and the blob bucket (declared by the
+    /// coordinator or `arbiter-admin setup`; [`arbiter_bus::Bus::open`] has
+    /// checked that they exist).
     pub(crate) async fn setup(bus: &Bus) -> Result<Self, String> {
         let stream = bus
             .js
-            .get_or_create_stream(stream::Config {
-                name: subjects::ORCH_STATE_STREAM.into(),
-                subjects: vec![subjects::ALL_ORCH_STATE.into()],
-                storage: stream::StorageType::File,
-                duplicate_window: arbiter_bus::DUPLICATE_WINDOW,
-                ..Default::default()
-            })
+            .get_stream(subjects::ORCH_STATE_STREAM)
             .await
-            .map_err(|e| format!("creating the Orchestrator state stream: {e}"))?;
-        let blobs = match bus.js.get_object_store(subjects::ORCH_BLOBS_BUCKET).await {
-            Ok(blobs) => blobs,
-            Err(_) => bus
-                .js
-                .create_object_store(object_store::Config {
-                    bucket: subjects::ORCH_BLOBS_BUCKET.into(),
-                    storage: stream::StorageType::File,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| format!("creating the Orchestrator blob bucket: {e}"))?,
-        };
+            .map_err(|e| format!("opening the Orchestrator state stream: {e}"))?;
+        let blobs = bus
+            .js
+            .get_object_store(subjects::ORCH_BLOBS_BUCKET)
+            .await
+            .map_err(|e| format!("opening the Orchestrator blob bucket: {e}"))?;
         Ok(Self {
             bus: bus.clone(),
             stream,

@@ -190,7 +190,7 @@ impl System {
 
     pub fn coordinator_config(&self) -> arbiter_coordinator::Config {
         arbiter_coordinator::Config {
-            nats_url: self.nats.url().to_owned(),
+            nats: arbiter_bus::NatsOptions::url(self.nats.url()),
             model: self.model_config(ARBITER_MODEL),
             ..Default::default()
         }
@@ -198,7 +198,7 @@ impl System {
 
     pub fn worker_config(&self, id: &str, slots: usize, budget: u64) -> arbiter_worker::Config {
         arbiter_worker::Config {
-            nats_url: self.nats.url().to_owned(),
+            nats: arbiter_bus::NatsOptions::url(self.nats.url()),
             max_orchestrators: slots,
             workspace_root: self.workspaces.path().to_owned(),
             model: self.model_config(ORCH_MODEL),

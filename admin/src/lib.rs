@@ -1,0 +1,467 @@
+//! `arbiter-admin`: makes a deployment's NATS secure and keeps it so.
+//!
+//! - `init` writes the nats-server config (TLS that verifies clients, and
+//!   JWT operator mode with one account for Arbiter), a CA with the server's
+//!   certificate, and one credential bundle per role: admin, coordinator,
+//!   worker, console. Each bundle is the user's `.creds` (a JWT carrying the
+//!   role's permissions from [`arbiter_protocol::roles`], and its nkey
+//!   seed), a client certificate and key, and the CA.
+//! - `issue` makes one more bundle (another worker, another console), with
+//!   nothing to change on the server: the account's signing key signs it.
+//! - `revoke` adds the user to the account's revocation list, rewrites the
+//!   server's account file and pushes the new account JWT to the running
+//!   server, which closes the user's connections and refuses it from then on.
+//! - `setup` declares the streams, consumers and buckets (as the admin user).
+//!
+//! Why JWT operator mode rather than users in the server config: issuing a
+//! credential needs no change on the server and no restart of anything, a
+//! revocation reaches a running server without a reload, and tenants map to
+//! accounts (subjects and streams are per account). See `docs/security.md`.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod jwt;
+mod layout;
+pub mod pki;
+mod registry;
+mod server_conf;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use arbiter_protocol::roles::{self, Identity, NatsRole};
+use arbiter_protocol::subjects;
+use nkeys::KeyPair;
+
+pub use layout::Layout;
+pub use registry::{Registry, UserRecord};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: String },
+    #[error("{0}")]
+    Usage(String),
+    #[error("keys or certificates: {0}")]
+    Key(String),
+    #[error(transparent)]
+    Bus(#[from] arbiter_bus::BusError),
+    #[error("the server did not take the new account JWT: {0}")]
+    Push(String),
+}
+
+impl Error {
+    fn io(path: &Path, e: std::io::Error) -> Self {
+        Error::Io {
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        }
+    }
+}
+
+/// What `init` is told.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// Extra names (DNS or IP) the server's certificate is valid for.
+    pub server_names: Vec<String>,
+    /// Pools the first worker credential serves.
+    pub pools: Vec<String>,
+    /// Where the server listens.
+    pub listen: String,
+    /// The URL clients reach the server at, written into each bundle's `env`.
+    pub url: String,
+    /// Where the server will see this directory (default: where it is written).
+    pub server_root: Option<PathBuf>,
+    /// Where the server keeps account JWTs it is sent (default `<server>/jwt`).
+    pub resolver_dir: Option<PathBuf>,
+    /// Days the certificates are valid.
+    pub days: i64,
+    /// Overwrite an existing directory (every old credential stops working).
+    pub force: bool,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        Self {
+            server_names: Vec::new(),
+            pools: vec!["default".into()],
+            listen: "0.0.0.0:4222".into(),
+            url: "tls://127.0.0.1:4222".into(),
+            server_root: None,
+            resolver_dir: None,
+            days: 730,
+            force: false,
+        }
+    }
+}
+
+/// Names the server certificate always carries.
+const DEFAULT_SERVER_NAMES: [&str; 4] = ["localhost", "127.0.0.1", "::1", "nats"];
+/// The CA outlives the certificates it signs.
+const CA_DAYS: i64 = 3650;
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// Writes a new deployment into `dir` (see the crate docs). Returns what it made.
+pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
+    let layout = Layout::new(dir);
+    if layout.registry().exists() && !options.force {
+        return Err(Error::Usage(format!(
+            "{} already holds a deployment (admin.json); --force replaces it, \
+             and every credential it issued stops working",
+            dir.display()
+        )));
+    }
+    for pool in &options.pools {
+        check_token("pool", pool)?;
+    }
+    layout.create_dirs()?;
+    let root = match &options.server_root {
+        Some(root) => root.clone(),
+        None => std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?,
+    };
+    let operator = KeyPair::new_operator();
+    let system = KeyPair::new_account();
+    let account = KeyPair::new_account();
+    let signing = KeyPair::new_account();
+    let system_user = KeyPair::new_user();
+    for (path, key) in [
+        (layout.key("operator"), &operator),
+        (layout.key("system"), &system),
+        (layout.key("account"), &account),
+        (layout.key("signing"), &signing),
+    ] {
+        layout.write_secret(&path, &seed(key)?)?;
+    }
+    let iat = now();
+    let system_user_jwt = jwt::user(
+        &system,
+        &system.public_key(),
+        &system_user.public_key(),
+        "system",
+        None,
+        &[],
+        iat,
+    )?;
+    layout.write_secret(
+        &layout.system_creds(),
+        &jwt::creds_file(&system_user_jwt, &seed(&system_user)?),
+    )?;
+
+    let ca = pki::new_ca(CA_DAYS)?;
+    layout.write_secret(&layout.ca_key(), &ca.key)?;
+    layout.write_public(&layout.ca_cert(), &ca.cert)?;
+    let mut names: Vec<String> = DEFAULT_SERVER_NAMES
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    for name in &options.server_names {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let server = pki::issue(&ca, "nats-server", "server", &names, true, options.days)?;
+    layout.write_public(&layout.server_file("ca.pem"), &ca.cert)?;
+    layout.write_public(&layout.server_file("server-cert.pem"), &server.cert)?;
+    layout.write_secret(&layout.server_file("server-key.pem"), &server.key)?;
+
+    let mut registry = Registry {
+        v: 1,
+        operator: operator.public_key(),
+        system_account: system.public_key(),
+        account: account.public_key(),
+        signing_key: signing.public_key(),
+        account_iat: iat,
+        url: options.url.clone(),
+        listen: options.listen.clone(),
+        server_root: root.clone(),
+        resolver_dir: options
+            .resolver_dir
+            .clone()
+            .unwrap_or_else(|| root.join("server").join("jwt")),
+        server_names: names,
+        users: Vec::new(),
+    };
+    for (role, name, pools) in [
+        (NatsRole::Admin, "admin", Vec::new()),
+        (NatsRole::Coordinator, "coordinator", Vec::new()),
+        (NatsRole::Worker, "worker", options.pools.clone()),
+        (NatsRole::Console, "console", Vec::new()),
+    ] {
+        issue_into(
+            &layout,
+            &mut registry,
+            &ca,
+            &signing,
+            role,
+            name,
+            &pools,
+            options.days,
+        )?;
+    }
+    write_server_config(&layout, &registry, &operator)?;
+    registry.save(&layout.registry())?;
+    Ok(registry)
+}
+
+/// Issues one more credential bundle (`creds/<name>/`).
+pub fn issue(
+    dir: &Path,
+    role: NatsRole,
+    name: &str,
+    pools: &[String],
+    days: i64,
+) -> Result<UserRecord> {
+    let layout = Layout::new(dir);
+    let mut registry = Registry::load(&layout.registry())?;
+    if let Some(existing) = registry
+        .users
+        .iter()
+        .find(|u| u.name == name && u.revoked_at.is_none())
+    {
+        return Err(Error::Usage(format!(
+            "a {} credential named {name:?} exists already; revoke it first or pick another name",
+            existing.role
+        )));
+    }
+    let ca = pki::Pem {
+        cert: layout.read(&layout.ca_cert())?,
+        key: layout.read(&layout.ca_key())?,
+    };
+    let signing = layout.read_key("signing")?;
+    let pools = if role == NatsRole::Worker && pools.is_empty() {
+        vec!["default".to_owned()]
+    } else {
+        pools.to_vec()
+    };
+    let record = issue_into(
+        &layout,
+        &mut registry,
+        &ca,
+        &signing,
+        role,
+        name,
+        &pools,
+        days,
+    )?;
+    registry.save(&layout.registry())?;
+    Ok(record)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn issue_into(
+    layout: &Layout,
+    registry: &mut Registry,
+    ca: &pki::Pem,
+    signing: &KeyPair,
+    role: NatsRole,
+    name: &str,
+    pools: &[String],
+    days: i64,
+) -> Result<UserRecord> {
+    check_token("credential name", name)?;
+    for pool in pools {
+        check_token("pool", pool)?;
+    }
+    if role != NatsRole::Worker && !pools.is_empty() {
+        return Err(Error::Usage("--pool is for worker credentials only".into()));
+    }
+    let user = KeyPair::new_user();
+    let permissions = roles::permissions(Identity { role, name, pools });
+    let iat = now();
+    let token = jwt::user(
+        signing,
+        &registry.account,
+        &user.public_key(),
+        name,
+        Some(&permissions),
+        &[format!("role:{role}")],
+        iat,
+    )?;
+    let bundle = layout.bundle(name);
+    layout.fresh_dir(&bundle)?;
+    layout.write_secret(
+        &bundle.join("nats.creds"),
+        &jwt::creds_file(&token, &seed(&user)?),
+    )?;
+    let cert = pki::issue(ca, name, role.as_str(), &[], false, days)?;
+    layout.write_public(&bundle.join("cert.pem"), &cert.cert)?;
+    layout.write_secret(&bundle.join("key.pem"), &cert.key)?;
+    layout.write_public(&bundle.join("ca.pem"), &ca.cert)?;
+    let abs = std::fs::canonicalize(&bundle).map_err(|e| Error::io(&bundle, e))?;
+    layout.write_public(
+        &bundle.join("env"),
+        &format!(
+            "# {role} credential {name:?}, written by arbiter-admin. Source it, or set these in\n\
+             # the process's environment (paths as on this host; adjust them where you copy it).\n\
+             NATS_URL={url}\nNATS_CREDS={d}/nats.creds\nNATS_CA={d}/ca.pem\nNATS_CERT={d}/cert.pem\nNATS_KEY={d}/key.pem\n",
+            url = registry.url,
+            d = abs.display()
+        ),
+    )?;
+    let record = UserRecord {
+        name: name.to_owned(),
+        role,
+        pools: pools.to_vec(),
+        public_key: user.public_key(),
+        issued_at: iat,
+        revoked_at: None,
+    };
+    registry.users.retain(|u| u.name != name);
+    registry.users.push(record.clone());
+    Ok(record)
+}
+
+/// What `revoke` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// The running server took the new account JWT: the user's connections
+    /// are closed and it is refused from now on.
+    Live,
+    /// Not pushed (no URL, or the server could not be reached): the file is
+    /// rewritten; a server reload (SIGHUP) or restart applies it.
+    NotPushed(String),
+}
+
+/// Revokes the credential `name`: its JWTs are refused from now on.
+pub async fn revoke(dir: &Path, name: &str, push_to: Option<&str>) -> Result<Pushed> {
+    let layout = Layout::new(dir);
+    let mut registry = Registry::load(&layout.registry())?;
+    let at = now();
+    let user = registry
+        .users
+        .iter_mut()
+        .find(|u| u.name == name)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "no credential named {name:?} (see `arbiter-admin list`)"
+            ))
+        })?;
+    if user.revoked_at.is_some() {
+        return Err(Error::Usage(format!("{name:?} is revoked already")));
+    }
+    // Revocation covers every JWT issued at or before this second.
+    user.revoked_at = Some(at.max(user.issued_at));
+    let operator = layout.read_key("operator")?;
+    let account_jwt = write_server_config(&layout, &registry, &operator)?;
+    registry.save(&layout.registry())?;
+    let bundle = layout.bundle(name);
+    if bundle.exists() {
+        std::fs::remove_dir_all(&bundle).map_err(|e| Error::io(&bundle, e))?;
+    }
+    let Some(url) = push_to else {
+        return Ok(Pushed::NotPushed("no server URL given".into()));
+    };
+    match push_account(&layout, url, &account_jwt).await {
+        Ok(()) => Ok(Pushed::Live),
+        Err(e) => Ok(Pushed::NotPushed(e.to_string())),
+    }
+}
+
+/// Sends the account JWT to the server over its system account.
+async fn push_account(layout: &Layout, url: &str, account_jwt: &str) -> Result<()> {
+    let admin = layout.bundle("admin");
+    let options = arbiter_bus::NatsOptions {
+        creds: Some(layout.system_creds()),
+        tls_ca: Some(layout.ca_cert()),
+        tls_cert: Some(admin.join("cert.pem")),
+        tls_key: Some(admin.join("key.pem")),
+        ..arbiter_bus::NatsOptions::url(url)
+    };
+    let conn =
+        arbiter_bus::connect_with(&options, "arbiter-admin", arbiter_bus::Reach::FailFast).await?;
+    let reply = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        conn.client
+            .request("$SYS.REQ.CLAIMS.UPDATE", account_jwt.to_owned().into()),
+    )
+    .await
+    .map_err(|_| Error::Push("no answer within 5 s".into()))?
+    .map_err(|e| Error::Push(e.to_string()))?;
+    let body: serde_json::Value = serde_json::from_slice(&reply.payload)
+        .map_err(|e| Error::Push(format!("unreadable answer: {e}")))?;
+    match body["data"]["code"].as_i64() {
+        Some(200) => Ok(()),
+        _ => Err(Error::Push(body.to_string())),
+    }
+}
+
+/// Signs the accounts (with the current revocations) and writes the server's
+/// files. Returns the Arbiter account's JWT.
+fn write_server_config(layout: &Layout, registry: &Registry, operator: &KeyPair) -> Result<String> {
+    let revocations: BTreeMap<String, i64> = registry
+        .users
+        .iter()
+        .filter_map(|u| u.revoked_at.map(|at| (u.public_key.clone(), at)))
+        .collect();
+    // A newer account JWT must have a later iat than the one it replaces.
+    let iat = now().max(registry.account_iat + 1);
+    let operator_jwt = jwt::operator(operator, &registry.system_account, iat)?;
+    let system_jwt = jwt::account(
+        operator,
+        &registry.system_account,
+        "SYS",
+        None,
+        false,
+        &BTreeMap::new(),
+        iat,
+    )?;
+    let account_jwt = jwt::account(
+        operator,
+        &registry.account,
+        "ARBITER",
+        Some(&registry.signing_key),
+        true,
+        &revocations,
+        iat,
+    )?;
+    server_conf::write(
+        layout,
+        registry,
+        &operator_jwt,
+        &[
+            (&registry.system_account, &system_jwt),
+            (&registry.account, &account_jwt),
+        ],
+    )?;
+    Ok(account_jwt)
+}
+
+/// Declares the streams, the bucket, the object stores and each pool's
+/// summons consumer, connected as the admin.
+pub async fn setup(nats: &arbiter_bus::NatsOptions, pools: &[String]) -> Result<()> {
+    for pool in pools {
+        check_token("pool", pool)?;
+    }
+    let conn =
+        arbiter_bus::connect_with(nats, "arbiter-admin", arbiter_bus::Reach::FailFast).await?;
+    let bus = arbiter_bus::Bus::open(conn, NatsRole::Admin, arbiter_bus::Reach::FailFast).await?;
+    for pool in pools {
+        arbiter_bus::setup::ensure_pool_consumer(&bus.js, pool).await?;
+    }
+    Ok(())
+}
+
+/// Every credential the directory knows, revoked ones included.
+pub fn list(dir: &Path) -> Result<Vec<UserRecord>> {
+    let layout = Layout::new(dir);
+    Ok(Registry::load(&layout.registry())?.users)
+}
+
+fn seed(key: &KeyPair) -> Result<String> {
+    key.seed().map_err(|e| Error::Key(e.to_string()))
+}
+
+fn check_token(what: &str, value: &str) -> Result<()> {
+    if subjects::is_valid_token(value) {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "{what} {value:?} must be 1 to 64 letters, digits, - or _"
+        )))
+    }
+}

@@ -1,0 +1,240 @@
+//! `arbiter-admin`: credentials and setup for a secure Arbiter deployment.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use arbiter_admin::{InitOptions, Pushed};
+use arbiter_bus::cli::NatsArgs;
+use arbiter_protocol::roles::NatsRole;
+use clap::{Parser, Subcommand};
+
+/// Makes and keeps a deployment's NATS secure: the server config, a CA with
+/// server and client certificates, one credential per role; more credentials
+/// and revocations; the streams.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// The admin directory (keys, CA, server config, credential bundles).
+    #[arg(
+        long,
+        env = "ARBITER_ADMIN_DIR",
+        default_value = "arbiter-secrets",
+        global = true
+    )]
+    dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a new deployment: server config, CA and certificates, and one
+    /// credential bundle per role (admin, coordinator, worker, console).
+    Init {
+        /// Another name (DNS or IP) the server's certificate is valid for; repeatable.
+        #[arg(long = "san", value_name = "NAME")]
+        server_names: Vec<String>,
+        /// A pool the first worker credential serves; repeatable (default: default).
+        #[arg(long = "pool")]
+        pools: Vec<String>,
+        /// Where the server listens.
+        #[arg(long, default_value = "0.0.0.0:4222")]
+        listen: String,
+        /// The URL clients reach the server at (written into each bundle's env file).
+        #[arg(long, default_value = "tls://127.0.0.1:4222")]
+        url: String,
+        /// This directory as the server sees it (for example where a container mounts it).
+        #[arg(long)]
+        server_root: Option<PathBuf>,
+        /// Where the server keeps the account JWTs pushed to it (default <server root>/server/jwt).
+        #[arg(long)]
+        resolver_dir: Option<PathBuf>,
+        /// Days the certificates are valid.
+        #[arg(long, default_value_t = 730)]
+        days: i64,
+        /// Replace an existing deployment: every credential it issued stops working.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue one more credential bundle (creds/<NAME>/); nothing changes on the server.
+    Issue {
+        /// admin, coordinator, worker or console.
+        role: String,
+        /// The credential's name: a console's identity, a worker's name (letters, digits, - or _).
+        name: String,
+        /// A pool the worker serves; repeatable (default: default).
+        #[arg(long = "pool")]
+        pools: Vec<String>,
+        #[arg(long, default_value_t = 730)]
+        days: i64,
+    },
+    /// Revoke a credential: its connections are closed and it is refused from now on.
+    Revoke {
+        name: String,
+        /// Rewrite the server's files only; apply them with a reload (SIGHUP).
+        #[arg(long)]
+        no_push: bool,
+        #[command(flatten)]
+        nats: NatsArgs,
+    },
+    /// List the credentials issued, revoked ones included.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the streams, buckets and each pool's summons consumer (as the admin credential).
+    Setup {
+        /// A pool whose summons consumer to create; repeatable (default: default).
+        #[arg(long = "pool")]
+        pools: Vec<String>,
+        #[command(flatten)]
+        nats: NatsArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("arbiter-admin: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    match cli.command {
+        Command::Init {
+            server_names,
+            pools,
+            listen,
+            url,
+            server_root,
+            resolver_dir,
+            days,
+            force,
+        } => {
+            let options = InitOptions {
+                server_names,
+                pools: if pools.is_empty() {
+                    vec!["default".into()]
+                } else {
+                    pools
+                },
+                listen,
+                url,
+                server_root,
+                resolver_dir,
+                days,
+                force,
+            };
+            let registry = arbiter_admin::init(&cli.dir, &options)?;
+            let d = cli.dir.display();
+            println!("wrote a new deployment to {d}:");
+            println!(
+                "  server config   {d}/server/nats-server.conf  (run: nats-server -c {d}/server/nats-server.conf -sd <store dir>)"
+            );
+            for user in &registry.users {
+                println!(
+                    "  {:<12}    {d}/creds/{}/  (source its env file)",
+                    user.role.as_str(),
+                    user.name
+                );
+            }
+            println!(
+                "the server's certificate names: {}",
+                registry.server_names.join(", ")
+            );
+            println!("keep {d}/keys and {d}/ca private: they issue credentials");
+        }
+        Command::Issue {
+            role,
+            name,
+            pools,
+            days,
+        } => {
+            let role = NatsRole::parse(&role).with_context(|| {
+                format!("unknown role {role:?}: admin, coordinator, worker or console")
+            })?;
+            let record = arbiter_admin::issue(&cli.dir, role, &name, &pools, days)?;
+            println!(
+                "issued {} credential {:?}{}: {}/creds/{}/",
+                record.role,
+                record.name,
+                if record.pools.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pools {})", record.pools.join(", "))
+                },
+                cli.dir.display(),
+                record.name
+            );
+        }
+        Command::Revoke {
+            name,
+            no_push,
+            nats,
+        } => {
+            let url = (!no_push).then_some(nats.url.as_str());
+            let pushed = runtime.block_on(arbiter_admin::revoke(&cli.dir, &name, url))?;
+            match pushed {
+                Pushed::Live => println!(
+                    "revoked {name:?}: the server closed its connections and refuses it from now on"
+                ),
+                Pushed::NotPushed(why) => println!(
+                    "revoked {name:?} in {}/server/resolver.conf; not pushed to a server ({why}): reload it \
+                     (`nats-server --signal reload`, or `docker compose kill -s HUP nats`)",
+                    cli.dir.display()
+                ),
+            }
+        }
+        Command::List { json } => {
+            for user in arbiter_admin::list(&cli.dir)? {
+                if json {
+                    println!("{}", serde_json::to_string(&user)?);
+                } else {
+                    let state = match user.revoked_at {
+                        Some(at) => format!(
+                            "revoked {}",
+                            chrono::DateTime::from_timestamp(at, 0)
+                                .map_or(at.to_string(), |t| t.to_rfc3339())
+                        ),
+                        None => "active".into(),
+                    };
+                    println!(
+                        "{:<20} {:<12} {:<16} {}",
+                        user.name,
+                        user.role.as_str(),
+                        user.pools.join(","),
+                        state
+                    );
+                }
+            }
+        }
+        Command::Setup { pools, nats } => {
+            let pools = if pools.is_empty() {
+                vec!["default".to_owned()]
+            } else {
+                pools
+            };
+            runtime.block_on(arbiter_admin::setup(&nats.options(), &pools))?;
+            println!(
+                "streams, buckets and the summons consumers of {} are in place",
+                pools.join(", ")
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `admin.json`: the public half of a deployment (its keys' public parts,
+//! where the server sees its files) and every credential issued, so that
+//! `revoke` and `list` know them. It holds no secret.
+
+use std::path::{Path, PathBuf};
+
+use arbiter_protocol::roles::NatsRole;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Registry {
+    pub v: u32,
+    pub operator: String,
+    pub system_account: String,
+    /// The Arbiter account: every role's user is in it.
+    pub account: String,
+    /// The account's signing key, which signs the users.
+    pub signing_key: String,
+    /// When the account JWT in force was signed (a newer one must be later).
+    pub account_iat: i64,
+    /// The URL clients reach the server at.
+    pub url: String,
+    pub listen: String,
+    /// This directory as the server sees it.
+    pub server_root: PathBuf,
+    /// Where the server keeps the account JWTs pushed to it.
+    pub resolver_dir: PathBuf,
+    pub server_names: Vec<String>,
+    pub users: Vec<UserRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub name: String,
+    pub role: NatsRole,
+    #[serde(default)]
+    pub pools: Vec<String>,
+    pub public_key: String,
+    pub issued_at: i64,
+    #[serde(default)]
+    pub revoked_at: Option<i64>,
+}
+
+impl Registry {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Usage(format!(
+                "{} not found: run `arbiter-admin init` first (or give --dir)",
+                path.display()
+            )),
+            _ => Error::io(path, e),
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            cause: format!("not a registry arbiter-admin wrote: {e}"),
+        })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            cause: e.to_string(),
+        })?;
+        crate::layout::Layout::new(path.parent().unwrap_or(Path::new(".")))
+            .write_public(path, &(text + "\n"))
+    }
+}

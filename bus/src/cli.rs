@@ -1,0 +1,62 @@
+//! The NATS connection flags every binary shares (feature `cli`). Names
+//! follow the `nats` CLI (`--creds`, `--nkey`, `--user`, `--password`,
+//! `--tlsca`, `--tlscert`, `--tlskey`) and its environment variables
+//! (`NATS_URL`, `NATS_CREDS`, `NATS_NKEY`, `NATS_USER`, `NATS_PASSWORD`,
+//! `NATS_CA`, `NATS_CERT`, `NATS_KEY`). No value of the environment is ever
+//! shown by `--help`.
+
+use std::path::PathBuf;
+
+use crate::connect::{DEFAULT_URL, NatsOptions, Secret};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsArgs {
+    /// NATS server URL, or several separated by commas (nats://, tls://).
+    #[arg(long = "nats-url", alias = "server", env = "NATS_URL", default_value = DEFAULT_URL, global = true)]
+    pub url: String,
+    /// User credentials file (JWT and nkey seed), as `arbiter-admin` writes them.
+    #[arg(long, env = "NATS_CREDS", value_name = "PATH", global = true)]
+    pub creds: Option<PathBuf>,
+    /// File holding a user nkey seed.
+    #[arg(long, env = "NATS_NKEY", value_name = "PATH", global = true)]
+    pub nkey: Option<PathBuf>,
+    /// User name (with --password).
+    #[arg(long, env = "NATS_USER", hide_env_values = true, global = true)]
+    pub user: Option<String>,
+    /// Password (never logged; prefer NATS_PASSWORD over the flag).
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<Secret>,
+    /// CA certificate (PEM) that signed the server's certificate.
+    #[arg(long = "tlsca", env = "NATS_CA", value_name = "PATH", global = true)]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for servers that verify clients.
+    #[arg(
+        long = "tlscert",
+        env = "NATS_CERT",
+        value_name = "PATH",
+        global = true
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// Client private key (PEM) of --tlscert.
+    #[arg(long = "tlskey", env = "NATS_KEY", value_name = "PATH", global = true)]
+    pub tls_key: Option<PathBuf>,
+    /// Inbox prefix for replies (default: the one the credentials allow, else _INBOX).
+    #[arg(long, env = "NATS_INBOX_PREFIX", global = true)]
+    pub inbox_prefix: Option<String>,
+}
+
+impl NatsArgs {
+    pub fn options(&self) -> NatsOptions {
+        NatsOptions {
+            url: self.url.clone(),
+            creds: self.creds.clone(),
+            nkey: self.nkey.clone(),
+            user: self.user.clone(),
+            password: self.password.clone(),
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            inbox_prefix: self.inbox_prefix.clone(),
+        }
+    }
+}

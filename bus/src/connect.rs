@@ -1,0 +1,657 @@
+//! Connecting to NATS: every way a binary can authenticate (a `.creds` file,
+//! an nkey seed, user and password, TLS with a custom CA and a client
+//! certificate), a first connection that fails with one clear line instead of
+//! retrying silently, and a watch on the live connection that turns a refusal
+//! of the credentials (revoked, expired) into a fatal error.
+//!
+//! What is retried and what is not: a server that cannot be reached yet is
+//! waited for by services (they may start first) and is an error at once for
+//! command-line tools; a refused credential, a certificate the server or the
+//! client does not accept, and a file that cannot be read are never retried.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, ClientError, ConnectErrorKind, Event, ServerError};
+use tokio::sync::watch;
+
+use crate::{BusError, Result};
+
+/// A secret given on the command line or in the environment: never shown
+/// by `Debug`, logs or error messages.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+/// The default server of every binary.
+pub const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
+
+/// How to reach NATS and who to be there. The field names follow the `nats`
+/// CLI's flags (`--creds`, `--nkey`, `--user`, `--password`, `--tlsca`,
+/// `--tlscert`, `--tlskey`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsOptions {
+    /// One server URL or a comma-separated list (`nats://`, `tls://`).
+    pub url: String,
+    /// A `.creds` file: a user JWT and its nkey seed.
+    pub creds: Option<PathBuf>,
+    /// A file holding an nkey seed (`SU…`).
+    pub nkey: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<Secret>,
+    /// CA certificate(s) to trust for the server, in PEM.
+    pub tls_ca: Option<PathBuf>,
+    /// This client's certificate and key, in PEM, for servers that verify clients (mTLS).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Where request replies come; by default the one a `.creds` file's
+    /// permissions name (`_INBOX_<user>`), else `_INBOX`.
+    pub inbox_prefix: Option<String>,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self::url(DEFAULT_URL)
+    }
+}
+
+impl NatsOptions {
+    /// Options with only a URL: no credential, no TLS unless the URL asks for it.
+    pub fn url(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            creds: None,
+            nkey: None,
+            user: None,
+            password: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            inbox_prefix: None,
+        }
+    }
+
+    /// The files these options read, each with the flag that names it.
+    pub fn files(&self) -> Vec<(&'static str, &Path)> {
+        [
+            ("the credentials file (--creds, NATS_CREDS)", &self.creds),
+            ("the nkey seed file (--nkey, NATS_NKEY)", &self.nkey),
+            ("the CA certificate (--tlsca, NATS_CA)", &self.tls_ca),
+            (
+                "the client certificate (--tlscert, NATS_CERT)",
+                &self.tls_cert,
+            ),
+            ("the client key (--tlskey, NATS_KEY)", &self.tls_key),
+        ]
+        .into_iter()
+        .filter_map(|(what, path)| path.as_deref().map(|p| (what, p)))
+        .collect()
+    }
+
+    fn wants_tls(&self) -> bool {
+        self.url.split(',').any(|u| u.trim().starts_with("tls://"))
+            || self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+    }
+}
+
+/// Whether a server that cannot be reached yet is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Services: wait (saying so) until the server answers.
+    Wait,
+    /// Command-line tools: fail at once.
+    FailFast,
+}
+
+/// A live connection and what the bus has learned about it.
+#[derive(Clone)]
+pub struct Connection {
+    pub client: Client,
+    pub alarms: Alarms,
+    /// The user name in the credential, when it carries one (a `.creds` JWT).
+    pub user: Option<String>,
+}
+
+/// What the server told this connection that a process must act on: the
+/// permission it was denied, and a refusal of its credentials after start.
+#[derive(Clone)]
+pub struct Alarms {
+    inner: Arc<AlarmsInner>,
+}
+
+struct AlarmsInner {
+    fatal: watch::Sender<Option<String>>,
+    denied: Mutex<Vec<String>>,
+    denied_tx: watch::Sender<u64>,
+    connected_once: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Alarms {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(AlarmsInner {
+                fatal: watch::channel(None).0,
+                denied: Mutex::new(Vec::new()),
+                denied_tx: watch::channel(0).0,
+                connected_once: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl Alarms {
+    /// Completes with the reason once the connection can no longer be used
+    /// (its credentials were refused on a reconnect); never otherwise.
+    pub async fn fatal(&self) -> BusError {
+        let mut rx = self.inner.fatal.subscribe();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return BusError::Refused(reason);
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Completes with the first subject the server denied this connection
+    /// after `since` denials were seen (see [`Alarms::denial_count`]).
+    pub async fn denied_after(&self, since: usize) -> String {
+        let mut rx = self.inner.denied_tx.subscribe();
+        loop {
+            if let Some(subject) = self.lock().get(since).cloned() {
+                return subject;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// How many permission violations the server has reported so far.
+    pub fn denial_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Every permission violation so far, as the server worded it.
+    pub fn denials(&self) -> Vec<String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.inner
+            .denied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn on_event(&self, event: Event) {
+        use std::sync::atomic::Ordering;
+        match event {
+            Event::Connected => {
+                self.inner.connected_once.store(true, Ordering::SeqCst);
+                tracing::info!("NATS connected");
+            }
+            Event::Disconnected => tracing::warn!("NATS connection lost; reconnecting"),
+            Event::ServerError(ServerError::AuthorizationViolation) => {
+                self.refused("the server refused this process's credentials (authorization violation): they may have been revoked")
+            }
+            Event::ServerError(ServerError::Other(text)) => {
+                let lower = text.to_lowercase();
+                if lower.contains("permissions violation") {
+                    tracing::error!(denied = %text, "NATS denied an operation to this credential");
+                    self.lock().push(text);
+                    self.inner.denied_tx.send_modify(|n| *n += 1);
+                } else if lower.contains("authentication revoked")
+                    || lower.contains("user authentication expired")
+                    || lower.contains("authorization violation")
+                {
+                    self.refused(&format!("the server ended this connection: {text}"));
+                } else {
+                    tracing::warn!(error = %text, "NATS server error");
+                }
+            }
+            // While reconnecting, every failed attempt is reported here by kind only.
+            Event::ClientError(ClientError::Other(kind))
+                if self.inner.connected_once.load(Ordering::SeqCst)
+                    && (kind == ConnectErrorKind::AuthorizationViolation.to_string()
+                        || kind == ConnectErrorKind::Authentication.to_string()) =>
+            {
+                self.refused("the server refused this process's credentials on reconnect (revoked or expired?)")
+            }
+            other => tracing::debug!(%other, "NATS event"),
+        }
+    }
+
+    fn refused(&self, reason: &str) {
+        tracing::error!(reason, "NATS refused this process");
+        self.inner.fatal.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(reason.to_owned());
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// What a `.creds` file says about its user, read from the JWT (not verified:
+/// the server does that).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CredsInfo {
+    pub name: Option<String>,
+    /// The `_INBOX_<x>` prefix its subscribe permissions allow, if any.
+    pub inbox_prefix: Option<String>,
+    /// Its expiry, seconds since the epoch, if it has one.
+    pub expires: Option<i64>,
+}
+
+/// Reads the user JWT of a `.creds` file.
+pub fn read_creds_info(text: &str) -> Option<CredsInfo> {
+    let mut lines = text.lines();
+    lines.find(|l| l.contains("BEGIN NATS USER JWT"))?;
+    let jwt = lines.find(|l| !l.trim().is_empty())?.trim();
+    let payload = jwt.split('.').nth(1)?;
+    let bytes = data_encoding::BASE64URL_NOPAD
+        .decode(payload.trim_end_matches('=').as_bytes())
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let inbox_prefix = claims["nats"]["sub"]["allow"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str())
+        .find_map(|s| {
+            let prefix = s.strip_suffix(".>")?;
+            (prefix.starts_with("_INBOX_") && !prefix.contains(['*', '>']))
+                .then(|| prefix.to_owned())
+        });
+    Some(CredsInfo {
+        name: claims["name"].as_str().map(str::to_owned),
+        inbox_prefix,
+        expires: claims["exp"].as_i64(),
+    })
+}
+
+/// Checks every file the options name before connecting, so that a wrong
+/// path or a bad file is one clear line, not a TLS or auth error later.
+fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
+    let file_error = |what: &str, path: &Path, cause: String| BusError::File {
+        what: what.to_owned(),
+        path: path.display().to_string(),
+        cause,
+    };
+    let mut info = None;
+    for (what, path) in options.files() {
+        let text = std::fs::read(path).map_err(|e| file_error(what, path, io_cause(&e)))?;
+        let text = String::from_utf8_lossy(&text);
+        if Some(path) == options.creds.as_deref() {
+            let creds = read_creds_info(&text)
+                .ok_or_else(|| file_error(what, path, "it holds no NATS user JWT".into()))?;
+            if let Some(exp) = creds
+                .expires
+                .filter(|&exp| exp <= chrono::Utc::now().timestamp())
+            {
+                return Err(file_error(
+                    what,
+                    path,
+                    format!("its JWT expired at {}", format_time(exp)),
+                ));
+            }
+            if !text.contains("NKEY SEED") {
+                return Err(file_error(what, path, "it holds no nkey seed".into()));
+            }
+            info = Some(creds);
+        } else if Some(path) == options.nkey.as_deref() {
+            if !text.trim().starts_with("SU") {
+                return Err(file_error(
+                    what,
+                    path,
+                    "it does not hold a user nkey seed (SU…)".into(),
+                ));
+            }
+        } else if Some(path) == options.tls_key.as_deref() {
+            if !text.contains("PRIVATE KEY") {
+                return Err(file_error(what, path, "it holds no PEM private key".into()));
+            }
+        } else {
+            check_certificates(&text).map_err(|cause| file_error(what, path, cause))?;
+        }
+    }
+    match (&options.tls_cert, &options.tls_key) {
+        (Some(_), None) => Err(BusError::Config(
+            "--tlscert (NATS_CERT) was given without --tlskey (NATS_KEY)".into(),
+        )),
+        (None, Some(_)) => Err(BusError::Config(
+            "--tlskey (NATS_KEY) was given without --tlscert (NATS_CERT)".into(),
+        )),
+        _ => Ok(info),
+    }
+}
+
+/// Every certificate in a PEM file parses and is valid now.
+fn check_certificates(text: &str) -> std::result::Result<(), String> {
+    let mut found = 0;
+    for pem in x509_parser::pem::Pem::iter_from_buffer(text.as_bytes()) {
+        let pem = pem.map_err(|e| format!("it is not valid PEM: {e}"))?;
+        if pem.label != "CERTIFICATE" {
+            continue;
+        }
+        found += 1;
+        let cert = pem
+            .parse_x509()
+            .map_err(|e| format!("it holds a certificate that cannot be read: {e}"))?;
+        let validity = cert.validity();
+        let now = chrono::Utc::now().timestamp();
+        if validity.not_after.timestamp() < now {
+            return Err(format!(
+                "its certificate ({}) expired on {}",
+                cert.subject(),
+                format_time(validity.not_after.timestamp())
+            ));
+        }
+        if validity.not_before.timestamp() > now {
+            return Err(format!(
+                "its certificate ({}) is not valid before {}",
+                cert.subject(),
+                format_time(validity.not_before.timestamp())
+            ));
+        }
+    }
+    if found == 0 {
+        return Err("it holds no PEM certificate".into());
+    }
+    Ok(())
+}
+
+fn format_time(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0).map_or_else(
+        || secs.to_string(),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}
+
+fn io_cause(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied (cannot read it)".into(),
+        std::io::ErrorKind::IsADirectory => "it is a directory".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// How long a services waits between attempts to reach a server that is not up.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How often a waiting service says again that it is waiting.
+const WAITING_NOTICE: Duration = Duration::from_secs(30);
+/// Resets during the TLS handshake in a row before the client certificate is
+/// blamed (a server that refuses a certificate may just drop the connection).
+const HANDSHAKE_RESETS: u32 = 2;
+
+/// Connects as `name` (the client name servers and monitoring show).
+///
+/// Fails with one line and never retries when a file cannot be read, the
+/// credentials are refused, or TLS fails; a server that cannot be reached is
+/// waited for under [`Reach::Wait`] and an error under [`Reach::FailFast`].
+pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Result<Connection> {
+    let creds = check_files(options)?;
+    let url = crate::redact_url(&options.url);
+    let inbox = options
+        .inbox_prefix
+        .clone()
+        .or_else(|| creds.as_ref().and_then(|c| c.inbox_prefix.clone()));
+    let alarms = Alarms::default();
+    let started = Instant::now();
+    let mut last_notice: Option<Instant> = None;
+    let mut resets = 0;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let attempt = build(options, name, inbox.as_deref(), &alarms).await?;
+        let error = match attempt.connect(options.url.as_str()).await {
+            Ok(client) => {
+                return Ok(Connection {
+                    client,
+                    alarms,
+                    user: creds.and_then(|c| c.name),
+                });
+            }
+            Err(e) => e,
+        };
+        let cause = error_chain(&error);
+        match error.kind() {
+            ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+                return Err(BusError::Refused(format!(
+                    "NATS at {url} refused {}: {cause}",
+                    who(options)
+                )));
+            }
+            ConnectErrorKind::Tls => {
+                return Err(BusError::Tls {
+                    url,
+                    cause: tls_hint(&cause, options),
+                });
+            }
+            ConnectErrorKind::ServerParse => {
+                return Err(BusError::Config(format!("bad NATS URL {url}: {cause}")));
+            }
+            _ => {}
+        }
+        let reset = is_reset(&cause);
+        if reset && options.wants_tls() {
+            resets += 1;
+            if resets >= HANDSHAKE_RESETS {
+                return Err(BusError::Tls {
+                    url,
+                    cause: "the server closed the connection during the TLS handshake: it does \
+                            not accept this client's certificate (missing, expired, or not \
+                            signed by its CA?)"
+                        .into(),
+                });
+            }
+        } else {
+            resets = 0;
+        }
+        if reach == Reach::FailFast {
+            return Err(BusError::Connect {
+                url,
+                message: cause,
+            });
+        }
+        if last_notice.is_none_or(|t| t.elapsed() >= WAITING_NOTICE) {
+            tracing::warn!(nats = %url, error = %cause, waited = ?started.elapsed(), "NATS is not reachable yet; waiting for it");
+            last_notice = Some(Instant::now());
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// The credential named in messages: a file path or a user name, never a secret.
+fn who(options: &NatsOptions) -> String {
+    if let Some(p) = &options.creds {
+        format!("the credentials in {}", p.display())
+    } else if let Some(p) = &options.nkey {
+        format!("the nkey in {}", p.display())
+    } else if let Some(u) = &options.user {
+        format!("user {u:?}")
+    } else {
+        "an anonymous connection (give --creds, --nkey or --user)".into()
+    }
+}
+
+async fn build(
+    options: &NatsOptions,
+    name: &str,
+    inbox: Option<&str>,
+    alarms: &Alarms,
+) -> Result<async_nats::ConnectOptions> {
+    let alarms = alarms.clone();
+    let mut connect = async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(Duration::from_secs(4))
+        .event_callback(move |event| {
+            let alarms = alarms.clone();
+            async move { alarms.on_event(event) }
+        });
+    if let Some(path) = &options.creds {
+        connect = connect
+            .credentials_file(path)
+            .await
+            .map_err(|e| BusError::File {
+                what: "the credentials file (--creds, NATS_CREDS)".into(),
+                path: path.display().to_string(),
+                cause: e.to_string(),
+            })?;
+    }
+    if let Some(path) = &options.nkey {
+        let seed = std::fs::read_to_string(path).map_err(|e| BusError::File {
+            what: "the nkey seed file (--nkey, NATS_NKEY)".into(),
+            path: path.display().to_string(),
+            cause: io_cause(&e),
+        })?;
+        connect = connect.nkey(seed.trim().to_owned());
+    }
+    if let Some(user) = &options.user {
+        let password = options.password.as_ref().map(|p| p.expose().to_owned());
+        connect = connect.user_and_password(user.clone(), password.unwrap_or_default());
+    }
+    if options.wants_tls() {
+        connect = connect.require_tls(true);
+    }
+    if let Some(ca) = &options.tls_ca {
+        connect = connect.add_root_certificates(ca.clone());
+    }
+    if let (Some(cert), Some(key)) = (&options.tls_cert, &options.tls_key) {
+        connect = connect.add_client_certificate(cert.clone(), key.clone());
+    }
+    if let Some(prefix) = inbox {
+        connect = connect.custom_inbox_prefix(prefix);
+    }
+    Ok(connect)
+}
+
+/// An error with its sources, joined: async-nats' own text is often just the kind.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = e.source();
+    }
+    out
+}
+
+fn is_reset(cause: &str) -> bool {
+    let lower = cause.to_lowercase();
+    [
+        "connection reset",
+        "broken pipe",
+        "unexpected eof",
+        "early eof",
+        "connection aborted",
+    ]
+    .iter()
+    .any(|s| lower.contains(s))
+}
+
+/// Says what a TLS failure most likely means, in the user's terms.
+fn tls_hint(cause: &str, options: &NatsOptions) -> String {
+    let lower = cause.to_lowercase();
+    let ca = options
+        .tls_ca
+        .as_ref()
+        .map_or("the system's trusted CAs".to_owned(), |p| {
+            format!("the CA in {}", p.display())
+        });
+    let hint = if lower.contains("unknownissuer") || lower.contains("unknown issuer") {
+        format!("the server's certificate is not signed by {ca}")
+    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+        "the server's certificate does not name the host in the URL".into()
+    } else if lower.contains("expired") && lower.contains("alert") {
+        "the server refused this client's certificate as expired".into()
+    } else if lower.contains("expired") {
+        "the server's certificate has expired".into()
+    } else if lower.contains("unknownca")
+        || lower.contains("unknown ca")
+        || lower.contains("badcertificate")
+        || lower.contains("bad certificate")
+    {
+        "the server does not trust this client's certificate (signed by another CA?)".into()
+    } else if lower.contains("certificaterequired") || lower.contains("certificate required") {
+        "the server requires a client certificate: give --tlscert and --tlskey (NATS_CERT, NATS_KEY)".into()
+    } else {
+        return cause.to_owned();
+    };
+    format!("{hint} ({cause})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let mut o = NatsOptions::url("nats://h:4222");
+        o.user = Some("u".into());
+        o.password = Some(Secret::new("hunter2"));
+        assert!(!format!("{o:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn creds_info_reads_the_name_and_inbox() {
+        let claims = serde_json::json!({
+            "name": "w3",
+            "nats": {"sub": {"allow": ["_INBOX_w3.>", "$SRV.PING"]}}
+        });
+        let payload = data_encoding::BASE64URL_NOPAD.encode(claims.to_string().as_bytes());
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ.{payload}.c2ln\n------END NATS USER JWT------\n"
+        );
+        let info = read_creds_info(&creds).unwrap();
+        assert_eq!(info.name.as_deref(), Some("w3"));
+        assert_eq!(info.inbox_prefix.as_deref(), Some("_INBOX_w3"));
+        assert_eq!(read_creds_info("nonsense"), None);
+    }
+
+    #[test]
+    fn tls_failures_are_explained() {
+        let o = NatsOptions::url("tls://h:4222");
+        assert!(
+            tls_hint("invalid peer certificate: UnknownIssuer", &o)
+                .starts_with("the server's certificate is not signed")
+        );
+        assert!(
+            tls_hint("received fatal alert: UnknownCA", &o)
+                .starts_with("the server does not trust")
+        );
+        assert_eq!(tls_hint("something else", &o), "something else");
+    }
+}

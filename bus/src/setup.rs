@@ -1,0 +1,243 @@
+//! The streams, buckets and object stores, declared in one place. The admin
+//! step (`arbiter-admin setup`) and the coordinator create what is missing;
+//! workers and consoles only bind to what exists and, when something is
+//! missing, say what to run. Every JetStream call made at start is raced
+//! against the server's permission errors, so a credential that lacks a
+//! permission is one clear line within a round trip, not a 5 s timeout.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use arbiter_protocol::roles::{self, NatsRole};
+use arbiter_protocol::subjects;
+use async_nats::jetstream::{self, kv, object_store, stream};
+
+use crate::connect::{Connection, Reach};
+use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, Result};
+
+/// How long a service waits for a missing stream to be created (by the
+/// coordinator or `arbiter-admin setup`) before it gives up.
+const MISSING_WAIT: Duration = Duration::from_secs(60);
+/// How long the first check of a stream may take before it is called a timeout.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The configuration of every stream, as `docs/protocol.md` gives it.
+pub fn stream_configs() -> Vec<stream::Config> {
+    let stream = |name: &str, subjects: &[&str]| stream::Config {
+        name: name.into(),
+        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+        storage: stream::StorageType::File,
+        duplicate_window: DUPLICATE_WINDOW,
+        ..Default::default()
+    };
+    vec![
+        stream(
+            subjects::SESSIONS_STREAM,
+            &[
+                subjects::ALL_SESSION_HUMAN,
+                subjects::ALL_SESSION_HUMAN_FROM,
+                subjects::ALL_SESSION_LOG,
+            ],
+        ),
+        stream(
+            subjects::ORCH_STREAM,
+            &[
+                subjects::ALL_ORCH_IN,
+                subjects::ALL_ORCH_OUT,
+                subjects::ALL_ORCH_CTL,
+            ],
+        ),
+        stream::Config {
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..stream(subjects::SUMMONS_STREAM, &[subjects::ALL_SUMMONS])
+        },
+        stream(subjects::STATE_STREAM, &[subjects::ALL_SESSION_STATE]),
+        stream(subjects::ORCH_STATE_STREAM, &[subjects::ALL_ORCH_STATE]),
+    ]
+}
+
+/// Creates every stream, the sessions bucket and the object stores that are
+/// missing. An existing stream keeps its settings, except that subjects this
+/// version needs are added to it.
+pub async fn declare(js: &jetstream::Context) -> Result<()> {
+    for config in stream_configs() {
+        let name = config.name.clone();
+        match js.get_stream(&name).await {
+            Ok(mut existing) => {
+                let have = existing
+                    .info()
+                    .await
+                    .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+                    .config
+                    .clone();
+                let missing: Vec<String> = config
+                    .subjects
+                    .iter()
+                    .filter(|s| !have.subjects.contains(s))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    let mut updated = have.clone();
+                    updated.subjects.extend(missing.iter().cloned());
+                    js.update_stream(updated).await.map_err(|e| {
+                        BusError::js(format!("adding subjects to stream {name}"), e)
+                    })?;
+                    tracing::info!(stream = %name, subjects = ?missing, "stream given the subjects this version uses");
+                }
+            }
+            Err(_) => {
+                js.create_stream(config)
+                    .await
+                    .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
+                tracing::info!(stream = %name, "stream created");
+            }
+        }
+    }
+    if js.get_key_value(subjects::SESSIONS_BUCKET).await.is_err() {
+        js.create_key_value(kv::Config {
+            bucket: subjects::SESSIONS_BUCKET.into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BusError::js("creating the sessions bucket", e))?;
+    }
+    for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
+        if js.get_object_store(bucket).await.is_err() {
+            js.create_object_store(object_store::Config {
+                bucket: bucket.into(),
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::js(format!("creating the object store {bucket}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `op`, unless the server denies this connection something first:
+/// then the denial is the error.
+pub async fn guarded<T, E: From<BusError>>(
+    alarms: &Alarms,
+    role: NatsRole,
+    op: impl Future<Output = std::result::Result<T, E>>,
+) -> std::result::Result<T, E> {
+    let seen = alarms.denial_count();
+    tokio::select! {
+        result = op => result,
+        denied = alarms.denied_after(seen) => Err(BusError::Denied { role, denied }.into()),
+    }
+}
+
+impl Bus {
+    /// Opens the bus for a process of `role`: the admin and the coordinator
+    /// declare what is missing; the others check that what they use exists
+    /// and, under [`Reach::Wait`], wait for it a while, saying so.
+    pub async fn open(conn: Connection, role: NatsRole, reach: Reach) -> Result<Self> {
+        let js = jetstream::new(conn.client.clone());
+        let alarms = conn.alarms.clone();
+        if matches!(role, NatsRole::Admin | NatsRole::Coordinator) {
+            guarded(&alarms, role, declare(&js)).await?;
+        } else {
+            let started = Instant::now();
+            let mut told = false;
+            loop {
+                match first_missing(&js, &alarms, role).await? {
+                    None => break,
+                    Some(stream) if reach == Reach::Wait && started.elapsed() < MISSING_WAIT => {
+                        if !told {
+                            tracing::warn!(%stream, "stream missing: waiting for the coordinator (which creates it) or `arbiter-admin setup`");
+                            told = true;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Some(stream) => return Err(BusError::Missing { stream }),
+                }
+            }
+        }
+        let sessions_kv = guarded(&alarms, role, async {
+            js.get_key_value(subjects::SESSIONS_BUCKET)
+                .await
+                .map_err(|e| BusError::js("opening the sessions bucket", e))
+        })
+        .await?;
+        Ok(Self {
+            client: conn.client,
+            js,
+            sessions_kv,
+            alarms,
+            user: conn.user,
+        })
+    }
+}
+
+/// The first stream `role` uses that does not exist.
+async fn first_missing(
+    js: &jetstream::Context,
+    alarms: &Alarms,
+    role: NatsRole,
+) -> Result<Option<String>> {
+    for name in roles::streams_used(role) {
+        let check = async {
+            match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(&name)).await {
+                Ok(Ok(_)) => Ok(false),
+                Ok(Err(e)) if is_not_found(&e) => Ok(true),
+                Ok(Err(e)) => Err(BusError::js(format!("checking stream {name}"), e)),
+                Err(_) => Err(BusError::js(
+                    format!("checking stream {name}"),
+                    "no answer from JetStream (is it enabled on the server, for this account?)",
+                )),
+            }
+        };
+        if guarded(alarms, role, check).await? {
+            return Ok(Some(name));
+        }
+    }
+    Ok(None)
+}
+
+fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
+    let text = e.to_string().to_lowercase();
+    text.contains("not found") || text.contains("10059")
+}
+
+/// How long a lease lasts without renewal, by default: the pool consumer's
+/// `ack_wait` (see docs/protocol.md, Orchestrator state and leases).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(6);
+/// Summonses a pool may have out at once (each running Orchestrator holds one).
+pub const POOL_MAX_ACK_PENDING: i64 = 100_000;
+
+/// The shared summons consumer of `pool`, with `ack_wait` = the lease.
+pub fn pool_consumer_config(pool: &str, lease: Duration) -> jetstream::consumer::pull::Config {
+    jetstream::consumer::pull::Config {
+        durable_name: Some(subjects::pool_consumer(pool)),
+        filter_subject: subjects::summon(pool),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: lease,
+        max_ack_pending: POOL_MAX_ACK_PENDING,
+        ..Default::default()
+    }
+}
+
+/// Makes `pool-<pool>` if it is missing (so that the queue's lag can be read,
+/// for example by an autoscaler, before any worker of the pool has run).
+pub async fn ensure_pool_consumer(js: &jetstream::Context, pool: &str) -> Result<()> {
+    let stream = js
+        .get_stream(subjects::SUMMONS_STREAM)
+        .await
+        .map_err(|e| BusError::js("opening the summons stream", e))?;
+    let name = subjects::pool_consumer(pool);
+    if stream
+        .get_consumer::<jetstream::consumer::pull::Config>(&name)
+        .await
+        .is_err()
+    {
+        stream
+            .get_or_create_consumer(&name, pool_consumer_config(pool, DEFAULT_LEASE))
+            .await
+            .map_err(|e| BusError::js(format!("creating the consumer {name}"), e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,591 @@
+//! The roles a process connects to NATS as, and what each may publish and
+//! subscribe to: least privilege, derived operation by operation from the
+//! subject table of `docs/protocol.md`. `arbiter-admin` signs these lists
+//! into each credential; the server enforces them. The table in
+//! `docs/protocol.md` ("Roles and permissions") is rendered from [`grants`]
+//! and checked by a test, so the two cannot drift.
+//!
+//! Wildcards are whole tokens (`*`, `>`), and a deny wins over an allow.
+//! Replies come to the connection's own inbox prefix (`_INBOX_<name>`), so
+//! no role can read another's request replies, pulled messages or acks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::subjects::{self, PREFIX};
+
+/// What a process is to the NATS server. Each has one credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NatsRole {
+    /// Creates streams, consumers and buckets; issues and revokes nothing on
+    /// the wire (that is `arbiter-admin` on files), may cancel Orchestrators.
+    Admin,
+    /// Runs Arbiter sessions and routes their intents.
+    Coordinator,
+    /// Runs Orchestrators of its pools.
+    Worker,
+    /// A human's terminal.
+    Console,
+}
+
+impl NatsRole {
+    pub const ALL: [NatsRole; 4] = [
+        NatsRole::Admin,
+        NatsRole::Coordinator,
+        NatsRole::Worker,
+        NatsRole::Console,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NatsRole::Admin => "admin",
+            NatsRole::Coordinator => "coordinator",
+            NatsRole::Worker => "worker",
+            NatsRole::Console => "console",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for NatsRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The inbox prefix of a connection named `name`: request replies, pulled
+/// messages and PubAcks come there, and only that user may subscribe to it.
+pub fn inbox_prefix(name: &str) -> String {
+    format!("_INBOX_{name}")
+}
+
+/// Builder methods that append subjects to one list of a [`Grant`].
+macro_rules! fs_builder {
+    ($field:ident) => {
+        fn $field<I, S>(mut self, subjects: I) -> Self
+        where
+            I: IntoIterator<Item = S>,
+            S: Into<String>,
+        {
+            self.$field.extend(subjects.into_iter().map(Into::into));
+            self
+        }
+    };
+}
+
+/// One operation of a role, with the subjects it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// What the role does with these subjects, in the words of the protocol.
+    pub operation: &'static str,
+    pub publish: Vec<String>,
+    pub subscribe: Vec<String>,
+    /// Subjects the allows above would match but the role must not touch.
+    pub deny_publish: Vec<String>,
+}
+
+impl Grant {
+    fn new(operation: &'static str) -> Self {
+        Self {
+            operation,
+            publish: Vec::new(),
+            subscribe: Vec::new(),
+            deny_publish: Vec::new(),
+        }
+    }
+    fs_builder!(publish);
+    fs_builder!(subscribe);
+    fs_builder!(deny_publish);
+}
+
+/// A role's whole permission set, as the server config or JWT carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Permissions {
+    pub publish_allow: Vec<String>,
+    pub publish_deny: Vec<String>,
+    pub subscribe_allow: Vec<String>,
+    pub subscribe_deny: Vec<String>,
+    /// May answer requests made to it (the worker's presence service).
+    pub allow_responses: bool,
+}
+
+/// Whose credential: the role, the user name (a subject token; it names the
+/// inbox, and a console's name is its identity on human messages), and for a
+/// worker the pools it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity<'a> {
+    pub role: NatsRole,
+    pub name: &'a str,
+    pub pools: &'a [String],
+}
+
+const API: &str = "$JS.API";
+
+fn api(path: &str) -> String {
+    format!("{API}.{path}")
+}
+
+/// `$JS.API.STREAM.INFO.<stream>` for each stream.
+fn stream_info<'a>(streams: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    streams
+        .into_iter()
+        .map(|s| api(&format!("STREAM.INFO.{s}")))
+        .collect()
+}
+
+/// `STREAM.MSG.GET` of a stream: reads any message of it by sequence or
+/// last-by-subject (it cannot be narrowed to a subject).
+fn msg_get(stream: &str) -> String {
+    api(&format!("STREAM.MSG.GET.{stream}"))
+}
+
+/// A durable pull consumer the role owns: create (also the filtered form,
+/// which the server checks against the config), info, pull, ack.
+fn durable(stream: &str, name: &str, filter: Option<&str>) -> Vec<String> {
+    let mut out = vec![
+        api(&format!("CONSUMER.CREATE.{stream}.{name}")),
+        api(&format!("CONSUMER.INFO.{stream}.{name}")),
+        api(&format!("CONSUMER.MSG.NEXT.{stream}.{name}")),
+        format!("$JS.ACK.{stream}.{name}.>"),
+    ];
+    if let Some(filter) = filter {
+        out.push(api(&format!("CONSUMER.CREATE.{stream}.{name}.{filter}")));
+    }
+    out
+}
+
+/// What an ordered consumer on `stream` needs: its first create is unnamed
+/// (the filter only in the payload), a recreate deletes the old one and
+/// creates `<name>_<n>` with the filter in the subject.
+fn ordered(stream: &str) -> Vec<String> {
+    vec![
+        api(&format!("CONSUMER.CREATE.{stream}")),
+        api(&format!("CONSUMER.CREATE.{stream}.>")),
+        api(&format!("CONSUMER.DELETE.{stream}.*")),
+        api(&format!("CONSUMER.INFO.{stream}.*")),
+        api(&format!("CONSUMER.MSG.NEXT.{stream}.*")),
+    ]
+}
+
+/// Every API subject that touches `name` on `stream`: for denying a durable
+/// to a role whose wildcards would otherwise reach it.
+fn deny_durable(stream: &str, name: &str) -> Vec<String> {
+    vec![
+        api(&format!("CONSUMER.CREATE.{stream}.{name}")),
+        api(&format!("CONSUMER.CREATE.{stream}.{name}.>")),
+        api(&format!("CONSUMER.DELETE.{stream}.{name}")),
+        api(&format!("CONSUMER.MSG.NEXT.{stream}.{name}")),
+        format!("$JS.ACK.{stream}.{name}.>"),
+    ]
+}
+
+fn kv_stream(bucket: &str) -> String {
+    format!("KV_{bucket}")
+}
+
+fn obj_stream(bucket: &str) -> String {
+    format!("OBJ_{bucket}")
+}
+
+/// Putting and getting objects of one object store: chunks and metadata on
+/// `$O.<bucket>.>`, the metadata lookup by direct get, the read through an
+/// ordered push consumer with flow control, and the purge of an overwritten
+/// object's old chunks.
+fn object_store(bucket: &str) -> Vec<String> {
+    let stream = obj_stream(bucket);
+    vec![
+        format!("$O.{bucket}.>"),
+        api(&format!("DIRECT.GET.{stream}.>")),
+        msg_get(&stream),
+        api(&format!("STREAM.PURGE.{stream}")),
+        api(&format!("CONSUMER.CREATE.{stream}")),
+        api(&format!("CONSUMER.CREATE.{stream}.>")),
+        format!("$JS.FC.{stream}.>"),
+    ]
+}
+
+/// Every stream and bucket the system declares, by the names JetStream gives them.
+pub fn all_streams() -> Vec<String> {
+    vec![
+        subjects::SESSIONS_STREAM.to_owned(),
+        subjects::ORCH_STREAM.to_owned(),
+        subjects::SUMMONS_STREAM.to_owned(),
+        subjects::STATE_STREAM.to_owned(),
+        subjects::ORCH_STATE_STREAM.to_owned(),
+        kv_stream(subjects::SESSIONS_BUCKET),
+        obj_stream(subjects::SESSION_BLOBS_BUCKET),
+        obj_stream(subjects::ORCH_BLOBS_BUCKET),
+    ]
+}
+
+/// The streams (and bucket streams) a role works with and must find at
+/// start. The admin and the coordinator declare them all.
+pub fn streams_used(role: NatsRole) -> Vec<String> {
+    match role {
+        NatsRole::Admin | NatsRole::Coordinator => all_streams(),
+        NatsRole::Worker => vec![
+            subjects::ORCH_STREAM.to_owned(),
+            subjects::SUMMONS_STREAM.to_owned(),
+            subjects::ORCH_STATE_STREAM.to_owned(),
+            obj_stream(subjects::ORCH_BLOBS_BUCKET),
+            kv_stream(subjects::SESSIONS_BUCKET),
+        ],
+        NatsRole::Console => vec![
+            subjects::SESSIONS_STREAM.to_owned(),
+            kv_stream(subjects::SESSIONS_BUCKET),
+        ],
+    }
+}
+
+/// The operations of a role, each with its subjects. [`permissions`]
+/// flattens them; `docs/protocol.md` shows them as a table.
+pub fn grants(who: Identity<'_>) -> Vec<Grant> {
+    let inbox = format!("{}.>", inbox_prefix(who.name));
+    let own_inbox =
+        Grant::new("replies to its requests, pulled messages, PubAcks").subscribe([inbox]);
+    match who.role {
+        NatsRole::Admin => vec![
+            own_inbox,
+            Grant::new(
+                "create, inspect, update and delete streams, consumers, buckets and object stores",
+            )
+            .publish([
+                api(">"),
+                "$JS.ACK.>".into(),
+                "$JS.FC.>".into(),
+                "$KV.>".into(),
+                "$O.>".into(),
+            ]),
+            Grant::new("see the worker fleet").publish(["$SRV.>".to_owned()]),
+            Grant::new("cancel an Orchestrator (`orch.<id>.ctl`)")
+                .publish([format!("{PREFIX}.orch.*.ctl")]),
+        ],
+        NatsRole::Coordinator => {
+            let sessions = subjects::SESSIONS_STREAM;
+            let orch = subjects::ORCH_STREAM;
+            let summons = subjects::SUMMONS_STREAM;
+            let state = subjects::STATE_STREAM;
+            let kv = kv_stream(subjects::SESSIONS_BUCKET);
+            let streams = all_streams();
+            vec![
+                own_inbox,
+                Grant::new("declare the streams, the sessions bucket and the object stores (create if missing, update its own settings)")
+                    .publish([api("INFO")])
+                    .publish(stream_info(streams.iter().map(String::as_str)))
+                    .publish(streams.iter().map(|s| api(&format!("STREAM.CREATE.{s}"))))
+                    .publish(streams.iter().map(|s| api(&format!("STREAM.UPDATE.{s}")))),
+                Grant::new("write the conversation log and its own step records (JetStream)")
+                    .publish([subjects::ALL_SESSION_LOG, subjects::ALL_SESSION_STATE]),
+                Grant::new("session status and the Arbiter's streamed words (core NATS)")
+                    .publish([
+                        format!("{PREFIX}.session.*.status"),
+                        format!("{PREFIX}.session.*.delta"),
+                    ]),
+                Grant::new("summon Orchestrators to any pool")
+                    .publish([format!("{PREFIX}.summon.*")]),
+                Grant::new("speak to, release and cancel Orchestrators")
+                    .publish([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
+                Grant::new("read human messages through its durable `coordinator-human`")
+                    .publish(durable(sessions, subjects::COORDINATOR_HUMAN_CONSUMER, None)),
+                Grant::new("read Orchestrator output through its durable `coordinator-orch-out`")
+                    .publish(durable(
+                        orch,
+                        subjects::COORDINATOR_ORCH_CONSUMER,
+                        Some(subjects::ALL_ORCH_OUT),
+                    )),
+                Grant::new("make each pool's shared summons consumer `pool-<pool>` before any worker runs (scale from zero)")
+                    .publish([
+                        api(&format!("CONSUMER.CREATE.{summons}.*.{PREFIX}.summon.*")),
+                        api(&format!("CONSUMER.INFO.{summons}.*")),
+                    ]),
+                Grant::new("restore sessions: last log and input seqs, last step record, replay of its records")
+                    .publish([msg_get(sessions), msg_get(orch), msg_get(state)])
+                    .publish(ordered(state)),
+                Grant::new("session state records too large for one message")
+                    .publish(object_store(subjects::SESSION_BLOBS_BUCKET)),
+                Grant::new("the sessions bucket: write each session's status")
+                    .publish([
+                        format!("$KV.{}.*", subjects::SESSIONS_BUCKET),
+                        api(&format!("DIRECT.GET.{kv}.>")),
+                    ]),
+                Grant::new("ask whether a worker of a pool is up")
+                    .publish([format!("$SRV.PING.{}", subjects::WORKER_SERVICE)]),
+            ]
+        }
+        NatsRole::Worker => {
+            let orch = subjects::ORCH_STREAM;
+            let summons = subjects::SUMMONS_STREAM;
+            let orch_state = subjects::ORCH_STATE_STREAM;
+            let mut pool_subjects = Vec::new();
+            for pool in who.pools {
+                let name = subjects::pool_consumer(pool);
+                let filter = subjects::summon(pool);
+                pool_subjects.extend(durable(summons, &name, Some(&filter)));
+            }
+            vec![
+                own_inbox,
+                Grant::new("check that the streams it uses exist")
+                    .publish(stream_info([
+                        orch,
+                        summons,
+                        orch_state,
+                        &obj_stream(subjects::ORCH_BLOBS_BUCKET),
+                        &kv_stream(subjects::SESSIONS_BUCKET),
+                    ])),
+                Grant::new("take summonses of its own pools through `pool-<pool>` (bind, update its ack wait to the lease, fetch, renew, ack)")
+                    .publish(pool_subjects)
+                    .publish([msg_get(summons)]),
+                Grant::new("publish its Orchestrators' turns, state records (JetStream) and status (core NATS)")
+                    .publish([
+                        subjects::ALL_ORCH_OUT,
+                        subjects::ALL_ORCH_STATE,
+                        subjects::ALL_ORCH_STATUS,
+                    ]),
+                Grant::new("read each Orchestrator's inputs and control through `orch-<orch_id>` (made afresh on claim, deleted at the end); never the coordinator's durable")
+                    .publish([
+                        api(&format!("CONSUMER.CREATE.{orch}.*")),
+                        api(&format!("CONSUMER.DELETE.{orch}.*")),
+                        api(&format!("CONSUMER.INFO.{orch}.*")),
+                        api(&format!("CONSUMER.MSG.NEXT.{orch}.*")),
+                        format!("$JS.ACK.{orch}.*.>"),
+                        msg_get(orch),
+                    ])
+                    .deny_publish(deny_durable(orch, subjects::COORDINATOR_ORCH_CONSUMER)),
+                Grant::new("claim and replay Orchestrator state records (fenced writes, last record, replay)")
+                    .publish([msg_get(orch_state)])
+                    .publish(ordered(orch_state)),
+                Grant::new("Orchestrator state records too large for one message")
+                    .publish(object_store(subjects::ORCH_BLOBS_BUCKET)),
+                Grant::new("answer presence: the `arbiter-worker` micro service (replies go to the asker's inbox)")
+                    .subscribe([
+                        "$SRV.PING".to_owned(),
+                        "$SRV.INFO".to_owned(),
+                        "$SRV.STATS".to_owned(),
+                        format!("$SRV.*.{}", subjects::WORKER_SERVICE),
+                        format!("$SRV.*.{}.*", subjects::WORKER_SERVICE),
+                        format!("{PREFIX}.worker.*.presence"),
+                    ]),
+            ]
+        }
+        NatsRole::Console => {
+            let sessions = subjects::SESSIONS_STREAM;
+            let kv = kv_stream(subjects::SESSIONS_BUCKET);
+            vec![
+                own_inbox,
+                Grant::new("check that the streams it uses exist")
+                    .publish(stream_info([sessions, kv.as_str()])),
+                Grant::new("send the human's lines, under its own name")
+                    .publish([subjects::session_human_from("*", who.name)]),
+                Grant::new("replay and follow a session's log (a named ordered consumer filtered on `session.*.log`); never the coordinator's durable")
+                    .publish([
+                        api(&format!("CONSUMER.CREATE.{sessions}.*.{}", subjects::ALL_SESSION_LOG)),
+                        api(&format!("CONSUMER.DELETE.{sessions}.*")),
+                        api(&format!("CONSUMER.INFO.{sessions}.*")),
+                        api(&format!("CONSUMER.MSG.NEXT.{sessions}.*")),
+                    ])
+                    .deny_publish(deny_durable(sessions, subjects::COORDINATOR_HUMAN_CONSUMER)),
+                Grant::new("read session status: the bucket (one key, or every key for `sessions`) and the live subjects")
+                    .publish([
+                        api(&format!("DIRECT.GET.{kv}.>")),
+                        api(&format!("CONSUMER.CREATE.{kv}")),
+                        format!("$JS.FC.{kv}.>"),
+                    ])
+                    .subscribe([
+                        format!("{PREFIX}.session.*.status"),
+                        format!("{PREFIX}.session.*.delta"),
+                        subjects::ALL_ORCH_STATUS.to_owned(),
+                    ]),
+            ]
+        }
+    }
+}
+
+/// A role's whole permission set: the union of its [`grants`].
+pub fn permissions(who: Identity<'_>) -> Permissions {
+    let mut out = Permissions {
+        allow_responses: who.role == NatsRole::Worker,
+        ..Permissions::default()
+    };
+    for grant in grants(who) {
+        push_unique(&mut out.publish_allow, grant.publish);
+        push_unique(&mut out.subscribe_allow, grant.subscribe);
+        push_unique(&mut out.publish_deny, grant.deny_publish);
+    }
+    out
+}
+
+fn push_unique(into: &mut Vec<String>, subjects: Vec<String>) {
+    for s in subjects {
+        if !into.contains(&s) {
+            into.push(s);
+        }
+    }
+}
+
+/// The "Roles and permissions" table of `docs/protocol.md`, for a console
+/// named `<name>` and a worker of pool `<pool>`.
+pub fn render_table() -> String {
+    let pools = ["<pool>".to_owned()];
+    let mut out =
+        String::from("| role | operation | publish | subscribe |\n| --- | --- | --- | --- |\n");
+    for role in NatsRole::ALL {
+        let who = Identity {
+            role,
+            name: if role == NatsRole::Console || role == NatsRole::Worker {
+                "<name>"
+            } else {
+                role.as_str()
+            },
+            pools: &pools,
+        };
+        for grant in grants(who) {
+            let code = |list: &[String]| {
+                list.iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            };
+            let mut publish = code(&grant.publish);
+            if !grant.deny_publish.is_empty() {
+                publish.push_str("<br>**deny** ");
+                publish.push_str(&code(&grant.deny_publish));
+            }
+            out.push_str(&format!(
+                "| {role} | {} | {publish} | {} |\n",
+                grant.operation,
+                code(&grant.subscribe),
+            ));
+        }
+        if role == NatsRole::Worker {
+            out.push_str("| worker | answer requests made to it | `allow_responses: true` | |\n");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perms(role: NatsRole) -> Permissions {
+        permissions(Identity {
+            role,
+            name: "n1",
+            pools: &["default".to_owned()],
+        })
+    }
+
+    fn allows(list: &[String], subject: &str) -> bool {
+        list.iter().any(|p| matches(p, subject))
+    }
+
+    /// NATS subject matching: `*` one token, `>` one or more at the end.
+    fn matches(pattern: &str, subject: &str) -> bool {
+        let mut p = pattern.split('.');
+        let mut s = subject.split('.');
+        loop {
+            match (p.next(), s.next()) {
+                (Some(">"), Some(_)) => return true,
+                (Some("*"), Some(_)) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+
+    fn may_publish(p: &Permissions, subject: &str) -> bool {
+        allows(&p.publish_allow, subject) && !allows(&p.publish_deny, subject)
+    }
+
+    #[test]
+    fn a_worker_cannot_forge_what_others_say_or_touch_streams() {
+        let w = perms(NatsRole::Worker);
+        for denied in [
+            "arbiter.v1.summon.default",
+            "arbiter.v1.session.s1.human",
+            "arbiter.v1.session.s1.human.alice",
+            "arbiter.v1.session.s1.log",
+            "arbiter.v1.orch.o1.in",
+            "arbiter.v1.orch.o1.ctl",
+            "$KV.arbiter_sessions.s1",
+            "$JS.API.STREAM.DELETE.ARBITER_SESSIONS",
+            "$JS.API.STREAM.CREATE.ARBITER_ORCH",
+            "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS",
+            "$JS.API.STREAM.MSG.GET.ARBITER_SESSIONS",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_ORCH.coordinator-orch-out",
+            "$JS.API.CONSUMER.DELETE.ARBITER_ORCH.coordinator-orch-out",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SUMMONS.pool-gpu",
+        ] {
+            assert!(!may_publish(&w, denied), "worker may publish {denied}");
+        }
+        for allowed in [
+            "arbiter.v1.orch.o1.out",
+            "arbiter.v1.orch.o1.state",
+            "arbiter.v1.orch.o1.status",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SUMMONS.pool-default",
+            "$JS.API.CONSUMER.CREATE.ARBITER_ORCH.orch-o1",
+            "$JS.ACK.ARBITER_SUMMONS.pool-default.1.2.3.4.5.6",
+        ] {
+            assert!(may_publish(&w, allowed), "worker may not publish {allowed}");
+        }
+        assert!(!allows(&w.subscribe_allow, "_INBOX_console.x"));
+        assert!(!allows(&w.subscribe_allow, "arbiter.v1.session.s1.log"));
+        assert!(allows(&w.subscribe_allow, "_INBOX_n1.abc"));
+    }
+
+    #[test]
+    fn a_console_speaks_only_as_itself() {
+        let c = perms(NatsRole::Console);
+        assert!(may_publish(&c, "arbiter.v1.session.s1.human.n1"));
+        for denied in [
+            "arbiter.v1.session.s1.human",
+            "arbiter.v1.session.s1.human.other",
+            "arbiter.v1.summon.default",
+            "arbiter.v1.orch.o1.out",
+            "arbiter.v1.session.s1.log",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SESSIONS.coordinator-human",
+            "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.x.arbiter.v1.session.*.human",
+            "$JS.API.STREAM.DELETE.ARBITER_ORCH",
+        ] {
+            assert!(!may_publish(&c, denied), "console may publish {denied}");
+        }
+        assert!(may_publish(
+            &c,
+            "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.console-1.arbiter.v1.session.s1.log"
+        ));
+    }
+
+    #[test]
+    fn nobody_but_the_admin_deletes() {
+        for role in [NatsRole::Coordinator, NatsRole::Worker, NatsRole::Console] {
+            let p = perms(role);
+            for stream in all_streams() {
+                let subject = format!("$JS.API.STREAM.DELETE.{stream}");
+                assert!(!may_publish(&p, &subject), "{role} may delete {stream}");
+                let subject = format!("$JS.API.STREAM.PURGE.{stream}");
+                let own_blobs = stream.starts_with("OBJ_");
+                assert!(
+                    own_blobs || !may_publish(&p, &subject),
+                    "{role} may purge {stream}"
+                );
+            }
+        }
+        assert!(may_publish(
+            &perms(NatsRole::Admin),
+            "$JS.API.STREAM.DELETE.ARBITER_SESSIONS"
+        ));
+    }
+
+    #[test]
+    fn matching_follows_nats() {
+        assert!(matches("a.*.c", "a.b.c"));
+        assert!(!matches("a.*.c", "a.b.d.c"));
+        assert!(matches("a.>", "a.b.c"));
+        assert!(!matches("a.>", "a"));
+        assert!(!matches("a.b", "a.b.c"));
+    }
+}
