@@ -58,7 +58,7 @@ pub struct SandboxConfig {
     /// (`--sandbox-env`). Nothing else of it is, but the PATH and LANG.
     pub env: Vec<String>,
     /// Paths hidden from commands as they are (`--sandbox-hide`): a
-    /// directory shows empty, any other file shows as an empty file.
+    /// directory shows empty and read-only, any other file cannot be opened.
     pub hide: Vec<PathBuf>,
     /// Files that hold the worker's secrets (NATS credentials, TLS key, the
     /// config file). Each one's directory is hidden; the file alone where
@@ -149,7 +149,8 @@ impl BwrapArgs {
 enum Hidden {
     /// An empty tmpfs over it.
     Dir(PathBuf),
-    /// `/dev/null` bound over it.
+    /// `/dev/null` bound over it; the mount forbids devices, so opening
+    /// it fails with `Permission denied`.
     File(PathBuf),
 }
 
@@ -442,7 +443,11 @@ fn resolve_hidden(paths: &[PathBuf]) -> Vec<Hidden> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::tools::run;
+    use crate::tools::tests::{context, context_with};
 
     fn toolchain() -> Vec<PathBuf> {
         ["/usr/local/bin", "/usr/bin", "/opt/tools/bin"]
@@ -535,6 +540,72 @@ mod tests {
         };
         let args = bwrap_args(&cut, Path::new("/nowhere"), Path::new("/bin/bash"), &vars);
         assert!(!args.mounts.iter().any(|a| a == "--share-net"));
+    }
+
+    /// A directory outside `/tmp`, which commands get a private one of.
+    fn outside_tmp() -> tempfile::TempDir {
+        let deps = std::env::current_exe().unwrap();
+        tempfile::tempdir_in(deps.parent().unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn secret_directories_and_hidden_paths_show_empty() {
+        let outside = outside_tmp();
+        let keys = outside.path().join("keys");
+        std::fs::create_dir(&keys).unwrap();
+        std::fs::write(keys.join("nats.creds"), "SECRET").unwrap();
+        let other = outside.path().join("other.txt");
+        std::fs::write(&other, "hidden").unwrap();
+        let (_base, ctx) = context_with(&SandboxConfig {
+            secret_files: vec![keys.join("nats.creds")],
+            hide: vec![other.clone()],
+            ..Default::default()
+        });
+        let (k, o) = (keys.display(), other.display());
+        let line = format!("ls -A {k}; cat {o}; touch {k}/x; echo end");
+        let out = run(&ctx, "bash", &json!({ "command": line })).await;
+        assert_eq!(
+            out.content,
+            format!(
+                "exit code: 0\ncat: {o}: Permission denied\n\
+                 touch: cannot touch '{k}/x': Read-only file system\nend\n"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn home_is_private_and_keeps_only_the_toolchain() {
+        let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+            return;
+        };
+        if !home.is_dir() || home.parent().is_none() {
+            return;
+        }
+        // What should be left: the first step of every kept path.
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut kept: Vec<PathBuf> = std::env::split_paths(&path)
+            .filter(|dir| dir.starts_with(&home) && *dir != home)
+            .collect();
+        kept.extend(HOME_KEPT.iter().map(|name| home.join(name)));
+        let mut expected: Vec<String> = kept
+            .iter()
+            .filter(|p| p.exists())
+            .filter_map(|p| p.strip_prefix(&home).ok()?.components().next())
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        expected.sort();
+        expected.dedup();
+        let (_base, ctx) = context();
+        let scratch = format!("arbiter-test-{}", uuid::Uuid::new_v4().simple());
+        let line = format!("ls -A \"$HOME\"; touch \"$HOME/{scratch}\" && echo wrote");
+        let out = run(&ctx, "bash", &json!({ "command": line })).await;
+        let mut listed: Vec<&str> = out.content.lines().skip(1).collect();
+        assert_eq!(listed.pop(), Some("wrote"), "{out:?}");
+        assert_eq!(listed, expected, "{out:?}");
+        assert!(
+            !home.join(&scratch).exists(),
+            "the private HOME wrote through"
+        );
     }
 
     #[test]
