@@ -78,9 +78,10 @@ pub enum SandboxError {
     )]
     NotInstalled,
     #[error(
-        "--sandbox bwrap: bubblewrap cannot create its namespaces here ({detail}); user \
-         namespaces are unavailable (in a container, see \"Sandbox\" in docs/tools.md), or \
-         start with --sandbox none to run tools unconfined (not recommended)"
+        "--sandbox bwrap: bubblewrap cannot set up a sandbox here ({detail}): user namespaces, \
+         or the mounts it needs, are not allowed (in Docker, run the worker with --security-opt \
+         seccomp=unconfined --security-opt systempaths=unconfined; see \"Sandbox\" in \
+         docs/tools.md), or start with --sandbox none to run tools unconfined (not recommended)"
     )]
     Unusable { detail: String },
 }

@@ -289,10 +289,11 @@ async fn a_worker_refuses_to_start_without_a_working_sandbox() {
     assert!(!status.success());
     assert_eq!(
         stderr,
-        "Error: --sandbox bwrap: bubblewrap cannot create its namespaces here (bwrap: Creating \
-         new namespace failed: Operation not permitted); user namespaces are unavailable (in a \
-         container, see \"Sandbox\" in docs/tools.md), or start with --sandbox none to run \
-         tools unconfined (not recommended)\n"
+        "Error: --sandbox bwrap: bubblewrap cannot set up a sandbox here (bwrap: Creating new \
+         namespace failed: Operation not permitted): user namespaces, or the mounts it needs, \
+         are not allowed (in Docker, run the worker with --security-opt seccomp=unconfined \
+         --security-opt systempaths=unconfined; see \"Sandbox\" in docs/tools.md), or start \
+         with --sandbox none to run tools unconfined (not recommended)\n"
     );
 }
 
