@@ -1,11 +1,13 @@
 //! The Orchestrator runtime's tools end to end, over a real nats-server and
 //! the scripted mock model: real files created and edited in the workspace,
 //! a real command, a subagent whose traffic never reaches the Orchestrator,
-//! path escapes refused, and the workspace shared across a session.
+//! path escapes refused, and the workspace shared across a session. The
+//! bash tool's sandbox has its own module.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod direct;
+mod sandbox;
 
 use arbiter_protocol::OrchestratorState;
 use arbiter_tests::MockReply;

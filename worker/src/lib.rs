@@ -18,6 +18,7 @@ mod orchestrator;
 mod outbox;
 pub mod presence;
 pub mod prompt;
+pub mod sandbox;
 mod slots;
 mod state;
 mod status;
@@ -43,6 +44,7 @@ use async_nats::jetstream::consumer::{PullConsumer, pull};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::sandbox::{Sandbox, SandboxConfig, SandboxMode};
 use crate::slots::Slots;
 use crate::subagent::SubagentRole;
 
@@ -79,6 +81,8 @@ pub struct Config {
     /// this long after its last renewal. Every worker of a pool should use
     /// the same value (the last one to start sets it).
     pub lease: Duration,
+    /// How the `bash` tool's commands are confined.
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for Config {
@@ -97,6 +101,7 @@ impl Default for Config {
             max_consecutive_notes: 8,
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease: DEFAULT_LEASE,
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -126,6 +131,9 @@ pub enum Error {
     Workspace(String),
     #[error("the presence service: {0}")]
     Presence(String),
+    /// The tools' sandbox cannot be used; the message says what to do.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
 }
 
 /// What every Orchestrator of this worker shares.
@@ -137,6 +145,8 @@ pub(crate) struct Shared {
     pub model: Arc<dyn Model>,
     pub subagent: SubagentRole,
     pub config: Config,
+    /// How the `bash` tool's commands are started.
+    pub sandbox: Arc<Sandbox>,
     /// `OrchestratorOutput`'s model-facing schema, made once: every model
     /// call carries it.
     pub output_schema: serde_json::Value,
@@ -169,6 +179,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             "--subagent-max-calls must be at least 1".into(),
         ));
     }
+    std::fs::create_dir_all(&config.workspace_root).map_err(|e| {
+        Error::Workspace(format!(
+            "cannot create {}: {e}",
+            config.workspace_root.display()
+        ))
+    })?;
+    let sandbox = start_sandbox(&config).await?;
     let mut config = config;
     let model = arbiter_llm::client_for(&config.model)?;
     config.context_budget =
@@ -184,12 +201,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         model: subagent_model,
         max_calls: config.subagent_max_calls,
     };
-    std::fs::create_dir_all(&config.workspace_root).map_err(|e| {
-        Error::Workspace(format!(
-            "cannot create {}: {e}",
-            config.workspace_root.display()
-        ))
-    })?;
     let conn = arbiter_bus::connect_with(&config.nats, &config.worker_id, Reach::Wait).await?;
     let client = conn.client.clone();
     let bus = Bus::open(conn, NatsRole::Worker, Reach::Wait).await?;
@@ -212,6 +223,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         model,
         subagent,
         config,
+        sandbox: Arc::new(sandbox),
         output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::OrchestratorOutput>(),
     });
     let leases = lease::Registry::default();
@@ -301,6 +313,43 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(error) => Err(error.into()),
         None => Ok(()),
     }
+}
+
+/// Resolves the tools' sandbox and runs `true` through it once: a worker
+/// whose sandbox does not work does not start.
+async fn start_sandbox(config: &Config) -> Result<Sandbox> {
+    let root = config.workspace_root.canonicalize().map_err(|e| {
+        Error::Workspace(format!(
+            "cannot resolve {}: {e}",
+            config.workspace_root.display()
+        ))
+    })?;
+    let sandbox = Sandbox::new(&config.sandbox, &root)?;
+    match config.sandbox.mode {
+        SandboxMode::None => tracing::warn!(
+            "--sandbox none: tools' commands run unconfined, as this worker's user; they can \
+             read its environment, its memory and its files (API keys included)"
+        ),
+        SandboxMode::Bwrap => {
+            sandbox.probe(&root).await?;
+            for name in config
+                .sandbox
+                .env
+                .iter()
+                .filter(|n| sandbox::is_secret_env(n))
+            {
+                tracing::warn!(
+                    name,
+                    "--sandbox-env passes a variable that looks secret to every command"
+                );
+            }
+            tracing::info!(
+                network = !config.sandbox.unshare_net,
+                "tools' commands run in a bwrap sandbox"
+            );
+        }
+    }
+    Ok(sandbox)
 }
 
 /// The pool's shared consumer, with `ack_wait` set to the lease; returns it

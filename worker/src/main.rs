@@ -13,7 +13,13 @@ use arbiter_bus::cli::NatsArgs;
 use arbiter_llm::cli::ProviderArgs;
 use arbiter_llm::{Provider, RoleOverrides};
 use arbiter_protocol::Role;
+use arbiter_worker::sandbox::{SandboxConfig, SandboxMode};
 use clap::Parser;
+
+/// Environment variables naming files with the worker's NATS secrets: the
+/// credentials, the nkey seed, the TLS client key. Their directories are
+/// hidden from the tools' commands.
+const NATS_SECRET_FILES: [&str; 3] = ["NATS_CREDS", "NATS_NKEY", "NATS_KEY"];
 
 /// Runs Orchestrator sessions: takes summons from the pool's work queue,
 /// runs each Orchestrator's agent loop, and reports back over NATS.
@@ -69,6 +75,37 @@ struct Cli {
     /// after its last renewal. Use the same value on every worker of a pool.
     #[arg(long, env = "ARBITER_LEASE_SECS", default_value_t = 6.0)]
     lease_secs: f64,
+    /// How the bash tool's commands are confined: `bwrap` (bubblewrap
+    /// namespaces: the worker's processes, environment and secrets hidden,
+    /// only the workspace writable) or `none` (unconfined; not recommended).
+    #[arg(
+        long,
+        env = "ARBITER_SANDBOX",
+        default_value = "bwrap",
+        value_name = "bwrap|none"
+    )]
+    sandbox: SandboxMode,
+    /// A variable of the worker's environment to pass to the commands
+    /// (repeatable; comma-separated in the environment variable).
+    #[arg(
+        long = "sandbox-env",
+        env = "ARBITER_SANDBOX_ENV",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    sandbox_env: Vec<String>,
+    /// A path to hide from the commands, besides the built-in ones
+    /// (repeatable; comma-separated in the environment variable).
+    #[arg(
+        long = "sandbox-hide",
+        env = "ARBITER_SANDBOX_HIDE",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    sandbox_hide: Vec<PathBuf>,
+    /// Cut the commands off the network (they keep a loopback interface).
+    #[arg(long, env = "ARBITER_SANDBOX_UNSHARE_NET")]
+    sandbox_unshare_net: bool,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -118,6 +155,20 @@ async fn main() -> anyhow::Result<()> {
             tracing::warn!(model = %role.model.spec(), "ANTHROPIC_API_KEY is not set; model calls will fail unless the base URL needs no key");
         }
     }
+    let mut secret_files: Vec<PathBuf> = NATS_SECRET_FILES
+        .iter()
+        .filter_map(std::env::var_os)
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    secret_files.extend(cli.providers.config.clone());
+    let sandbox = SandboxConfig {
+        mode: cli.sandbox,
+        env: cli.sandbox_env,
+        hide: cli.sandbox_hide,
+        secret_files,
+        unshare_net: cli.sandbox_unshare_net,
+    };
     let defaults = arbiter_worker::Config::default();
     let config = arbiter_worker::Config {
         nats: cli.nats.options(),
@@ -134,11 +185,15 @@ async fn main() -> anyhow::Result<()> {
         worker_id: cli.worker_id.unwrap_or(defaults.worker_id),
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,
+        sandbox,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    arbiter_worker::run(config, shutdown)
-        .await
-        .context("the worker stopped")
+    match arbiter_worker::run(config, shutdown).await {
+        Ok(()) => Ok(()),
+        // It says all there is to say, on one line.
+        Err(e @ arbiter_worker::Error::Sandbox(_)) => Err(e.into()),
+        Err(e) => Err(e).context("the worker stopped"),
+    }
 }

@@ -174,6 +174,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     let ctx = ToolContext {
         workspace,
         cancel: stopper.token().clone(),
+        sandbox: shared.sandbox.clone(),
     };
     let start = Start {
         transcript,

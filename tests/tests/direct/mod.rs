@@ -325,15 +325,33 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
-/// Waits for a command to have written its pid to `path`, and returns it.
-pub async fn pid_in(path: &std::path::Path) -> i32 {
-    eventually(WAIT, &format!("a pid in {}", path.display()), || async {
-        std::fs::read_to_string(path)
-            .ok()
-            .filter(|s| s.ends_with('\n'))
-            .and_then(|s| s.trim().parse().ok())
+/// A name no other process has. Tools' commands run in a PID namespace of
+/// their own, where `$$` means nothing out here: a command that starts
+/// `exec -a <marker>-shell sleep 60` is found by [`processes`] instead.
+pub fn marker(what: &str) -> String {
+    format!("arbiter-test-{what}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The live processes (zombies aside) whose argv[0] starts with `prefix`.
+pub fn processes(prefix: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.starts_with(prefix.as_bytes()) && alive(*pid)
+        })
+        .collect()
+}
+
+/// Waits until `n` processes named `prefix…` run.
+pub async fn processes_started(prefix: &str, n: usize) {
+    eventually(WAIT, &format!("{n} processes {prefix}…"), || async {
+        (processes(prefix).len() >= n).then_some(())
     })
-    .await
+    .await;
 }
 
 /// The `tool_result` blocks of a request's last message: `(content, is_error)`.

@@ -89,6 +89,9 @@ fn setup(
     let ctx = ToolContext {
         workspace: Workspace::open(base.path(), "s").unwrap(),
         cancel: CancellationToken::new(),
+        sandbox: std::sync::Arc::new(
+            crate::sandbox::Sandbox::new(&Default::default(), base.path()).unwrap(),
+        ),
     };
     let role = SubagentRole {
         model,

@@ -1,8 +1,9 @@
-//! The `bash` tool: runs a command in the workspace, in a process group of
-//! its own, with a timeout and an output cap. When the command ends, times
-//! out or is cancelled (release, cancel, or the Orchestrator's future being
-//! dropped), the whole process group is killed: nothing it started outlives
-//! it. Secrets are removed from the environment the command sees.
+//! The `bash` tool: runs a command in the workspace, inside the worker's
+//! sandbox (`crate::sandbox`), in a process group of its own, with a timeout
+//! and an output cap. When the command ends, times out or is cancelled
+//! (release, cancel, or the Orchestrator's future being dropped), the group
+//! is killed; in the sandbox that kills its PID namespace, so nothing the
+//! command started outlives it, not even a process that left the group.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -43,7 +44,9 @@ pub(super) fn spec() -> ToolSpec {
              bytes is cut in the middle with a marker. The command is killed, with every \
              process it started, when it runs past its timeout (default {} s, at most {} s); \
              background processes do not outlive the command. There is no stdin: use \
-             non-interactive flags.",
+             non-interactive flags. Commands may run in a sandbox: then only the workspace \
+             is kept, the rest of the file system is read-only, and $HOME and /tmp are \
+             private and emptied after every command.",
             DEFAULT_TIMEOUT.as_secs(),
             MAX_TIMEOUT.as_secs()
         ),
@@ -64,23 +67,6 @@ pub(super) fn spec() -> ToolSpec {
 pub(super) struct BashInput {
     command: String,
     timeout_ms: Option<u64>,
-}
-
-/// Whether an environment variable is kept from commands: API keys, tokens,
-/// passwords, and the worker's own settings.
-pub fn is_secret_env(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    const WORDS: [&str; 7] = [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ];
-    const PREFIXES: [&str; 4] = ["NATS_", "ARBITER_", "ANTHROPIC_", "OPENAI_"];
-    WORDS.iter().any(|w| upper.contains(w)) || PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
 /// A command's process group, killed (SIGKILL) when this is dropped or
@@ -161,24 +147,13 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-fn command(ctx: &ToolContext, shell: &str, line: &str) -> Command {
-    let mut cmd = Command::new(shell);
-    cmd.arg("-c")
-        .arg(line)
-        .current_dir(ctx.workspace.root())
-        .stdin(Stdio::null())
+fn command(ctx: &ToolContext, line: &str) -> Command {
+    let mut cmd = ctx.sandbox.command(ctx.workspace.root(), line);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for (name, _) in std::env::vars_os() {
-        if is_secret_env(&name.to_string_lossy()) {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.env("TERM", "dumb")
-        .env("PAGER", "cat")
-        .env("GIT_PAGER", "cat");
     cmd
 }
 
@@ -206,13 +181,7 @@ pub(super) async fn run(ctx: &ToolContext, input: BashInput) -> ToolOutcome {
         .timeout_ms
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
         .clamp(Duration::from_millis(1), MAX_TIMEOUT);
-    let spawned = match command(ctx, "bash", &input.command).spawn() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            command(ctx, "sh", &input.command).spawn()
-        }
-        other => other,
-    };
-    let mut child = match spawned {
+    let mut child = match command(ctx, &input.command).spawn() {
         Ok(child) => child,
         Err(e) => return ToolOutcome::error(format!("bash: cannot start the command: {e}")),
     };
@@ -303,16 +272,38 @@ pub(super) async fn run(ctx: &ToolContext, input: BashInput) -> ToolOutcome {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::time::Duration;
 
     use serde_json::json;
 
-    use super::{Capture, MAX_OUTPUT_BYTES, is_secret_env};
+    use super::{Capture, MAX_OUTPUT_BYTES};
+    use crate::sandbox::{SandboxConfig, SandboxMode};
     use crate::tools::run;
-    use crate::tools::tests::context;
+    use crate::tools::tests::{context, context_with};
 
-    /// Whether a process is still running (a zombie waiting for its reaper is not).
-    pub(crate) fn alive(pid: i32) -> bool {
+    /// A name no other process has: commands start `exec -a <marker> sleep`
+    /// so that the test can find them from outside the sandbox, where their
+    /// pids differ.
+    fn marker(what: &str) -> String {
+        format!("arbiter-test-{what}-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    /// The live processes (zombies aside) whose argv[0] starts with `prefix`.
+    fn running(prefix: &str) -> Vec<i32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                argv0.starts_with(prefix.as_bytes()) && alive(*pid)
+            })
+            .collect()
+    }
+
+    fn alive(pid: i32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => !stat
                 .rsplit_once(')')
@@ -321,9 +312,21 @@ mod tests {
         }
     }
 
-    async fn gone(pid: i32) -> bool {
+    /// Waits until `n` processes named `prefix…` run.
+    async fn started(prefix: &str, n: usize) {
+        for _ in 0..500 {
+            if running(prefix).len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{n} processes {prefix}… never started");
+    }
+
+    /// Whether every process named `prefix…` is gone within a second.
+    async fn all_gone(prefix: &str) -> bool {
         for _ in 0..100 {
-            if !alive(pid) {
+            if running(prefix).is_empty() {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -331,12 +334,13 @@ mod tests {
         false
     }
 
-    fn pid_in(root: &std::path::Path, file: &str) -> i32 {
-        std::fs::read_to_string(root.join(file))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
+    /// A shell line that starts, in the background, a child and a
+    /// double-forked session leader (out of the command's process group),
+    /// then runs `rest`.
+    fn with_escapees(mark: &str, rest: &str) -> String {
+        format!(
+            "(exec -a {mark}-child sleep 60) & (setsid bash -c 'exec -a {mark}-escapee sleep 60' &); {rest}"
+        )
     }
 
     #[tokio::test]
@@ -394,100 +398,157 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_timeout_kills_the_whole_process_group() {
+    async fn a_timeout_kills_everything_the_command_started() {
         let (_base, ctx) = context();
-        let root = ctx.workspace.root().to_owned();
-        let started = std::time::Instant::now();
-        let out = run(
-            &ctx,
-            "bash",
-            &json!({
-                "command": "echo $$ > shell.pid; (echo $BASHPID > sub.pid; sleep 60) & sleep 60",
-                "timeout_ms": 300
-            }),
-        )
-        .await;
-        let took = started.elapsed();
+        let mark = marker("timeout");
+        let line = with_escapees(&mark, &format!("exec -a {mark}-shell sleep 60"));
+        let started_at = std::time::Instant::now();
+        let call = tokio::spawn(async move {
+            run(&ctx, "bash", &json!({"command": line, "timeout_ms": 1500})).await
+        });
+        started(&mark, 3).await;
+        let out = call.await.unwrap();
+        let took = started_at.elapsed();
         assert!(out.is_error, "{out:?}");
-        assert!(out.content.starts_with("timed out after 0.3 s"), "{out:?}");
-        assert!(took < Duration::from_secs(2), "took {took:?}");
-        for file in ["shell.pid", "sub.pid"] {
-            let pid = pid_in(&root, file);
-            assert!(gone(pid).await, "{file}: process {pid} is still running");
-        }
+        assert!(out.content.starts_with("timed out after 1.5 s"), "{out:?}");
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert!(all_gone(&mark).await, "left running: {:?}", running(&mark));
     }
 
     #[tokio::test]
-    async fn background_processes_do_not_outlive_the_command() {
+    async fn background_processes_do_not_outlive_the_command_even_double_forked() {
         let (_base, ctx) = context();
         let root = ctx.workspace.root().to_owned();
-        let out = run(
-            &ctx,
-            "bash",
-            &json!({"command": "(echo $BASHPID > bg.pid; exec sleep 60) & sleep 0.2; echo started"}),
-        )
-        .await;
+        let mark = marker("background");
+        // The command waits for the test to have seen its processes.
+        let line = with_escapees(
+            &mark,
+            "while [ ! -e go ]; do sleep 0.05; done; echo started",
+        );
+        let call = tokio::spawn(async move { run(&ctx, "bash", &json!({"command": line})).await });
+        started(&mark, 2).await;
+        std::fs::write(root.join("go"), "").unwrap();
+        let out = call.await.unwrap();
         assert_eq!(out.content, "exit code: 0\nstarted\n");
-        let pid = pid_in(&root, "bg.pid");
         assert!(
-            gone(pid).await,
-            "the background process {pid} outlived the command"
+            all_gone(&mark).await,
+            "outlived the command: {:?}",
+            running(&mark)
         );
     }
 
     #[tokio::test]
-    async fn cancelling_kills_the_process_group_at_once() {
+    async fn cancelling_kills_everything_at_once() {
         let (_base, ctx) = context();
-        let root = ctx.workspace.root().to_owned();
         let cancel = ctx.cancel.clone();
-        let call = tokio::spawn(async move {
-            run(
-                &ctx,
-                "bash",
-                &json!({"command": "echo $$ > shell.pid; sleep 60"}),
-            )
-            .await
-        });
-        let pid_file = root.join("shell.pid");
-        for _ in 0..500 {
-            if std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let pid = pid_in(&root, "shell.pid");
-        let started = std::time::Instant::now();
+        let mark = marker("cancel");
+        let line = with_escapees(&mark, &format!("exec -a {mark}-shell sleep 60"));
+        let call = tokio::spawn(async move { run(&ctx, "bash", &json!({"command": line})).await });
+        started(&mark, 3).await;
+        let cancelled_at = std::time::Instant::now();
         cancel.cancel();
         let out = tokio::time::timeout(Duration::from_secs(1), call)
             .await
             .unwrap()
             .unwrap();
         assert!(out.is_error && out.content.contains("cancelled"));
-        assert!(gone(pid).await, "process {pid} survived the cancel");
-        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(all_gone(&mark).await, "survived: {:?}", running(&mark));
+        assert!(cancelled_at.elapsed() < Duration::from_secs(1));
     }
 
     #[tokio::test]
-    async fn dropping_the_call_kills_the_process_group() {
+    async fn dropping_the_call_kills_everything() {
         let (_base, ctx) = context();
-        let root = ctx.workspace.root().to_owned();
-        let input = json!({"command": "echo $$ > shell.pid; sleep 60"});
-        let call = run(&ctx, "bash", &input);
-        // The call is dropped when the timeout fires, as when the agent moves on.
-        let _ = tokio::time::timeout(Duration::from_millis(300), call).await;
-        let pid = pid_in(&root, "shell.pid");
-        assert!(gone(pid).await, "process {pid} survived the drop");
+        let mark = marker("drop");
+        let input =
+            json!({"command": with_escapees(&mark, &format!("exec -a {mark}-shell sleep 60"))});
+        let mut call = Box::pin(run(&ctx, "bash", &input));
+        // The call is dropped once its processes run, as when the agent moves on.
+        tokio::select! {
+            _ = &mut call => panic!("the command ended"),
+            () = started(&mark, 3) => {}
+        }
+        drop(call);
+        assert!(all_gone(&mark).await, "survived: {:?}", running(&mark));
     }
 
     #[tokio::test]
-    async fn secrets_are_kept_from_commands() {
-        assert!(is_secret_env("ANTHROPIC_API_KEY"));
-        assert!(is_secret_env("GITHUB_TOKEN"));
-        assert!(is_secret_env("NATS_URL"));
-        assert!(is_secret_env("db_password"));
-        assert!(!is_secret_env("PATH"));
-        assert!(!is_secret_env("HOME"));
+    async fn commands_see_neither_the_worker_nor_its_environment() {
         let (_base, ctx) = context();
+        let me = std::process::id();
+        // Cargo runs tests through rustup, which sets RUSTUP_HOME: passed on.
+        let rustup = if std::env::var_os("RUSTUP_HOME").is_some() {
+            "RUSTUP_HOME "
+        } else {
+            ""
+        };
+        let out = run(
+            &ctx,
+            "bash",
+            &json!({"command": format!(
+                "env | cut -d= -f1 | sort | tr '\\n' ' '; echo; \
+                 cat /proc/1/environ | wc -c; \
+                 ls /proc/{me} 2>&1 >/dev/null | wc -l; \
+                 cat /proc/1/comm"
+            )}),
+        )
+        .await;
+        let lines: Vec<&str> = out.content.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "exit code: 0",
+                // bash adds PWD, SHLVL and _.
+                &format!("GIT_PAGER HOME LANG PAGER PATH PWD {rustup}SHLVL TERM _ "),
+                // bwrap, the namespace's init, has no environment at all.
+                "0",
+                // This test's process is not there: `ls` fails.
+                "1",
+                "bwrap",
+            ],
+            "{out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_workspace_and_private_scratch_space_can_be_written() {
+        let (base, ctx) = context();
+        let neighbour = base.path().join("other");
+        std::fs::create_dir(&neighbour).unwrap();
+        std::fs::write(neighbour.join("notes.md"), "theirs\n").unwrap();
+        let n = neighbour.display();
+        let out = run(
+            &ctx,
+            "bash",
+            &json!({"command": format!(
+                "touch /etc/arbiter-test 2>/dev/null || echo no /etc; \
+                 touch {n}/x 2>/dev/null || echo no neighbour; \
+                 cat {n}/notes.md 2>/dev/null || echo neighbour hidden; \
+                 touch ../x 2>/dev/null || echo no root; \
+                 touch ~/x /tmp/x && echo home and tmp; \
+                 mkdir -p src && echo hi > src/a.txt && cat src/a.txt"
+            )}),
+        )
+        .await;
+        assert_eq!(
+            out.content,
+            "exit code: 0\nno /etc\nno neighbour\nneighbour hidden\nno root\nhome and tmp\nhi\n"
+        );
+        assert!(!Path::new("/etc/arbiter-test").exists());
+        assert!(!neighbour.join("x").exists());
+        assert!(!base.path().join("x").exists());
+        assert_eq!(
+            std::fs::read_to_string(ctx.workspace.root().join("src/a.txt")).unwrap(),
+            "hi\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn unconfined_commands_lose_secrets_from_the_environment() {
+        let (_base, ctx) = context_with(&SandboxConfig {
+            mode: SandboxMode::None,
+            ..Default::default()
+        });
         let out = run(&ctx, "bash", &json!({"command": "echo \"$TERM $PAGER\""})).await;
         assert_eq!(out.content, "exit code: 0\ndumb cat\n");
     }

@@ -5,7 +5,7 @@
 //! Every outcome, failures included, is a [`ToolOutcome`] the model reads;
 //! a tool never panics and never fails the Orchestrator. The file tools
 //! (`read`, `write`, `edit`, `glob`, `grep`) are confined to the workspace;
-//! `bash` runs in it. `task` is not dispatched here: it needs a model, so the
+//! `bash` runs in it, inside the worker's sandbox (`crate::sandbox`). `task` is not dispatched here: it needs a model, so the
 //! Orchestrator's agent loop runs it (see `crate::subagent`).
 
 mod bash;
@@ -14,16 +14,19 @@ mod search;
 pub mod task;
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use arbiter_llm::ToolSpec;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::sandbox::Sandbox;
 use crate::workspace::Workspace;
 
+pub use crate::sandbox::is_secret_env;
+pub use bash::MAX_TIMEOUT as BASH_MAX_TIMEOUT;
 pub use bash::{DEFAULT_TIMEOUT as BASH_DEFAULT_TIMEOUT, MAX_OUTPUT_BYTES as BASH_MAX_OUTPUT};
-pub use bash::{MAX_TIMEOUT as BASH_MAX_TIMEOUT, is_secret_env};
 
 /// Most bytes a tool result may carry; the rest is cut with a marker.
 pub const MAX_RESULT_BYTES: usize = 100_000;
@@ -34,6 +37,8 @@ pub struct ToolContext {
     pub workspace: Workspace,
     /// Cancelled on release or cancel: running commands are killed, searches stop.
     pub cancel: CancellationToken,
+    /// How `bash` starts its commands.
+    pub sandbox: Arc<Sandbox>,
 }
 
 /// The outcome of one tool call, as the model will see it.
@@ -135,16 +140,25 @@ async fn dispatch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A workspace `s` under a fresh root, with the default sandbox.
     pub(crate) fn context() -> (tempfile::TempDir, ToolContext) {
+        context_with(&crate::sandbox::SandboxConfig::default())
+    }
+
+    pub(crate) fn context_with(
+        config: &crate::sandbox::SandboxConfig,
+    ) -> (tempfile::TempDir, ToolContext) {
         let base = tempfile::tempdir().unwrap();
         let workspace = Workspace::open(base.path(), "s").unwrap();
+        let sandbox = Sandbox::new(config, &base.path().canonicalize().unwrap()).unwrap();
         let ctx = ToolContext {
             workspace,
             cancel: CancellationToken::new(),
+            sandbox: Arc::new(sandbox),
         };
         (base, ctx)
     }
