@@ -26,6 +26,8 @@ pub(crate) fn write(
 # pushes the change to the running server; a reload (SIGHUP) also applies it.
 listen: "{listen}"
 max_payload: 1MB
+# The CONNECT line carries the user JWT, and a role's permissions make it long.
+max_control_line: 16KB
 
 tls {{
   cert_file: "{cert}"

@@ -309,7 +309,7 @@ fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
     for (what, path) in options.files() {
         let text = std::fs::read(path).map_err(|e| file_error(what, path, io_cause(&e)))?;
         let text = String::from_utf8_lossy(&text);
-        if Some(path) == options.creds.as_deref() {
+        if what.contains("NATS_CREDS") {
             let creds = read_creds_info(&text)
                 .ok_or_else(|| file_error(what, path, "it holds no NATS user JWT".into()))?;
             if let Some(exp) = creds
@@ -326,7 +326,7 @@ fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
                 return Err(file_error(what, path, "it holds no nkey seed".into()));
             }
             info = Some(creds);
-        } else if Some(path) == options.nkey.as_deref() {
+        } else if what.contains("NATS_NKEY") {
             if !text.trim().starts_with("SU") {
                 return Err(file_error(
                     what,
@@ -334,7 +334,7 @@ fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
                     "it does not hold a user nkey seed (SU…)".into(),
                 ));
             }
-        } else if Some(path) == options.tls_key.as_deref() {
+        } else if what.contains("NATS_KEY") {
             if !text.contains("PRIVATE KEY") {
                 return Err(file_error(what, path, "it holds no PEM private key".into()));
             }
@@ -353,17 +353,17 @@ fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
     }
 }
 
-/// Every certificate in a PEM file parses and is valid now.
+/// Every certificate in a PEM file parses (as the TLS client will read it)
+/// and is valid now.
 fn check_certificates(text: &str) -> std::result::Result<(), String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
     let mut found = 0;
-    for pem in x509_parser::pem::Pem::iter_from_buffer(text.as_bytes()) {
-        let pem = pem.map_err(|e| format!("it is not valid PEM: {e}"))?;
-        if pem.label != "CERTIFICATE" {
-            continue;
-        }
+    // Read the way the TLS client reads it, so that what fails there fails here.
+    for der in CertificateDer::pem_reader_iter(&mut std::io::BufReader::new(text.as_bytes())) {
+        let der = der.map_err(|e| format!("it is not a PEM certificate file: {e}"))?;
         found += 1;
-        let cert = pem
-            .parse_x509()
+        let (_, cert) = x509_parser::parse_x509_certificate(&der)
             .map_err(|e| format!("it holds a certificate that cannot be read: {e}"))?;
         let validity = cert.validity();
         let now = chrono::Utc::now().timestamp();
@@ -448,6 +448,14 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
                     "NATS at {url} refused {}: {cause}",
                     who(options)
                 )));
+            }
+            // A refusal by the server during the handshake reaches the client
+            // as an IO error carrying the TLS alert.
+            _ if is_tls_refusal(&cause) => {
+                return Err(BusError::Tls {
+                    url,
+                    cause: tls_hint(&cause, options),
+                });
             }
             ConnectErrorKind::Tls => {
                 return Err(BusError::Tls {
@@ -569,6 +577,17 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     out
 }
 
+fn is_tls_refusal(cause: &str) -> bool {
+    let lower = cause.to_lowercase();
+    [
+        "fatal alert",
+        "invalid peer certificate",
+        "handshake failure",
+    ]
+    .iter()
+    .any(|s| lower.contains(s))
+}
+
 fn is_reset(cause: &str) -> bool {
     let lower = cause.to_lowercase();
     [
@@ -591,7 +610,10 @@ fn tls_hint(cause: &str, options: &NatsOptions) -> String {
         .map_or("the system's trusted CAs".to_owned(), |p| {
             format!("the CA in {}", p.display())
         });
-    let hint = if lower.contains("unknownissuer") || lower.contains("unknown issuer") {
+    let hint = if lower.contains("unknownissuer")
+        || lower.contains("unknown issuer")
+        || lower.contains("badsignature")
+    {
         format!("the server's certificate is not signed by {ca}")
     } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
         "the server's certificate does not name the host in the URL".into()

@@ -6,6 +6,7 @@
 pub mod mock_llm;
 pub mod mock_openai;
 pub mod nats;
+pub mod secure;
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply};
 pub use nats::NatsServer;
+pub use secure::SecureNats;
 
 /// How often [`eventually`] polls.
 const POLL_EVERY: Duration = Duration::from_millis(20);

@@ -95,9 +95,14 @@ impl Shared {
 impl MockAnthropic {
     /// Binds 127.0.0.1 on a free port and starts serving.
     pub async fn start() -> MockAnthropic {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1".parse().expect("an IP")).await
+    }
+
+    /// Binds `ip` on a free port (another host's test reaches it there) and starts serving.
+    pub async fn start_on(ip: std::net::IpAddr) -> MockAnthropic {
+        let listener = tokio::net::TcpListener::bind((ip, 0))
             .await
-            .unwrap_or_else(|e| panic!("mock LLM: cannot bind 127.0.0.1:0: {e}"));
+            .unwrap_or_else(|e| panic!("mock LLM: cannot bind {ip}:0: {e}"));
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("mock LLM: no local address: {e}"));

@@ -22,6 +22,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// the process has been killed and reaped.
 pub struct NatsServer {
     bin: PathBuf,
+    /// The address it listens on (`-a`).
+    addr: String,
     /// A config file passed with `-c` (the flags still set address, port and store).
     config: Option<PathBuf>,
     child: Option<Child>,
@@ -46,17 +48,30 @@ impl NatsServer {
         Self::start_inner(Some(config.to_owned())).await
     }
 
+    /// Starts a server from a config that requires TLS (as `arbiter-admin`
+    /// writes it), listening on `addr`; its URL is `tls://<addr>:<port>`.
+    pub async fn start_tls(config: &Path, addr: &str) -> NatsServer {
+        let mut server = Self::start_on(Some(config.to_owned()), addr).await;
+        server.url = format!("tls://{addr}:{}", server.port);
+        server
+    }
+
     async fn start_inner(config: Option<PathBuf>) -> NatsServer {
+        Self::start_on(config, "127.0.0.1").await
+    }
+
+    async fn start_on(config: Option<PathBuf>, addr: &str) -> NatsServer {
         let bin = server_bin();
         check_version(&bin);
         let dir = tempfile::Builder::new()
             .prefix("arbiter-nats-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temp dir for nats-server: {e}"));
-        let (child, url, port) = spawn(&bin, config.as_deref(), dir.path(), None).await;
+        let (child, url, port) = spawn(&bin, config.as_deref(), dir.path(), addr, None).await;
         tracing::debug!(%url, "nats-server started");
         NatsServer {
             bin,
+            addr: addr.to_owned(),
             config,
             child: Some(child),
             store: dir.path().join("js"),
@@ -122,15 +137,15 @@ impl NatsServer {
     /// Also works after [`NatsServer::kill`]: then it only starts the server again.
     pub async fn restart(&mut self) {
         self.stop().await;
-        let (child, url, port) = spawn(
+        let (child, _, port) = spawn(
             &self.bin,
             self.config.as_deref(),
             self.dir.path(),
+            &self.addr,
             Some(self.port),
         )
         .await;
         assert_eq!(port, self.port, "nats-server came back on another port");
-        self.url = url;
         self.child = Some(child);
         tracing::debug!(url = %self.url, "nats-server restarted");
     }
@@ -259,6 +274,7 @@ async fn spawn(
     bin: &Path,
     config: Option<&Path>,
     dir: &Path,
+    addr: &str,
     port: Option<u16>,
 ) -> (Child, String, u16) {
     let log_path = dir.join("nats-server.log");
@@ -276,7 +292,7 @@ async fn spawn(
         command.arg("-c").arg(config);
     }
     let mut child = command
-        .args(["-js", "-a", "127.0.0.1", "-p", &port_arg, "-m", "-1"])
+        .args(["-js", "-a", addr, "-p", &port_arg, "-m", "-1"])
         .arg("--ports_file_dir")
         .arg(dir)
         .arg("-sd")

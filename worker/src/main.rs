@@ -111,7 +111,18 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match try_main().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the cause and its sources.
+            eprintln!("arbiter-worker: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn try_main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
