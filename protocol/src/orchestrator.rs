@@ -17,7 +17,9 @@ pub struct Summon {
     pub number: u32,
     /// The Arbiter's complete brief: the Orchestrator's first user message.
     pub brief: String,
-    /// Workspace directory name under the worker's workspace root; the session id when absent.
+    /// Deprecated and ignored: the worker opens the workspace of `session_id`
+    /// and nothing else, so a summons cannot reach another session's files.
+    /// Kept so that older senders still decode; send `null`.
     #[serde(default)]
     pub workspace: Option<String>,
     pub pool: String,

@@ -126,8 +126,19 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     let outbox = Outbox::new(shared.bus.clone(), &summon.session_id, &summon.orch_id);
     outbox.replay(&replay, stopper.token()).await;
 
-    let name = summon.workspace.as_deref().unwrap_or(&summon.session_id);
-    let workspace = match Workspace::open(&shared.config.workspace_root, name) {
+    // The session id alone decides the workspace: a summons naming a
+    // directory could otherwise open another session's files.
+    if let Some(named) = summon
+        .workspace
+        .as_deref()
+        .filter(|named| *named != summon.session_id)
+    {
+        tracing::warn!(
+            workspace = named,
+            "the summons names another workspace; ignored, the session's own is used"
+        );
+    }
+    let workspace = match Workspace::open(&shared.config.workspace_root, &summon.session_id) {
         Ok(ws) => ws,
         Err(e) => {
             let message = format!("workspace: {e}");
