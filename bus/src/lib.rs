@@ -4,6 +4,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod seq;
 mod trace;
 
 use std::time::Duration;

@@ -22,6 +22,8 @@ use crate::{Error, Result, Shared};
 /// A session acknowledges right after storing the step that took it, so this only
 /// bounds how long a killed coordinator delays what it had taken but not stored.
 const ACK_WAIT: Duration = Duration::from_secs(10);
+// Output held for a gap must outlast one redelivery of what is missing.
+const _: () = assert!(ACK_WAIT.as_secs() < crate::DEFAULT_OUTPUT_GAP_WAIT.as_secs());
 /// Messages the coordinator may hold unacknowledged at once, per consumer.
 const MAX_ACK_PENDING: i64 = 20_000;
 /// The longest human message taken, in bytes (about 64k tokens): larger

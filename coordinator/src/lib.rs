@@ -7,6 +7,7 @@
 mod delta;
 mod fleet;
 mod intake;
+mod outputs;
 pub mod prompt;
 mod route;
 mod session;
@@ -14,6 +15,7 @@ mod state;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arbiter_bus::Bus;
 use arbiter_llm::{Model, ModelConfig};
@@ -34,6 +36,10 @@ pub struct Config {
     pub schema_repairs: u32,
     /// Times in a row an intent that cannot be carried out is sent back.
     pub intent_retries: u32,
+    /// How long Orchestrator output that came ahead of its turn (a `seq`
+    /// past the next one) is held for the output before it; see
+    /// [`DEFAULT_OUTPUT_GAP_WAIT`].
+    pub output_gap_wait: Duration,
 }
 
 impl Default for Config {
@@ -45,9 +51,16 @@ impl Default for Config {
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
             schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,
             intent_retries: 2,
+            output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,
         }
     }
 }
+
+/// How long a gap in an Orchestrator's output `seq`s may stay open: three
+/// times the output consumer's ack wait (10 s), so that output the server
+/// delivers again (its first delivery was taken but not stored by a
+/// coordinator that died) arrives in time to fill it.
+pub const DEFAULT_OUTPUT_GAP_WAIT: Duration = Duration::from_secs(30);
 
 /// The Arbiter's default model, with default settings.
 fn default_model() -> ModelConfig {

@@ -83,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         context_budget: arbiter.context_budget,
         schema_repairs: arbiter.schema_repairs,
         intent_retries: cli.intent_retries,
+        output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

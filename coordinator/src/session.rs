@@ -11,8 +11,7 @@ use arbiter_llm::structured::{self, Progress, Structured};
 use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::{
     ArbiterDelta, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody, LogEntry,
-    OrchestratorEntry, OrchestratorEvent, OrchestratorMessage, Role, SessionStatus, VERSION,
-    WireError, orchestrator_name, subjects,
+    OrchestratorMessage, Role, SessionStatus, VERSION, WireError, orchestrator_name, subjects,
 };
 use async_nats::jetstream;
 use chrono::Utc;
@@ -22,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
 use crate::delta::MessageExtractor;
+use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
 /// Inputs a session's inbox holds before the intake waits.
@@ -102,8 +102,10 @@ pub(crate) struct Session {
     /// Transcript turns already stored.
     stored_turns: usize,
     rev: u64,
-    changed: bool,
+    pub changed: bool,
     status_dirty: bool,
+    /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
+    pub held: HeldOutputs,
     cancel: CancellationToken,
 }
 
@@ -115,6 +117,7 @@ pub(crate) async fn spawn(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    let shared_gap_wait = shared.config.output_gap_wait;
     let mut session = Session {
         shared,
         id,
@@ -128,6 +131,7 @@ pub(crate) async fn spawn(
         rev: 0,
         changed: false,
         status_dirty: true,
+        held: HeldOutputs::new(shared_gap_wait),
         cancel,
     };
     session.restore().await;
@@ -215,6 +219,7 @@ impl Session {
             if self.status_dirty {
                 self.publish_status(turn.is_some(), true).await;
             }
+            let gap_deadline = self.held.deadline();
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 input = inbox.recv() => match input {
@@ -237,6 +242,17 @@ impl Session {
                     self.changed = true;
                     self.status_dirty = true;
                     self.finish_turn(result);
+                    if !self.commit().await {
+                        break;
+                    }
+                }
+                () = async {
+                    match gap_deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                }, if gap_deadline.is_some() => {
+                    self.expire_held();
                     if !self.commit().await {
                         break;
                     }
@@ -281,7 +297,7 @@ impl Session {
         true
     }
 
-    fn keep_ack(&mut self, ack: Ack) {
+    pub(crate) fn keep_ack(&mut self, ack: Ack) {
         if let Some(msg) = ack {
             self.acks.push(msg);
         }
@@ -329,8 +345,7 @@ impl Session {
                 });
             }
             Input::Orchestrator(message, trace, ack) => {
-                self.keep_ack(ack);
-                self.on_orchestrator(message, trace);
+                self.on_orchestrator(message, trace, ack);
             }
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
@@ -347,61 +362,6 @@ impl Session {
                     orchestrator_name(active.number)
                 );
                 self.log(LogBody::System(arbiter_protocol::SystemEntry { text }));
-            }
-        }
-    }
-
-    fn on_orchestrator(&mut self, message: OrchestratorMessage, trace: TraceContext) {
-        let Some(active) = self
-            .state
-            .active
-            .as_mut()
-            .filter(|a| a.orch_id == message.orch_id)
-        else {
-            tracing::info!(orch.id = %message.orch_id, "output from an Orchestrator that is no longer active; ignored");
-            return;
-        };
-        if message.seq <= active.outputs_seen {
-            tracing::info!(orch.id = %message.orch_id, seq = message.seq, "duplicate Orchestrator output dropped");
-            return;
-        }
-        active.outputs_seen = message.seq;
-        let number = active.number;
-        self.trace = trace;
-        self.changed = true;
-        match message.event {
-            OrchestratorEvent::Output(output) => {
-                self.log(LogBody::Orchestrator(OrchestratorEntry {
-                    number,
-                    orch_id: message.orch_id,
-                    expects_response: output.expects_response,
-                    text: output.message.clone(),
-                }));
-                if output.expects_response {
-                    self.state.queue.push_back(Pending::Orchestrator {
-                        number,
-                        text: output.message,
-                    });
-                } else {
-                    self.state.notes.push((number, output.message));
-                }
-            }
-            OrchestratorEvent::Failed(failed) => {
-                self.state.active = None;
-                let error = match failed.error {
-                    already @ WireError::OrchestratorFailed { .. } => already,
-                    cause => WireError::OrchestratorFailed {
-                        number,
-                        message: cause.to_string(),
-                    },
-                };
-                let text = format!(
-                    "{} has stopped and is no longer active: {}",
-                    orchestrator_name(number),
-                    error
-                );
-                self.log(LogBody::Error(ErrorEntry { error }));
-                self.state.queue.push_back(Pending::System { text });
             }
         }
     }

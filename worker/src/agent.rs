@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use arbiter_bus::seq::{self, Gaps, Hold, Order};
 use arbiter_llm::structured;
 use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason, ToolSpec};
 use arbiter_protocol::{
@@ -23,6 +24,7 @@ use arbiter_protocol::{
 use async_nats::jetstream::AckKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
@@ -36,6 +38,9 @@ use crate::subagent;
 use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
+
+/// Inputs held ahead of their turn, at most; more are terminated at once.
+const MAX_INPUTS_AHEAD: usize = 64;
 
 /// Why an agent loop ended.
 pub(crate) enum Stop {
@@ -68,6 +73,9 @@ pub(crate) struct Agent {
     inputs: mpsc::Receiver<Input>,
     /// Inputs taken into the transcript, acknowledged once that is stored.
     held: Vec<async_nats::jetstream::Message>,
+    /// Inputs that came ahead of their turn (a `seq` past the next one),
+    /// unacknowledged until the input before them arrives or the wait runs out.
+    ahead: Gaps<Input>,
     status: StatusHandle,
     outbox: Outbox,
 }
@@ -86,6 +94,7 @@ impl Agent {
         tools.push(task::spec());
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let system = crate::prompt::orchestrator_system_prompt(&names);
+        let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
         Self {
             shared,
             ctx,
@@ -98,6 +107,7 @@ impl Agent {
             store: start.store,
             inputs,
             held: Vec::new(),
+            ahead,
             status,
             outbox,
         }
@@ -133,10 +143,14 @@ impl Agent {
         self.commit(Vec::new(), until).await
     }
 
-    /// Hands back the inputs taken but not stored, so whoever goes on gets them at once.
+    /// Hands back the inputs taken but not stored, and those held ahead of
+    /// their turn, so whoever goes on gets them at once.
     pub(crate) async fn hand_back_inputs(&mut self) {
         for msg in self.held.drain(..) {
             let _ = msg.ack_with(AckKind::Nak(None)).await;
+        }
+        for (_, input) in self.ahead.drain().dropped {
+            let _ = input.msg.ack_with(AckKind::Nak(None)).await;
         }
     }
 
@@ -150,9 +164,14 @@ impl Agent {
             .await;
         let stop = self.stopper.token().clone();
         while self.snap.inbox.is_empty() {
+            let gap = self.ahead.deadline();
             let input = tokio::select! {
                 () = stop.cancelled() => return Err(Stop::Interrupted),
                 input = self.inputs.recv() => input.ok_or(Stop::Interrupted)?,
+                () = until(gap), if gap.is_some() => {
+                    self.expire_ahead().await;
+                    continue;
+                }
             };
             if self.receive(input, true).await? {
                 break;
@@ -340,6 +359,7 @@ impl Agent {
         let stop = self.stopper.token().clone();
         let mut open = true;
         loop {
+            let gap = self.ahead.deadline();
             tokio::select! {
                 () = stop.cancelled() => return Err(Stop::Interrupted),
                 out = &mut work => return Ok(out),
@@ -349,22 +369,91 @@ impl Agent {
                     }
                     None => open = false,
                 },
+                () = until(gap), if gap.is_some() => self.expire_ahead().await,
             }
         }
     }
 
-    /// Takes one input: into the pending user message (`now`) or the stored
-    /// inbox. False for a duplicate, which is acknowledged if already stored.
+    /// Takes one input, and any held ones that follow it in order: into the
+    /// pending user message (`now`) or the stored inbox. False when nothing
+    /// was taken: a duplicate (acknowledged if already stored), or an input
+    /// ahead of its turn, held until the one before it comes.
     async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
         if input.seq <= self.stored.in_seq {
             tracing::info!(seq = input.seq, "duplicate input dropped");
             let _ = input.msg.ack().await;
             return Ok(false);
         }
-        if input.seq <= self.snap.in_seq {
+        match seq::order(self.snap.in_seq, input.seq) {
             // Delivered again while this worker holds it, not yet stored.
-            return Ok(false);
+            Order::Duplicate => return Ok(false),
+            Order::Ahead => {
+                self.hold_ahead(input).await;
+                return Ok(false);
+            }
+            Order::Next => {}
         }
+        let mut next = Some(input);
+        while let Some(input) = next {
+            self.take(input, now).await?;
+            next = self
+                .ahead
+                .next_after(self.snap.in_seq, Instant::now())
+                .map(|(_, input)| input);
+        }
+        Ok(true)
+    }
+
+    /// An input that came ahead of its turn waits, unacknowledged, for the one before it.
+    async fn hold_ahead(&mut self, input: Input) {
+        let seq = input.seq;
+        let orch_id = self.status.get().orch_id;
+        match self.ahead.hold(seq, input, Instant::now()) {
+            Hold::Held => {
+                tracing::warn!(orch.id = %orch_id, seq, expected = self.snap.in_seq.saturating_add(1), "input ahead of its turn; held until the input before it arrives");
+            }
+            Hold::AlreadyHeld(again) => {
+                let same = self
+                    .ahead
+                    .get(seq)
+                    .is_some_and(|first| stream_seq(&first.msg) == stream_seq(&again.msg));
+                if same {
+                    // Delivered again (the ack wait ran out): this delivery is the one to ack.
+                    self.ahead.replace(seq, again);
+                } else {
+                    tracing::warn!(orch.id = %orch_id, seq, "a second input with a seq already held; terminated");
+                    let _ = again.msg.ack_with(AckKind::Term).await;
+                }
+            }
+            Hold::Full(turned_away) => {
+                tracing::error!(orch.id = %orch_id, seq, "too many inputs held ahead of their turn; terminated");
+                let _ = turned_away.msg.ack_with(AckKind::Term).await;
+            }
+        }
+    }
+
+    /// Inputs held for a gap that never filled: logged and terminated, so
+    /// that they never come again.
+    async fn expire_ahead(&mut self) {
+        let Some(expired) = self.ahead.expire(Instant::now()) else {
+            return;
+        };
+        let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
+        tracing::error!(
+            orch.id = %self.status.get().orch_id,
+            missing = self.snap.in_seq.saturating_add(1),
+            ?dropped,
+            turned_away = expired.turned_away,
+            wait = ?self.ahead.wait(),
+            "input seq never arrived; the inputs held after it are dropped"
+        );
+        for (_, input) in expired.dropped {
+            let _ = input.msg.ack_with(AckKind::Term).await;
+        }
+    }
+
+    /// Takes the next input in order.
+    async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
         self.snap.in_seq = input.seq;
         self.held.push(input.msg);
         if now {
@@ -374,7 +463,7 @@ impl Agent {
             self.snap.inbox.push(input.text);
             self.step(Vec::new()).await?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
@@ -436,4 +525,17 @@ impl Agent {
         }
         Ok(Ok(response))
     }
+}
+
+/// Resolves at `deadline` (never without one).
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The stream sequence of a delivery: the same for every delivery of one message.
+fn stream_seq(msg: &async_nats::jetstream::Message) -> Option<u64> {
+    msg.info().ok().map(|info| info.stream_sequence)
 }

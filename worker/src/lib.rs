@@ -77,6 +77,9 @@ pub struct Config {
     /// this long after its last renewal. Every worker of a pool should use
     /// the same value (the last one to start sets it).
     pub lease: Duration,
+    /// How long inputs that came ahead of their turn (a `seq` past the next
+    /// one) wait for the input before them; see [`DEFAULT_INPUT_GAP_WAIT`].
+    pub input_gap_wait: Duration,
 }
 
 impl Default for Config {
@@ -95,12 +98,17 @@ impl Default for Config {
             max_consecutive_notes: 8,
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease: DEFAULT_LEASE,
+            input_gap_wait: DEFAULT_INPUT_GAP_WAIT,
         }
     }
 }
 
 /// How long a lease lasts without renewal, by default.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(6);
+/// How long a gap in an Orchestrator's input `seq`s may stay open: twice
+/// the input consumer's ack wait (30 s), so that an input the server delivers
+/// again arrives in time to fill it.
+pub const DEFAULT_INPUT_GAP_WAIT: Duration = Duration::from_secs(60);
 /// Summons a pool may have out at once (each running Orchestrator holds one).
 const POOL_MAX_ACK_PENDING: i64 = 100_000;
 

@@ -134,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
         worker_id: cli.worker_id.unwrap_or(defaults.worker_id),
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,
+        input_gap_wait: arbiter_worker::DEFAULT_INPUT_GAP_WAIT,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

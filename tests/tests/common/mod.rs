@@ -211,6 +211,11 @@ impl System {
 
     pub fn spawn_coordinator(&mut self) {
         let config = self.coordinator_config();
+        self.spawn_coordinator_with(config);
+    }
+
+    /// Runs a coordinator with a config the test adjusted (see [`System::coordinator_config`]).
+    pub fn spawn_coordinator_with(&mut self, config: arbiter_coordinator::Config) {
         let stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
             arbiter_coordinator::run(config, stop.cancelled_owned())
