@@ -118,5 +118,10 @@ pub struct OrchestratorStatus {
     pub current_tool: Option<String>,
     /// Tool calls made so far.
     pub tool_count: u32,
+    /// Waiting for the Arbiter without a slot: its worker gave the slot
+    /// back after waiting a while, and takes one again when input comes.
+    /// Only ever true with `state` `waiting`.
+    #[serde(default)]
+    pub parked: bool,
     pub at: DateTime<Utc>,
 }

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use arbiter_bus::seq::{self, Gaps, Hold, Order};
+use arbiter_bus::seq::Gaps;
 use arbiter_llm::structured;
 use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason, ToolSpec};
 use arbiter_protocol::{
@@ -24,13 +24,13 @@ use arbiter_protocol::{
 use async_nats::jetstream::AckKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
 use crate::context;
 use crate::inputs::Input;
 use crate::outbox::Outbox;
+use crate::slots::Seat;
 use crate::state::{EndReason, Phase, Snapshot, StateStore, WriteError};
 use crate::status::StatusHandle;
 use crate::stop::Stopper;
@@ -38,6 +38,10 @@ use crate::subagent;
 use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
+
+mod waiting;
+
+use waiting::until;
 
 /// Inputs held ahead of their turn, at most; more are terminated at once.
 const MAX_INPUTS_AHEAD: usize = 64;
@@ -57,6 +61,8 @@ pub(crate) struct Start {
     pub transcript: Vec<arbiter_llm::Message>,
     pub snapshot: Snapshot,
     pub store: StateStore,
+    /// The slot it starts in.
+    pub seat: Seat,
 }
 
 pub(crate) struct Agent {
@@ -76,6 +82,8 @@ pub(crate) struct Agent {
     /// Inputs that came ahead of their turn (a `seq` past the next one),
     /// unacknowledged until the input before them arrives or the wait runs out.
     ahead: Gaps<Input>,
+    /// Its slot, given back while it is parked.
+    seat: Seat,
     status: StatusHandle,
     outbox: Outbox,
 }
@@ -108,6 +116,7 @@ impl Agent {
             inputs,
             held: Vec::new(),
             ahead,
+            seat: start.seat,
             status,
             outbox,
         }
@@ -143,6 +152,11 @@ impl Agent {
         self.commit(Vec::new(), until).await
     }
 
+    /// Frees its slot (or its place among the parked): it runs no more here.
+    pub(crate) fn leave_seat(&mut self) {
+        self.seat.leave();
+    }
+
     /// Hands back the inputs taken but not stored, and those held ahead of
     /// their turn, so whoever goes on gets them at once.
     pub(crate) async fn hand_back_inputs(&mut self) {
@@ -152,34 +166,6 @@ impl Agent {
         for (_, input) in self.ahead.drain().dropped {
             let _ = input.msg.ack_with(AckKind::Nak(None)).await;
         }
-    }
-
-    /// Waits for the Arbiter's next message (unless some came while it worked).
-    async fn wait(&mut self) -> Result<(), Stop> {
-        self.status
-            .update(|s| {
-                s.state = OrchestratorState::Waiting;
-                s.current_tool = None;
-            })
-            .await;
-        let stop = self.stopper.token().clone();
-        while self.snap.inbox.is_empty() {
-            let gap = self.ahead.deadline();
-            let input = tokio::select! {
-                () = stop.cancelled() => return Err(Stop::Interrupted),
-                input = self.inputs.recv() => input.ok_or(Stop::Interrupted)?,
-                () = until(gap), if gap.is_some() => {
-                    self.expire_ahead().await;
-                    continue;
-                }
-            };
-            if self.receive(input, true).await? {
-                break;
-            }
-        }
-        self.take_inputs().await?;
-        self.snap.phase = Phase::Working;
-        self.step(Vec::new()).await
     }
 
     /// One step of work: answer the last reply's tool calls, else call the model.
@@ -374,112 +360,6 @@ impl Agent {
         }
     }
 
-    /// Takes one input, and any held ones that follow it in order: into the
-    /// pending user message (`now`) or the stored inbox. False when nothing
-    /// was taken: a duplicate (acknowledged if already stored), or an input
-    /// ahead of its turn, held until the one before it comes.
-    async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
-        if input.seq <= self.stored.in_seq {
-            tracing::info!(seq = input.seq, "duplicate input dropped");
-            let _ = input.msg.ack().await;
-            return Ok(false);
-        }
-        match seq::order(self.snap.in_seq, input.seq) {
-            // Delivered again while this worker holds it, not yet stored.
-            Order::Duplicate => return Ok(false),
-            Order::Ahead => {
-                self.hold_ahead(input).await;
-                return Ok(false);
-            }
-            Order::Next => {}
-        }
-        let mut next = Some(input);
-        while let Some(input) = next {
-            self.take(input, now).await?;
-            next = self
-                .ahead
-                .next_after(self.snap.in_seq, Instant::now())
-                .map(|(_, input)| input);
-        }
-        Ok(true)
-    }
-
-    /// An input that came ahead of its turn waits, unacknowledged, for the one before it.
-    async fn hold_ahead(&mut self, input: Input) {
-        let seq = input.seq;
-        let orch_id = self.status.get().orch_id;
-        match self.ahead.hold(seq, input, Instant::now()) {
-            Hold::Held => {
-                tracing::warn!(orch.id = %orch_id, seq, expected = self.snap.in_seq.saturating_add(1), "input ahead of its turn; held until the input before it arrives");
-            }
-            Hold::AlreadyHeld(again) => {
-                let same = self
-                    .ahead
-                    .get(seq)
-                    .is_some_and(|first| stream_seq(&first.msg) == stream_seq(&again.msg));
-                if same {
-                    // Delivered again (the ack wait ran out): this delivery is the one to ack.
-                    self.ahead.replace(seq, again);
-                } else {
-                    tracing::warn!(orch.id = %orch_id, seq, "a second input with a seq already held; terminated");
-                    let _ = again.msg.ack_with(AckKind::Term).await;
-                }
-            }
-            Hold::Full(turned_away) => {
-                tracing::error!(orch.id = %orch_id, seq, "too many inputs held ahead of their turn; terminated");
-                let _ = turned_away.msg.ack_with(AckKind::Term).await;
-            }
-        }
-    }
-
-    /// Inputs held for a gap that never filled: logged and terminated, so
-    /// that they never come again.
-    async fn expire_ahead(&mut self) {
-        let Some(expired) = self.ahead.expire(Instant::now()) else {
-            return;
-        };
-        let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
-        tracing::error!(
-            orch.id = %self.status.get().orch_id,
-            missing = self.snap.in_seq.saturating_add(1),
-            ?dropped,
-            turned_away = expired.turned_away,
-            wait = ?self.ahead.wait(),
-            "input seq never arrived; the inputs held after it are dropped"
-        );
-        for (_, input) in expired.dropped {
-            let _ = input.msg.ack_with(AckKind::Term).await;
-        }
-    }
-
-    /// Takes the next input in order.
-    async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
-        self.snap.in_seq = input.seq;
-        self.held.push(input.msg);
-        if now {
-            self.transcript
-                .push_user(vec![Block::Text { text: input.text }]);
-        } else {
-            self.snap.inbox.push(input.text);
-            self.step(Vec::new()).await?;
-        }
-        Ok(())
-    }
-
-    /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
-    /// into the pending user message.
-    async fn take_inputs(&mut self) -> Result<(), Stop> {
-        let inbox = std::mem::take(&mut self.snap.inbox);
-        if !inbox.is_empty() {
-            let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
-            self.transcript.push_user(blocks);
-        }
-        while let Ok(input) = self.inputs.try_recv() {
-            self.receive(input, true).await?;
-        }
-        Ok(())
-    }
-
     /// One tool call, as a future that borrows nothing of the agent: `task`
     /// starts a subagent, the rest are basic tools.
     fn tool(&self, name: String, input: Value) -> impl Future<Output = ToolOutcome> + use<> {
@@ -525,17 +405,4 @@ impl Agent {
         }
         Ok(Ok(response))
     }
-}
-
-/// Resolves at `deadline` (never without one).
-async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The stream sequence of a delivery: the same for every delivery of one message.
-fn stream_seq(msg: &async_nats::jetstream::Message) -> Option<u64> {
-    msg.info().ok().map(|info| info.stream_sequence)
 }

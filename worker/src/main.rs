@@ -69,6 +69,15 @@ struct Cli {
     /// after its last renewal. Use the same value on every worker of a pool.
     #[arg(long, env = "ARBITER_LEASE_SECS", default_value_t = 6.0)]
     lease_secs: f64,
+    /// Seconds an Orchestrator waits for the Arbiter in its slot before it
+    /// parks: gives the slot back (keeping its lease) and takes one again
+    /// when the Arbiter answers. 0 turns parking off.
+    #[arg(long, env = "ARBITER_PARK_AFTER_SECS", default_value_t = 120.0)]
+    park_after: f64,
+    /// Orchestrators parked at once, at most (default 16 per slot); past
+    /// that, a waiting Orchestrator keeps its slot.
+    #[arg(long, env = "ARBITER_MAX_PARKED")]
+    max_parked: Option<usize>,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -135,6 +144,14 @@ async fn main() -> anyhow::Result<()> {
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,
         input_gap_wait: arbiter_worker::DEFAULT_INPUT_GAP_WAIT,
+        park_after: match cli.park_after {
+            0.0 => None,
+            secs => Some(
+                std::time::Duration::try_from_secs_f64(secs)
+                    .context("--park-after must be a number of seconds, 0 or more")?,
+            ),
+        },
+        max_parked: cli.max_parked,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

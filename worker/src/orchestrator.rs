@@ -10,7 +10,9 @@
 //!   published or acknowledged; the inputs it held go back;
 //! - the worker is shutting down: the summons goes back to the pool at once.
 //!
-//! In every case its slot is freed as soon as the agent loop stops.
+//! In every case its slot is freed as soon as the agent loop stops. While it
+//! waits for the Arbiter it may park: give the slot back for a while (see
+//! `slots.rs`); its lease and its input consumer stay.
 
 use std::sync::Arc;
 
@@ -28,7 +30,7 @@ use crate::agent::{Agent, Start, Stop};
 use crate::inputs;
 use crate::lease::{Lease, Registered};
 use crate::outbox::Outbox;
-use crate::slots::Slot;
+use crate::slots::{Seat, Slot};
 use crate::state::{self, Claim, EndReason, Phase, Snapshot, StateStore};
 use crate::status::StatusHandle;
 use crate::stop::{Cause, Stopper};
@@ -190,6 +192,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         transcript,
         snapshot,
         store,
+        seat: Seat::new(slot),
     };
     let mut agent = Agent::new(
         shared.clone(),
@@ -241,7 +244,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             // another, so status never shows more Orchestrators than slots.
             stop_status(&status, heartbeat).await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             if let Some(msg) = control
                 && let Err(e) = msg.ack().await
             {
@@ -260,7 +263,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             reader.abort();
             agent.hand_back_inputs().await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             lease.abandon();
         }
         End::Shutdown => {
@@ -269,7 +272,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             reader.abort();
             agent.hand_back_inputs().await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             lease.hand_back(None).await;
         }
     }
@@ -302,6 +305,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         context_budget: budget,
         current_tool: None,
         tool_count: snapshot.tool_count,
+        parked: false,
         at: Utc::now(),
     }
 }
@@ -339,6 +343,7 @@ async fn stop_status(status: &StatusHandle, heartbeat: tokio::task::JoinHandle<(
         .update(|s| {
             s.state = OrchestratorState::Stopped;
             s.current_tool = None;
+            s.parked = false;
         })
         .await;
 }

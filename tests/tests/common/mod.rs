@@ -262,6 +262,16 @@ impl System {
     /// `id` with `slots` slots and the short test lease ([`test_lease_secs`]).
     /// Its log goes to `$ARBITER_TEST_LOGS/<id>.log` when that is set.
     pub fn worker_process(&self, id: &str, slots: usize) -> tokio::process::Child {
+        self.worker_process_with(id, slots, &[])
+    }
+
+    /// [`System::worker_process`] with more environment (settings) on top.
+    pub fn worker_process_with(
+        &self,
+        id: &str,
+        slots: usize,
+        env: &[(&str, &str)],
+    ) -> tokio::process::Child {
         tokio::process::Command::new(arbiter_tests::bin("arbiter-worker"))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -276,6 +286,7 @@ impl System {
             .env("ARBITER_WORKSPACE_ROOT", self.workspaces.path())
             .env("ARBITER_LEASE_SECS", test_lease_secs())
             .env("RUST_LOG", "info,async_nats=warn")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(process_log(id))
