@@ -94,6 +94,7 @@ impl Bus {
                 name: subjects::SESSIONS_STREAM.into(),
                 subjects: vec![
                     subjects::ALL_SESSION_HUMAN.into(),
+                    subjects::ALL_SESSION_HUMAN_FROM.into(),
                     subjects::ALL_SESSION_LOG.into(),
                 ],
                 ..Default::default()
@@ -116,13 +117,29 @@ impl Bus {
         ];
         for config in streams {
             let name = config.name.clone();
-            js.get_or_create_stream(stream::Config {
-                storage: stream::StorageType::File,
-                duplicate_window: DUPLICATE_WINDOW,
-                ..config
-            })
-            .await
-            .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
+            let wanted = config.subjects.clone();
+            let stream = js
+                .get_or_create_stream(stream::Config {
+                    storage: stream::StorageType::File,
+                    duplicate_window: DUPLICATE_WINDOW,
+                    ..config
+                })
+                .await
+                .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
+            // A stream made by an older version lacks subjects added since:
+            // they are added, the rest of its config is kept.
+            let mut have = stream.cached_info().config.clone();
+            let missing: Vec<String> = wanted
+                .into_iter()
+                .filter(|s| !have.subjects.contains(s))
+                .collect();
+            if !missing.is_empty() {
+                tracing::info!(stream = %name, ?missing, "adding subjects to an existing stream");
+                have.subjects.extend(missing);
+                js.update_stream(have)
+                    .await
+                    .map_err(|e| BusError::js(format!("updating stream {name}"), e))?;
+            }
         }
         let sessions_kv = match js.get_key_value(subjects::SESSIONS_BUCKET).await {
             Ok(store) => store,

@@ -45,6 +45,8 @@ pub(crate) struct Feed {
     /// The bus once the feed has attached; `None` until then.
     bus: watch::Receiver<Option<Bus>>,
     session_id: String,
+    /// The console identity its messages are published under.
+    identity: String,
     pub(crate) events: mpsc::Receiver<FeedEvent>,
     tx: mpsc::Sender<FeedEvent>,
     _tasks: JoinSet<()>,
@@ -55,7 +57,7 @@ impl Feed {
     /// background for as long as it takes. Until the server is reached the
     /// feed reports the connection down (the screen shows why it is empty);
     /// once attached it reports [`FeedEvent::Attached`].
-    pub(crate) fn start(url: &str, session_id: &str) -> Self {
+    pub(crate) fn start(url: &str, session_id: &str, identity: &str) -> Self {
         let (tx, events) = mpsc::channel(CAPACITY);
         let (bus_tx, bus) = watch::channel(None);
         let mut tasks = JoinSet::new();
@@ -68,6 +70,7 @@ impl Feed {
         Self {
             bus,
             session_id: session_id.to_owned(),
+            identity: identity.to_owned(),
             events,
             tx,
             _tasks: tasks,
@@ -80,6 +83,7 @@ impl Feed {
     pub(crate) fn send(&self, message_id: String, text: String) {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
+        let identity = self.identity.clone();
         let message = HumanMessage {
             v: VERSION,
             session_id: self.session_id.clone(),
@@ -101,7 +105,7 @@ impl Feed {
                     let sent = tokio::time::timeout(
                         SEND_TIMEOUT,
                         bus.publish_js(
-                            subjects::session_human(&message.session_id),
+                            subjects::session_human_from(&message.session_id, &identity),
                             &message_id,
                             &TraceContext::new_root(),
                             &message,
@@ -437,7 +441,7 @@ mod tests {
     async fn a_message_typed_while_the_console_connects_is_sent() {
         let nats = NatsServer::start().await;
         let session_id = "s-quick";
-        let mut feed = Feed::start(nats.url(), session_id);
+        let mut feed = Feed::start(nats.url(), session_id, "tester");
         // At once, before the feed has had a chance to attach.
         feed.send("m-1".into(), "typed at once".into());
         loop {
@@ -455,7 +459,7 @@ mod tests {
             let (messages, _) = bus
                 .replay_subject(
                     subjects::SESSIONS_STREAM,
-                    &subjects::session_human(session_id),
+                    &subjects::session_human_from(session_id, "tester"),
                 )
                 .await
                 .ok()??;
@@ -475,7 +479,7 @@ mod tests {
         let mut nats = NatsServer::start().await;
         nats.stop().await;
         let session_id = "s-late";
-        let mut feed = Feed::start(nats.url(), session_id);
+        let mut feed = Feed::start(nats.url(), session_id, "tester");
         assert!(
             matches!(next(&mut feed).await, FeedEvent::Connection { up: false }),
             "the outage is reported"

@@ -4,6 +4,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod caps;
 mod delta;
 mod fleet;
 mod intake;
@@ -20,6 +21,8 @@ use std::time::Duration;
 use arbiter_bus::Bus;
 use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::Role;
+
+pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSOLE, Rate};
 
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
@@ -40,6 +43,9 @@ pub struct Config {
     /// past the next one) is held for the output before it; see
     /// [`DEFAULT_OUTPUT_GAP_WAIT`].
     pub output_gap_wait: Duration,
+    /// Limits per console identity: sessions at work at once, and messages
+    /// per minute. A refused message never reaches the Arbiter.
+    pub console_caps: ConsoleCaps,
 }
 
 impl Default for Config {
@@ -52,6 +58,7 @@ impl Default for Config {
             schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,
             intent_retries: 2,
             output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,
+            console_caps: ConsoleCaps::default(),
         }
     }
 }
@@ -87,6 +94,8 @@ pub(crate) struct Shared {
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
+    /// The per-console limits and what they count.
+    pub caps: caps::Caps,
     /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
     pub output_schema: serde_json::Value,
 }
@@ -110,8 +119,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let shared = Arc::new(Shared {
         bus,
         model,
-        config,
         fleet: fleet::Fleet::default(),
+        caps: caps::Caps::new(config.console_caps.clone()),
+        config,
         output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
     });
     intake::run(shared, shutdown).await

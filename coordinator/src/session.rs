@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
+use crate::caps::Refusal;
 use crate::delta::MessageExtractor;
 use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
@@ -40,7 +41,19 @@ pub(crate) type Ack = Option<jetstream::Message>;
 
 /// What the intake hands a session.
 pub(crate) enum Input {
-    Human(HumanMessage, TraceContext, Ack),
+    /// A human message, from console `console` (see `caps.rs`).
+    Human {
+        message: HumanMessage,
+        console: String,
+        trace: TraceContext,
+        ack: Ack,
+    },
+    /// A human message a console limit refused: logged, never queued.
+    Refused {
+        message: HumanMessage,
+        refusal: Refusal,
+        ack: Ack,
+    },
     Orchestrator(OrchestratorMessage, TraceContext, Ack),
     Malformed(WireError, Ack),
     /// No worker of `pool` answered after this Orchestrator was summoned.
@@ -294,6 +307,14 @@ impl Session {
                 tracing::warn!(error = %e, "ack failed; the message may come again and be dropped as seen");
             }
         }
+        let owner = self
+            .state
+            .owner
+            .as_deref()
+            .unwrap_or(subjects::ANONYMOUS_CONSOLE);
+        self.shared
+            .caps
+            .settle(&self.id, self.at_work().then_some(owner));
         true
     }
 
@@ -321,17 +342,43 @@ impl Session {
         self.changed = true;
     }
 
+    /// Remembers a human message id; false if it was seen already (a
+    /// message delivered again is dropped).
+    fn remember(&mut self, message_id: &str) -> bool {
+        if self.state.seen_ids.iter().any(|id| id == message_id) {
+            tracing::info!(message.id = %message_id, "duplicate human message dropped");
+            return false;
+        }
+        self.state.seen_ids.push_back(message_id.to_owned());
+        if self.state.seen_ids.len() > SEEN_IDS {
+            self.state.seen_ids.pop_front();
+        }
+        true
+    }
+
+    /// Whether the session is at work: its Arbiter is thinking or has input
+    /// queued, or an Orchestrator is active. A session at work counts
+    /// against its owner's limit (see `caps.rs`).
+    fn at_work(&self) -> bool {
+        self.state.turn_in_flight || !self.state.queue.is_empty() || self.state.active.is_some()
+    }
+
     async fn on_input(&mut self, input: Input) {
         match input {
-            Input::Human(message, trace, ack) => {
+            Input::Human {
+                message,
+                console,
+                trace,
+                ack,
+            } => {
                 self.keep_ack(ack);
-                if self.state.seen_ids.contains(&message.message_id) {
-                    tracing::info!(message.id = %message.message_id, "duplicate human message dropped");
+                self.shared.caps.taken(&self.id);
+                if !self.remember(&message.message_id) {
                     return;
                 }
-                self.state.seen_ids.push_back(message.message_id.clone());
-                if self.state.seen_ids.len() > SEEN_IDS {
-                    self.state.seen_ids.pop_front();
+                if !self.at_work() {
+                    // The console that puts it to work is the one it counts against.
+                    self.state.owner = Some(console);
                 }
                 self.trace = trace;
                 self.log(LogBody::Human(HumanEntry {
@@ -343,6 +390,19 @@ impl Session {
                     text: message.text,
                     tagged,
                 });
+            }
+            Input::Refused {
+                message,
+                refusal,
+                ack,
+            } => {
+                self.keep_ack(ack);
+                // A message already taken (delivered again) stays taken.
+                if self.remember(&message.message_id) {
+                    self.log(LogBody::System(arbiter_protocol::SystemEntry {
+                        text: refusal.to_string(),
+                    }));
+                }
             }
             Input::Orchestrator(message, trace, ack) => {
                 self.on_orchestrator(message, trace, ack);

@@ -78,6 +78,10 @@ pub(crate) struct Snapshot {
     /// Recent human message ids, to drop redeliveries.
     pub seen_ids: VecDeque<String>,
     pub created_at: DateTime<Utc>,
+    /// The console whose message put the session to work: its limits
+    /// count the session (see `caps.rs`).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl Snapshot {
@@ -94,6 +98,7 @@ impl Snapshot {
             turns: 0,
             seen_ids: VecDeque::new(),
             created_at: Utc::now(),
+            owner: None,
         }
     }
 }
