@@ -26,6 +26,8 @@ pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
     let config = arbiter_coordinator::Config {
         nats: arbiter_bus::NatsOptions::url(args.nats_url.clone()),
         model: model(&args, ARBITER_MODEL),
+        // The benchmark is one console opening sessions as fast as it can.
+        console_caps: arbiter_coordinator::ConsoleCaps::off(),
         ..arbiter_coordinator::Config::default()
     };
     arbiter_coordinator::run(config, stopped())

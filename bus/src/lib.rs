@@ -7,6 +7,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
+pub mod seq;
 pub mod setup;
 mod trace;
 

@@ -10,6 +10,11 @@ pub enum ConsoleError {
     /// `--session` is not usable as a subject token.
     #[error("invalid session id {id:?}: a session id is 1 to 64 ASCII letters, digits, '-' or '_'")]
     InvalidSessionId { id: String },
+    /// The console identity is not usable as a subject token.
+    #[error(
+        "invalid console identity {identity:?}: it is 1 to 64 ASCII letters, digits, '-' or '_'"
+    )]
+    InvalidIdentity { identity: String },
     /// Connecting to NATS or declaring the streams failed.
     #[error(transparent)]
     Bus(#[from] BusError),

@@ -47,6 +47,8 @@ pub(crate) struct Feed {
     /// The bus once the feed has attached; `None` until then.
     bus: watch::Receiver<Option<Bus>>,
     session_id: String,
+    /// The console identity its messages are published under.
+    identity: String,
     pub(crate) events: mpsc::Receiver<FeedEvent>,
     tx: mpsc::Sender<FeedEvent>,
     _tasks: JoinSet<()>,
@@ -57,7 +59,7 @@ impl Feed {
     /// background for as long as it takes. Until the server is reached the
     /// feed reports the connection down (the screen shows why it is empty);
     /// once attached it reports [`FeedEvent::Attached`].
-    pub(crate) fn start(nats: &NatsOptions, session_id: &str) -> Self {
+    pub(crate) fn start(nats: &NatsOptions, session_id: &str, identity: &str) -> Self {
         let (tx, events) = mpsc::channel(CAPACITY);
         let (bus_tx, bus) = watch::channel(None);
         let mut tasks = JoinSet::new();
@@ -65,6 +67,7 @@ impl Feed {
         Self {
             bus,
             session_id: session_id.to_owned(),
+            identity: identity.to_owned(),
             events,
             tx,
             _tasks: tasks,
@@ -77,6 +80,7 @@ impl Feed {
     pub(crate) fn send(&self, message_id: String, text: String) {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
+        let identity = self.identity.clone();
         let message = HumanMessage {
             v: VERSION,
             session_id: self.session_id.clone(),
@@ -98,7 +102,7 @@ impl Feed {
                     let sent = tokio::time::timeout(
                         SEND_TIMEOUT,
                         bus.publish_js(
-                            subjects::session_human(&message.session_id),
+                            subjects::session_human_from(&message.session_id, &identity),
                             &message_id,
                             &TraceContext::new_root(),
                             &message,
@@ -446,7 +450,7 @@ mod tests {
             .unwrap();
         let bus = Bus::setup(client).await.unwrap();
         let session_id = "s-quick";
-        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id);
+        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id, "tester");
         // At once, before the feed has had a chance to attach.
         feed.send("m-1".into(), "typed at once".into());
         loop {
@@ -460,7 +464,7 @@ mod tests {
             let (messages, _) = bus
                 .replay_subject(
                     subjects::SESSIONS_STREAM,
-                    &subjects::session_human(session_id),
+                    &subjects::session_human_from(session_id, "tester"),
                 )
                 .await
                 .ok()??;
@@ -484,7 +488,7 @@ mod tests {
         drop(Bus::setup(client).await.unwrap());
         nats.stop().await;
         let session_id = "s-late";
-        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id);
+        let mut feed = Feed::start(&NatsOptions::url(nats.url()), session_id, "tester");
         assert!(
             matches!(next(&mut feed).await, FeedEvent::Connection { up: false }),
             "the outage is reported"

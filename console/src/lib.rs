@@ -35,6 +35,9 @@ use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, BufReader};
 pub use error::{ConsoleError, Result};
 pub use render::OutputMode;
 
+/// The identity of a console that was given none.
+pub const DEFAULT_IDENTITY: &str = "local";
+
 /// Everything a console run needs to know, resolved from flags and env.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -50,6 +53,11 @@ pub struct Config {
     /// Run the full-screen view instead of a line mode. The caller decides:
     /// `main` does when stdin and stdout are terminals and no line mode was asked for.
     pub screen: bool,
+    /// Who this console is to the coordinator: the last token of the subject
+    /// it publishes the human's messages on, and what the coordinator's
+    /// per-console limits count against. The NATS user name of the console's
+    /// credential, so that server permissions can hold it to it.
+    pub identity: String,
 }
 
 impl Default for Config {
@@ -61,6 +69,7 @@ impl Default for Config {
             show_musings: false,
             follow: false,
             screen: false,
+            identity: DEFAULT_IDENTITY.to_owned(),
         }
     }
 }
@@ -69,6 +78,7 @@ impl Default for Config {
 /// full-screen view until the human quits (or `shutdown`), or a line mode
 /// until the session settles after stdin ends (with `follow`, until `shutdown`).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    check_identity(&config.identity)?;
     if config.screen {
         let session_id = session_id(config.session.as_deref())?;
         let ended = screen::run(&config, &session_id, shutdown).await;
@@ -102,6 +112,7 @@ where
     W: AsyncWrite + Unpin,
     E: AsyncWrite + Unpin,
 {
+    check_identity(&config.identity)?;
     let session_id = session_id(config.session.as_deref())?;
     write_line(&mut notices, &format!("session {session_id}")).await?;
     let ended = session::run(
@@ -163,6 +174,16 @@ pub fn default_log_file() -> std::path::PathBuf {
 
 /// The session to attach to: the given one if it is a valid subject token,
 /// else a new time-ordered id.
+fn check_identity(identity: &str) -> Result<()> {
+    if subjects::is_valid_token(identity) {
+        Ok(())
+    } else {
+        Err(ConsoleError::InvalidIdentity {
+            identity: identity.to_owned(),
+        })
+    }
+}
+
 fn session_id(given: Option<&str>) -> Result<String> {
     match given {
         Some(id) if subjects::is_valid_token(id) => Ok(id.to_owned()),

@@ -76,6 +76,7 @@ impl Cli {
             show_musings: self.show_musings,
             follow: self.follow,
             screen,
+            ..Config::default()
         }
     }
 }

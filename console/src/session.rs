@@ -322,7 +322,7 @@ where
         let sent = self
             .bus
             .publish_js(
-                subjects::session_human(self.session_id),
+                subjects::session_human_from(self.session_id, &self.config.identity),
                 &message_id,
                 &TraceContext::new_root(),
                 &message,

@@ -301,6 +301,7 @@ mod tests {
             context_budget: 200_000,
             current_tool: Some("Edit".into()),
             tool_count: 12,
+            parked: false,
             at: Utc::now(),
         }
     }

@@ -114,7 +114,10 @@ impl Coordinator {
             .js
             .create_consumer_on_stream(
                 pull::Config {
-                    filter_subject: subjects::session_human(session_id),
+                    filter_subject: subjects::session_human_from(
+                        session_id,
+                        arbiter_console::DEFAULT_IDENTITY,
+                    ),
                     deliver_policy: DeliverPolicy::All,
                     ack_policy: AckPolicy::Explicit,
                     ..Default::default()

@@ -107,6 +107,7 @@ impl Scene {
             context_budget: 200_000,
             current_tool: tool.map(str::to_owned),
             tool_count: 12,
+            parked: false,
             at: at(self.seq as i64),
         };
         self.feed(FeedEvent::Orchestrator(status))

@@ -12,6 +12,7 @@ use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::{Input, SessionHandle};
@@ -22,6 +23,8 @@ use crate::{Error, Result, Shared};
 /// A session acknowledges right after storing the step that took it, so this only
 /// bounds how long a killed coordinator delays what it had taken but not stored.
 const ACK_WAIT: Duration = Duration::from_secs(10);
+// Output held for a gap must outlast one redelivery of what is missing.
+const _: () = assert!(ACK_WAIT.as_secs() < crate::DEFAULT_OUTPUT_GAP_WAIT.as_secs());
 /// Messages the coordinator may hold unacknowledged at once, per consumer.
 const MAX_ACK_PENDING: i64 = 20_000;
 /// The longest human message taken, in bytes (about 64k tokens): larger
@@ -33,28 +36,62 @@ pub(crate) const MAX_HUMAN_BYTES: usize = 256 * 1024;
 /// until a pause would reach this (about 25 s in all).
 const SCAN_GIVE_UP: Duration = Duration::from_secs(15);
 
-async fn consumer(shared: &Shared, stream: &str, name: &str, filter: &str) -> Result<PullConsumer> {
+/// Opens (or creates) a durable consumer. One made by an older version with
+/// other filters is updated to these.
+async fn consumer(
+    shared: &Shared,
+    stream: &str,
+    name: &str,
+    filters: &[&str],
+) -> Result<PullConsumer> {
     let stream = shared
         .bus
         .js
         .get_stream(stream)
         .await
         .map_err(|e| js_error(format!("opening stream {stream}"), e))?;
-    stream
-        .get_or_create_consumer(
-            name,
-            pull::Config {
-                durable_name: Some(name.into()),
-                filter_subject: filter.into(),
-                ack_policy: AckPolicy::Explicit,
-                deliver_policy: DeliverPolicy::All,
-                ack_wait: ACK_WAIT,
-                max_ack_pending: MAX_ACK_PENDING,
-                ..Default::default()
-            },
-        )
+    let (filter_subject, filter_subjects) = match filters {
+        [one] => ((*one).to_owned(), Vec::new()),
+        many => (
+            String::new(),
+            many.iter().map(|f| (*f).to_owned()).collect(),
+        ),
+    };
+    let config = pull::Config {
+        durable_name: Some(name.into()),
+        filter_subject,
+        filter_subjects,
+        ack_policy: AckPolicy::Explicit,
+        deliver_policy: DeliverPolicy::All,
+        ack_wait: ACK_WAIT,
+        max_ack_pending: MAX_ACK_PENDING,
+        ..Default::default()
+    };
+    let consumer: PullConsumer = stream
+        .get_or_create_consumer(name, config.clone())
         .await
-        .map_err(|e| js_error(format!("creating consumer {name}"), e))
+        .map_err(|e| js_error(format!("creating consumer {name}"), e))?;
+    let have = &consumer.cached_info().config;
+    let mut had: Vec<&str> = std::iter::once(have.filter_subject.as_str())
+        .chain(have.filter_subjects.iter().map(String::as_str))
+        .filter(|f| !f.is_empty())
+        .collect();
+    let mut wanted = filters.to_vec();
+    had.sort_unstable();
+    wanted.sort_unstable();
+    if had == wanted {
+        return Ok(consumer);
+    }
+    tracing::info!(
+        consumer = name,
+        ?had,
+        ?wanted,
+        "updating the consumer's filters"
+    );
+    stream
+        .update_consumer(config)
+        .await
+        .map_err(|e| js_error(format!("updating consumer {name}"), e))
 }
 
 fn js_error(what: String, e: impl std::fmt::Display) -> Error {
@@ -124,43 +161,53 @@ impl Registry {
     async fn on_human(&mut self, msg: jetstream::Message) {
         let subject = msg.subject.to_string();
         let subject = subject.as_str();
-        let Some(session_id) = subjects::id_of(subject, "session", "human") else {
+        let Some((session_id, console)) = subjects::human_of(subject) else {
             tracing::error!(subject, "human message on an unexpected subject; rejected");
             ack(&msg).await;
             return;
         };
         let trace = TraceContext::from_headers(msg.headers.as_ref());
+        let rejected = |error: WireError| {
+            tracing::error!(subject, %error, "malformed human message rejected");
+            error
+        };
+        // The session acknowledges the message once the step that took it is stored.
         let input = match decode::<HumanMessage>(subject, &msg.payload) {
             Ok(human) if human.session_id != session_id => Input::Malformed(
-                WireError::MalformedMessage {
+                rejected(WireError::MalformedMessage {
                     subject: subject.to_owned(),
                     detail: format!(
                         "its session_id {:?} does not match the subject",
                         human.session_id
                     ),
-                },
-                None,
+                }),
+                Some(msg),
             ),
             Ok(human) if human.text.len() > MAX_HUMAN_BYTES => Input::Malformed(
-                WireError::MessageTooLarge {
+                rejected(WireError::MessageTooLarge {
                     subject: subject.to_owned(),
                     bytes: human.text.len() as u64,
                     limit: MAX_HUMAN_BYTES as u64,
-                },
-                None,
+                }),
+                Some(msg),
             ),
-            Ok(human) => Input::Human(human, trace, None),
-            Err(error) => Input::Malformed(error, None),
-        };
-        if let Input::Malformed(error, _) = &input {
-            tracing::error!(subject, %error, "malformed human message rejected");
-        }
-        // The session acknowledges the message once the step that took it is stored.
-        let input = match input {
-            Input::Human(h, t, _) => Input::Human(h, t, Some(msg)),
-            Input::Orchestrator(o, t, _) => Input::Orchestrator(o, t, Some(msg)),
-            Input::Malformed(e, _) => Input::Malformed(e, Some(msg)),
-            other @ Input::NoWorker { .. } => other,
+            Ok(message) => match self.shared.caps.admit(console, session_id, Instant::now()) {
+                Ok(()) => Input::Human {
+                    message,
+                    console: console.to_owned(),
+                    trace,
+                    ack: Some(msg),
+                },
+                Err(refusal) => {
+                    tracing::warn!(subject, %refusal, "human message refused by a console limit");
+                    Input::Refused {
+                        message,
+                        refusal,
+                        ack: Some(msg),
+                    }
+                }
+            },
+            Err(error) => Input::Malformed(rejected(error), Some(msg)),
         };
         self.deliver(session_id, input).await;
     }
@@ -211,14 +258,17 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         &shared,
         subjects::SESSIONS_STREAM,
         subjects::COORDINATOR_HUMAN_CONSUMER,
-        subjects::ALL_SESSION_HUMAN,
+        &[
+            subjects::ALL_SESSION_HUMAN,
+            subjects::ALL_SESSION_HUMAN_FROM,
+        ],
     )
     .await?;
     let orch = consumer(
         &shared,
         subjects::ORCH_STREAM,
         subjects::COORDINATOR_ORCH_CONSUMER,
-        subjects::ALL_ORCH_OUT,
+        &[subjects::ALL_ORCH_OUT],
     )
     .await?;
     let mut human_msgs = human

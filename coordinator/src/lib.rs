@@ -4,9 +4,11 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod caps;
 mod delta;
 mod fleet;
 mod intake;
+mod outputs;
 pub mod prompt;
 mod route;
 mod session;
@@ -14,11 +16,14 @@ mod state;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arbiter_bus::{Bus, Reach};
 use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::Role;
 use arbiter_protocol::roles::NatsRole;
+
+pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSOLE, Rate};
 
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
@@ -36,6 +41,13 @@ pub struct Config {
     pub schema_repairs: u32,
     /// Times in a row an intent that cannot be carried out is sent back.
     pub intent_retries: u32,
+    /// How long Orchestrator output that came ahead of its turn (a `seq`
+    /// past the next one) is held for the output before it; see
+    /// [`DEFAULT_OUTPUT_GAP_WAIT`].
+    pub output_gap_wait: Duration,
+    /// Limits per console identity: sessions at work at once, and messages
+    /// per minute. A refused message never reaches the Arbiter.
+    pub console_caps: ConsoleCaps,
 }
 
 impl Default for Config {
@@ -47,9 +59,17 @@ impl Default for Config {
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
             schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,
             intent_retries: 2,
+            output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,
+            console_caps: ConsoleCaps::default(),
         }
     }
 }
+
+/// How long a gap in an Orchestrator's output `seq`s may stay open: three
+/// times the output consumer's ack wait (10 s), so that output the server
+/// delivers again (its first delivery was taken but not stored by a
+/// coordinator that died) arrives in time to fill it.
+pub const DEFAULT_OUTPUT_GAP_WAIT: Duration = Duration::from_secs(30);
 
 /// The Arbiter's default model, with default settings.
 fn default_model() -> ModelConfig {
@@ -76,6 +96,8 @@ pub(crate) struct Shared {
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
+    /// The per-console limits and what they count.
+    pub caps: caps::Caps,
     /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
     pub output_schema: serde_json::Value,
 }
@@ -106,8 +128,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let shared = Arc::new(Shared {
         bus,
         model,
-        config,
         fleet: fleet::Fleet::default(),
+        caps: caps::Caps::new(config.console_caps.clone()),
+        config,
         output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
     });
     let alarms = shared.bus.alarms.clone();

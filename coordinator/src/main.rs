@@ -42,6 +42,14 @@ struct Cli {
     /// Retries of a failed model call (408, 409, 429, 5xx, 529, network; default 8).
     #[arg(long, env = "ARBITER_MODEL_RETRIES")]
     model_retries: Option<u32>,
+    /// Sessions one console may have at work at once (its Arbiter thinking
+    /// or an Orchestrator active); a message past it is refused. 0: no limit.
+    #[arg(long, env = "ARBITER_MAX_SESSIONS_PER_CONSOLE", default_value_t = arbiter_coordinator::DEFAULT_MAX_SESSIONS_PER_CONSOLE)]
+    max_sessions_per_console: usize,
+    /// Messages one console may send, written <count>/<s|min|h>[,burst=<n>];
+    /// a message past it is refused. `off`: no limit.
+    #[arg(long, env = "ARBITER_CONSOLE_RATE", default_value = arbiter_coordinator::DEFAULT_CONSOLE_RATE)]
+    console_rate: String,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -94,6 +102,14 @@ async fn try_main() -> anyhow::Result<()> {
         context_budget: arbiter.context_budget,
         schema_repairs: arbiter.schema_repairs,
         intent_retries: cli.intent_retries,
+        output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
+        console_caps: arbiter_coordinator::ConsoleCaps {
+            max_sessions: (cli.max_sessions_per_console > 0)
+                .then_some(cli.max_sessions_per_console),
+            rate: arbiter_coordinator::Rate::parse_setting(&cli.console_rate)
+                .map_err(anyhow::Error::msg)
+                .context("--console-rate")?,
+        },
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

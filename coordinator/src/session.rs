@@ -11,8 +11,7 @@ use arbiter_llm::structured::{self, Progress, Structured};
 use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::{
     ArbiterDelta, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody, LogEntry,
-    OrchestratorEntry, OrchestratorEvent, OrchestratorMessage, Role, SessionStatus, VERSION,
-    WireError, orchestrator_name, subjects,
+    OrchestratorMessage, Role, SessionStatus, VERSION, WireError, orchestrator_name, subjects,
 };
 use async_nats::jetstream;
 use chrono::Utc;
@@ -21,7 +20,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
+use crate::caps::Refusal;
 use crate::delta::MessageExtractor;
+use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
 /// Inputs a session's inbox holds before the intake waits.
@@ -40,7 +41,19 @@ pub(crate) type Ack = Option<jetstream::Message>;
 
 /// What the intake hands a session.
 pub(crate) enum Input {
-    Human(HumanMessage, TraceContext, Ack),
+    /// A human message, from console `console` (see `caps.rs`).
+    Human {
+        message: HumanMessage,
+        console: String,
+        trace: TraceContext,
+        ack: Ack,
+    },
+    /// A human message a console limit refused: logged, never queued.
+    Refused {
+        message: HumanMessage,
+        refusal: Refusal,
+        ack: Ack,
+    },
     Orchestrator(OrchestratorMessage, TraceContext, Ack),
     Malformed(WireError, Ack),
     /// No worker of `pool` answered after this Orchestrator was summoned.
@@ -102,8 +115,10 @@ pub(crate) struct Session {
     /// Transcript turns already stored.
     stored_turns: usize,
     rev: u64,
-    changed: bool,
+    pub changed: bool,
     status_dirty: bool,
+    /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
+    pub held: HeldOutputs,
     cancel: CancellationToken,
 }
 
@@ -115,6 +130,7 @@ pub(crate) async fn spawn(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    let shared_gap_wait = shared.config.output_gap_wait;
     let mut session = Session {
         shared,
         id,
@@ -128,6 +144,7 @@ pub(crate) async fn spawn(
         rev: 0,
         changed: false,
         status_dirty: true,
+        held: HeldOutputs::new(shared_gap_wait),
         cancel,
     };
     session.restore().await;
@@ -215,6 +232,7 @@ impl Session {
             if self.status_dirty {
                 self.publish_status(turn.is_some(), true).await;
             }
+            let gap_deadline = self.held.deadline();
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 input = inbox.recv() => match input {
@@ -237,6 +255,17 @@ impl Session {
                     self.changed = true;
                     self.status_dirty = true;
                     self.finish_turn(result);
+                    if !self.commit().await {
+                        break;
+                    }
+                }
+                () = async {
+                    match gap_deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                }, if gap_deadline.is_some() => {
+                    self.expire_held();
                     if !self.commit().await {
                         break;
                     }
@@ -278,10 +307,18 @@ impl Session {
                 tracing::warn!(error = %e, "ack failed; the message may come again and be dropped as seen");
             }
         }
+        let owner = self
+            .state
+            .owner
+            .as_deref()
+            .unwrap_or(subjects::ANONYMOUS_CONSOLE);
+        self.shared
+            .caps
+            .settle(&self.id, self.at_work().then_some(owner));
         true
     }
 
-    fn keep_ack(&mut self, ack: Ack) {
+    pub(crate) fn keep_ack(&mut self, ack: Ack) {
         if let Some(msg) = ack {
             self.acks.push(msg);
         }
@@ -305,17 +342,43 @@ impl Session {
         self.changed = true;
     }
 
+    /// Remembers a human message id; false if it was seen already (a
+    /// message delivered again is dropped).
+    fn remember(&mut self, message_id: &str) -> bool {
+        if self.state.seen_ids.iter().any(|id| id == message_id) {
+            tracing::info!(message.id = %message_id, "duplicate human message dropped");
+            return false;
+        }
+        self.state.seen_ids.push_back(message_id.to_owned());
+        if self.state.seen_ids.len() > SEEN_IDS {
+            self.state.seen_ids.pop_front();
+        }
+        true
+    }
+
+    /// Whether the session is at work: its Arbiter is thinking or has input
+    /// queued, or an Orchestrator is active. A session at work counts
+    /// against its owner's limit (see `caps.rs`).
+    fn at_work(&self) -> bool {
+        self.state.turn_in_flight || !self.state.queue.is_empty() || self.state.active.is_some()
+    }
+
     async fn on_input(&mut self, input: Input) {
         match input {
-            Input::Human(message, trace, ack) => {
+            Input::Human {
+                message,
+                console,
+                trace,
+                ack,
+            } => {
                 self.keep_ack(ack);
-                if self.state.seen_ids.contains(&message.message_id) {
-                    tracing::info!(message.id = %message.message_id, "duplicate human message dropped");
+                self.shared.caps.taken(&self.id);
+                if !self.remember(&message.message_id) {
                     return;
                 }
-                self.state.seen_ids.push_back(message.message_id.clone());
-                if self.state.seen_ids.len() > SEEN_IDS {
-                    self.state.seen_ids.pop_front();
+                if !self.at_work() {
+                    // The console that puts it to work is the one it counts against.
+                    self.state.owner = Some(console);
                 }
                 self.trace = trace;
                 self.log(LogBody::Human(HumanEntry {
@@ -328,9 +391,21 @@ impl Session {
                     tagged,
                 });
             }
-            Input::Orchestrator(message, trace, ack) => {
+            Input::Refused {
+                message,
+                refusal,
+                ack,
+            } => {
                 self.keep_ack(ack);
-                self.on_orchestrator(message, trace);
+                // A message already taken (delivered again) stays taken.
+                if self.remember(&message.message_id) {
+                    self.log(LogBody::System(arbiter_protocol::SystemEntry {
+                        text: refusal.to_string(),
+                    }));
+                }
+            }
+            Input::Orchestrator(message, trace, ack) => {
+                self.on_orchestrator(message, trace, ack);
             }
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
@@ -347,61 +422,6 @@ impl Session {
                     orchestrator_name(active.number)
                 );
                 self.log(LogBody::System(arbiter_protocol::SystemEntry { text }));
-            }
-        }
-    }
-
-    fn on_orchestrator(&mut self, message: OrchestratorMessage, trace: TraceContext) {
-        let Some(active) = self
-            .state
-            .active
-            .as_mut()
-            .filter(|a| a.orch_id == message.orch_id)
-        else {
-            tracing::info!(orch.id = %message.orch_id, "output from an Orchestrator that is no longer active; ignored");
-            return;
-        };
-        if message.seq <= active.outputs_seen {
-            tracing::info!(orch.id = %message.orch_id, seq = message.seq, "duplicate Orchestrator output dropped");
-            return;
-        }
-        active.outputs_seen = message.seq;
-        let number = active.number;
-        self.trace = trace;
-        self.changed = true;
-        match message.event {
-            OrchestratorEvent::Output(output) => {
-                self.log(LogBody::Orchestrator(OrchestratorEntry {
-                    number,
-                    orch_id: message.orch_id,
-                    expects_response: output.expects_response,
-                    text: output.message.clone(),
-                }));
-                if output.expects_response {
-                    self.state.queue.push_back(Pending::Orchestrator {
-                        number,
-                        text: output.message,
-                    });
-                } else {
-                    self.state.notes.push((number, output.message));
-                }
-            }
-            OrchestratorEvent::Failed(failed) => {
-                self.state.active = None;
-                let error = match failed.error {
-                    already @ WireError::OrchestratorFailed { .. } => already,
-                    cause => WireError::OrchestratorFailed {
-                        number,
-                        message: cause.to_string(),
-                    },
-                };
-                let text = format!(
-                    "{} has stopped and is no longer active: {}",
-                    orchestrator_name(number),
-                    error
-                );
-                self.log(LogBody::Error(ErrorEntry { error }));
-                self.state.queue.push_back(Pending::System { text });
             }
         }
     }

@@ -77,6 +77,10 @@ pub(crate) struct Snapshot {
     /// Recent human message ids, to drop redeliveries.
     pub seen_ids: VecDeque<String>,
     pub created_at: DateTime<Utc>,
+    /// The console whose message put the session to work: its limits
+    /// count the session (see `caps.rs`).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl Snapshot {
@@ -93,6 +97,7 @@ impl Snapshot {
             turns: 0,
             seen_ids: VecDeque::new(),
             created_at: Utc::now(),
+            owner: None,
         }
     }
 }
@@ -416,31 +421,60 @@ pub(crate) async fn replay(
     cancel: &CancellationToken,
 ) {
     for effect in outbox {
-        let stored_seq = match effect {
-            Effect::Log(e) => last_seq(
-                bus,
-                subjects::SESSIONS_STREAM,
-                &subjects::session_log(&e.session_id),
-            )
-            .await
-            .map(|seq| seq >= e.seq),
-            Effect::Input(i) => {
-                last_seq(bus, subjects::ORCH_STREAM, &subjects::orch_in(&i.orch_id))
-                    .await
-                    .map(|seq| seq >= i.seq)
+        let published = match effect {
+            // A seq the subject is known to hold is never published again:
+            // the log must not show one twice. When the server cannot say,
+            // it is asked again rather than guessed.
+            Effect::Log(e) => {
+                let subject = subjects::session_log(&e.session_id);
+                match read_last_seq(bus, subjects::SESSIONS_STREAM, &subject, cancel).await {
+                    Some(last) => last.is_some_and(|seq| seq >= e.seq),
+                    None => return,
+                }
             }
-            Effect::Summon(s) => Some(
+            Effect::Input(i) => {
+                let subject = subjects::orch_in(&i.orch_id);
+                match read_last_seq(bus, subjects::ORCH_STREAM, &subject, cancel).await {
+                    Some(last) => last.is_some_and(|seq| seq >= i.seq),
+                    None => return,
+                }
+            }
+            Effect::Summon(s) => {
                 has_message(
                     bus,
                     subjects::ORCH_STATE_STREAM,
                     &subjects::orch_state(&s.orch_id),
                 )
-                .await,
-            ),
-            Effect::Control(_) => None,
+                .await
+            }
+            Effect::Control(_) => false,
         };
-        if stored_seq != Some(true) {
+        if !published {
             publish(bus, effect, trace, cancel).await;
+        }
+    }
+}
+
+/// The `seq` of the last message on a subject (`Some(None)`: it has none),
+/// asked until the server answers; `None` if the session was cancelled first.
+async fn read_last_seq(
+    bus: &Bus,
+    stream: &str,
+    subject: &str,
+    cancel: &CancellationToken,
+) -> Option<Option<u64>> {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match try_last_seq(bus, stream, subject).await {
+            Ok(last) => return Some(last),
+            Err(e) => {
+                tracing::warn!(subject, error = %e, ?delay, "could not read the last message; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
         }
     }
 }
@@ -456,17 +490,33 @@ async fn has_message(bus: &Bus, stream: &str, subject: &str) -> bool {
     }
 }
 
-/// The `seq` field of the last message on a subject, if any.
+/// The `seq` field of the last message on a subject, if any (and if the
+/// server could be read).
 pub(crate) async fn last_seq(bus: &Bus, stream: &str, subject: &str) -> Option<u64> {
+    try_last_seq(bus, stream, subject).await.ok().flatten()
+}
+
+/// The `seq` field of the last message on a subject: `Ok(None)` when the
+/// subject holds none (or its last message has no readable `seq`), `Err`
+/// when the server could not be read.
+async fn try_last_seq(bus: &Bus, stream: &str, subject: &str) -> Result<Option<u64>, String> {
     #[derive(Deserialize)]
     struct Seq {
         seq: u64,
     }
-    let stream = bus.js.get_stream(stream).await.ok()?;
-    let last = stream.get_last_raw_message_by_subject(subject).await.ok()?;
-    serde_json::from_slice::<Seq>(&last.payload)
-        .ok()
-        .map(|m| m.seq)
+    let stream = bus.js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(last) => Ok(serde_json::from_slice::<Seq>(&last.payload)
+            .ok()
+            .map(|m| m.seq)),
+        Err(e)
+            if e.kind()
+                == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 async fn retry<F, Fut>(cancel: &CancellationToken, what: &str, mut attempt: F) -> bool

@@ -17,7 +17,9 @@ pub struct Summon {
     pub number: u32,
     /// The Arbiter's complete brief: the Orchestrator's first user message.
     pub brief: String,
-    /// Workspace directory name under the worker's workspace root; the session id when absent.
+    /// Deprecated and ignored: the worker opens the workspace of `session_id`
+    /// and nothing else, so a summons cannot reach another session's files.
+    /// Kept so that older senders still decode; send `null`.
     #[serde(default)]
     pub workspace: Option<String>,
     pub pool: String,
@@ -116,5 +118,10 @@ pub struct OrchestratorStatus {
     pub current_tool: Option<String>,
     /// Tool calls made so far.
     pub tool_count: u32,
+    /// Waiting for the Arbiter without a slot: its worker gave the slot
+    /// back after waiting a while, and takes one again when input comes.
+    /// Only ever true with `state` `waiting`.
+    #[serde(default)]
+    pub parked: bool,
     pub at: DateTime<Utc>,
 }

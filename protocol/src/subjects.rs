@@ -73,8 +73,30 @@ pub const ALL_ORCH_OUT: &str = "arbiter.v1.orch.*.out";
 pub const ALL_ORCH_CTL: &str = "arbiter.v1.orch.*.ctl";
 pub const ALL_ORCH_STATUS: &str = "arbiter.v1.orch.*.status";
 
+/// The bare form of the human's subject, without a console identity. Still
+/// taken; its messages count as [`ANONYMOUS_CONSOLE`]'s. Consoles publish on
+/// [`session_human_from`].
 pub fn session_human(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.human")
+}
+/// The human's subject as console `console` publishes it: the last token is
+/// the console's identity (the NATS user name of its credential), which the
+/// server can hold it to with permissions, and which the coordinator's
+/// per-console limits count against.
+pub fn session_human_from(session_id: &str, console: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.human.{console}")
+}
+/// The identity the bare [`session_human`] form counts as.
+pub const ANONYMOUS_CONSOLE: &str = "-";
+/// The session id and console identity of a human message's subject, in
+/// either form (the bare form gives [`ANONYMOUS_CONSOLE`]).
+pub fn human_of(subject: &str) -> Option<(&str, &str)> {
+    if let Some(session) = id_of(subject, "session", "human") {
+        return Some((session, ANONYMOUS_CONSOLE));
+    }
+    let (rest, console) = subject.rsplit_once('.')?;
+    let session = id_of(rest, "session", "human")?;
+    is_valid_token(console).then_some((session, console))
 }
 pub fn session_log(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.log")
@@ -91,11 +113,6 @@ pub fn session_delta(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.delta")
 }
 pub const ALL_SESSION_HUMAN: &str = "arbiter.v1.session.*.human";
-/// A human line sent by the console named `console` (its NATS user name): the
-/// server lets a console credential publish only under its own name.
-pub fn session_human_from(session_id: &str, console: &str) -> String {
-    format!("{PREFIX}.session.{session_id}.human.{console}")
-}
 pub const ALL_SESSION_LOG: &str = "arbiter.v1.session.*.log";
 /// Human lines sent under a console's name ([`session_human_from`]).
 pub const ALL_SESSION_HUMAN_FROM: &str = "arbiter.v1.session.*.human.*";
@@ -131,6 +148,22 @@ mod tests {
         assert_eq!(summon("gpu"), "arbiter.v1.summon.gpu");
         assert_eq!(orch_state("o-9"), "arbiter.v1.orch.o-9.state");
         assert_eq!(id_of(&orch_state("o-9"), "orch", "state"), Some("o-9"));
+    }
+
+    #[test]
+    fn human_subjects_carry_the_console() {
+        assert_eq!(
+            session_human_from("s1", "alice"),
+            "arbiter.v1.session.s1.human.alice"
+        );
+        assert_eq!(
+            human_of(&session_human_from("s1", "alice")),
+            Some(("s1", "alice"))
+        );
+        assert_eq!(human_of(&session_human("s1")), Some(("s1", "-")));
+        assert_eq!(human_of("arbiter.v1.session.s1.human.a.b"), None);
+        assert_eq!(human_of("arbiter.v1.session.s1.log"), None);
+        assert_eq!(human_of("arbiter.v1.session.s1.human."), None);
     }
 
     #[test]

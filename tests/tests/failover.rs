@@ -3,7 +3,9 @@
 //! Orchestrator from its stored transcript (one continuous Orchestrator in
 //! the log, no stored tool run twice); a worker paused past its lease is
 //! fenced off when it wakes (it writes, publishes and runs nothing more); a
-//! summons published twice never takes a live Orchestrator from its holder.
+//! summons published twice never takes a live Orchestrator from its holder;
+//! a parked Orchestrator (waiting without a slot) keeps its lease, and is
+//! taken over like any other when its worker dies.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -347,4 +349,83 @@ async fn a_summons_published_again_never_takes_a_live_orchestrator_over() {
     assert_eq!(sys.mock.requests_for(&lane).len(), 1);
     assert_eq!(worker_presence(&sys, "w2").await.unwrap().slots_used, 0);
     assert_eq!(summons_queued(&sys).await, 1, "w1 still holds its summons");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_orchestrator_whose_worker_is_killed_is_taken_over() {
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let s = "s-parked-failover";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Pick a name");
+    let brief = "Brief: ask which name, then use it.";
+    let lane = orch_lane(brief);
+    let answer = Gate::new();
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(
+        &arb,
+        arbiter("address_orchestrator", "Call it Mira.").gated(answer.clone()),
+    );
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Named."));
+    sys.mock.push(&lane, orch(true, "Which name?"));
+    sys.mock.push(&lane, orch(true, "Named it Mira."));
+
+    let park = [("ARBITER_PARK_AFTER_SECS", std::ffi::OsStr::new("0.3"))];
+    let mut w1 = sys.worker_process_with("w1", 1, &park);
+    worker_ready(&sys, "w1").await;
+    sys.send(s, "Pick a name").await;
+    let orch_id = match &log.wait_len(2).await[1] {
+        LogBody::Summoned(summoned) => summoned.orch_id.clone(),
+        other => panic!("expected the summons, got {other:?}"),
+    };
+    watch
+        .wait_status(&orch_id, "the Orchestrator to park on w1", |s| {
+            s.parked && s.worker_id == "w1"
+        })
+        .await;
+    // Parked past a whole lease, it is still w1's: the lease is renewed.
+    tokio::time::sleep(Duration::from_secs_f64(
+        test_lease_secs().parse::<f64>().unwrap() * 1.5,
+    ))
+    .await;
+    assert_eq!(leases_held(&sys, "default").await, Some(1));
+    assert!(
+        watch
+            .statuses_of(&orch_id)
+            .iter()
+            .all(|s| s.worker_id == "w1")
+    );
+
+    let _w2 = sys.worker_process_with("w2", 1, &park);
+    worker_ready(&sys, "w2").await;
+    w1.start_kill().unwrap();
+    w1.wait().await.unwrap();
+    watch
+        .wait_status(&orch_id, "w2 to take the parked Orchestrator over", |s| {
+            s.worker_id == "w2"
+        })
+        .await;
+    answer.open();
+    sys.settled(s, 7).await;
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Pick a name"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Which name?"),
+            pair("Arbiter → Orchestrator I", "Call it Mira."),
+            pair("Orchestrator I", "Named it Mira."),
+            pair("Released", "I"),
+            pair("Arbiter", "Named."),
+        ]
+    );
+    let calls = sys.mock.requests_for(&lane);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].last_user_text(), "Call it Mira.");
 }

@@ -1,7 +1,9 @@
 //! Capacity, release and process clean-up end to end: summons beyond the
 //! slots wait in the queue and all complete; a bash timeout kills every
 //! process the command started; a release during a long tool call (inside a subagent)
-//! frees the slot within a second and leaves no process behind.
+//! frees the slot within a second and leaves no process behind; an
+//! Orchestrator that waits for the Arbiter parks, and its slot runs another
+//! session meanwhile.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -259,4 +261,130 @@ async fn cancel_during_a_model_call_frees_the_slot_within_a_second() {
     never.open();
     assert!(watch.events("o-think").is_empty());
     eprintln!("cancel during a model call: slot freed after {freed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_orchestrator_parks_and_its_slot_runs_another_session() {
+    // One worker with one slot; Orchestrators park after half a second.
+    let mut sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.worker_config("worker-0", 1, 200_000);
+    config.park_after = Some(Duration::from_millis(500));
+    sys.spawn_worker_with(config);
+    worker_ready(&sys, "worker-0").await;
+    let watch = Watch::start(&sys).await;
+    let (sa, sb) = ("s-park-a", "s-park-b");
+    let (log_a, log_b) = (sys.watch_log(sa).await, sys.watch_log(sb).await);
+
+    // A's Orchestrator asks, and the Arbiter takes its time to answer.
+    let (arb_a, brief_a) = (arbiter_lane("Task A"), "Brief A: ask before you start.");
+    let answer_a = Gate::new();
+    sys.mock
+        .push(&arb_a, arbiter("summon_orchestrator", brief_a));
+    sys.mock.push(
+        &arb_a,
+        arbiter("address_orchestrator", "Answer for A.").gated(answer_a.clone()),
+    );
+    sys.mock
+        .push(&arb_a, arbiter("release_orchestrators", "A finished."));
+    sys.mock
+        .push(&orch_lane(brief_a), orch(true, "Question from A?"));
+    sys.mock.push(&orch_lane(brief_a), orch(true, "A done."));
+    sys.send(sa, "Task A").await;
+    let orch_a = summoned_id(&log_a).await;
+    watch
+        .wait_status(&orch_a, "A's Orchestrator to park", |s| {
+            s.parked && s.state == OrchestratorState::Waiting
+        })
+        .await;
+    let parked = presence(&sys).await;
+    assert_eq!(
+        (parked.slots_free, parked.orchestrators, parked.parked),
+        (1, Vec::new(), vec![orch_a.clone()])
+    );
+
+    // B is summoned and runs on the same worker, in the slot A gave back.
+    let (arb_b, brief_b) = (arbiter_lane("Task B"), "Brief B: just do it.");
+    let b_works = Gate::new();
+    sys.mock
+        .push(&arb_b, arbiter("summon_orchestrator", brief_b));
+    sys.mock
+        .push(&arb_b, arbiter("release_orchestrators", "B finished."));
+    sys.mock.push(
+        &orch_lane(brief_b),
+        orch(true, "B done.").gated(b_works.clone()),
+    );
+    sys.send(sb, "Task B").await;
+    sys.mock
+        .wait_for_requests(&orch_lane(brief_b), 1, WAIT)
+        .await;
+
+    // The Arbiter answers A while B holds the only slot: A stores the input
+    // and waits, parked, for a slot.
+    answer_a.open();
+    eventually(WAIT, "A's input to be stored", || async {
+        (sys.orch_inputs_acked(&orch_a).await >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(sys.mock.requests_for(&orch_lane(brief_a)).len(), 1);
+    assert_eq!(presence(&sys).await.parked, vec![orch_a.clone()]);
+
+    // B finishes and is released; A takes the slot and finishes too.
+    b_works.open();
+    sys.settled(sb, 5).await;
+    sys.settled(sa, 7).await;
+    assert_eq!(
+        briefs(&log_a.bodies()),
+        vec![
+            pair("You", "Task A"),
+            pair("Summoned Orchestrator I", brief_a),
+            pair("Orchestrator I", "Question from A?"),
+            pair("Arbiter → Orchestrator I", "Answer for A."),
+            pair("Orchestrator I", "A done."),
+            pair("Released", "I"),
+            pair("Arbiter", "A finished."),
+        ]
+    );
+    assert_eq!(
+        briefs(&log_b.bodies()),
+        vec![
+            pair("You", "Task B"),
+            pair("Summoned Orchestrator I", brief_b),
+            pair("Orchestrator I", "B done."),
+            pair("Released", "I"),
+            pair("Arbiter", "B finished."),
+        ]
+    );
+    let a_calls = sys.mock.requests_for(&orch_lane(brief_a));
+    assert_eq!(a_calls.len(), 2);
+    assert_eq!(a_calls[1].last_user_text(), "Answer for A.");
+    // Never more than the one slot in use: replay the status stream.
+    let mut seated = HashSet::new();
+    let mut most = 0;
+    for status in watch.statuses() {
+        if status.state == OrchestratorState::Stopped || status.parked {
+            seated.remove(&status.orch_id);
+        } else {
+            seated.insert(status.orch_id.clone());
+        }
+        most = most.max(seated.len());
+    }
+    assert_eq!(most, 1);
+    let done = presence(&sys).await;
+    assert_eq!((done.slots_free, done.parked.len()), (1, 0));
+}
+
+async fn summoned_id(log: &LogWatch) -> String {
+    let at = log
+        .wait_for("the summons", |b| {
+            matches!(b, arbiter_protocol::LogBody::Summoned(_))
+        })
+        .await;
+    match &log.bodies()[at] {
+        arbiter_protocol::LogBody::Summoned(e) => e.orch_id.clone(),
+        other => panic!("{other:?}"),
+    }
 }

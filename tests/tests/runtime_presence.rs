@@ -54,6 +54,7 @@ async fn a_worker_answers_ping_info_and_stats_with_its_pool_and_slots() {
         slots_used: 0,
         slots_free: 3,
         orchestrators: vec![],
+        parked: vec![],
     };
     assert_eq!(presence(&sys).await, idle);
 

@@ -1,8 +1,9 @@
 //! The Orchestrator runtime's tools end to end, over a real nats-server and
 //! the scripted mock model: real files created and edited in the workspace,
 //! a real command, a subagent whose traffic never reaches the Orchestrator,
-//! path escapes refused, and the workspace shared across a session. The
-//! bash tool's sandbox has its own module.
+//! path escapes refused, the workspace shared across a session, and a summons
+//! that names another session's workspace kept to its own. The bash tool's
+//! sandbox has its own module.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -227,13 +228,12 @@ async fn path_escapes_are_refused_with_a_clear_tool_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_workspace_carries_over_between_orchestrators_and_a_summons_may_name_another() {
+async fn the_workspace_carries_over_between_orchestrators_of_a_session() {
     let sys = System::start_with(no_coordinator()).await;
     let watch = Watch::start(&sys).await;
-    let (first, second, third) = (
+    let (first, second) = (
         "Orchestrator one: leave notes.",
         "Orchestrator two: read the notes.",
-        "Orchestrator three: work elsewhere.",
     );
     sys.mock.push(
         &orch_lane(first),
@@ -248,29 +248,55 @@ async fn the_workspace_carries_over_between_orchestrators_and_a_summons_may_name
         MockReply::tool_use("read", json!({"path": "NOTES.md"})),
     );
     sys.mock.push(&orch_lane(second), orch(true, "Notes read."));
-    sys.mock
-        .push(&orch_lane(third), MockReply::tool_use("glob", json!({})));
-    sys.mock.push(&orch_lane(third), orch(true, "Elsewhere."));
 
     summon(&sys, "default", "s-chain", "o-one", first).await;
     watch.wait_output("o-one", 1).await;
     control(&sys, "o-one", arbiter_protocol::ControlAction::Release).await;
     summon(&sys, "default", "s-chain", "o-two", second).await;
     watch.wait_output("o-two", 1).await;
-    summon_into(
-        &sys,
-        "default",
-        "s-chain",
-        "o-three",
-        third,
-        Some("scratch"),
-    )
-    .await;
-    watch.wait_output("o-three", 1).await;
 
     let read = tool_results(&sys.mock.requests_for(&orch_lane(second))[1]);
     assert_eq!(read, vec![("     1\t- parser: done\n".to_owned(), false)]);
-    let listed = tool_results(&sys.mock.requests_for(&orch_lane(third))[1]);
-    assert_eq!(listed, vec![(". is empty".to_owned(), false)]);
-    assert!(sys.workspaces.path().join("scratch").is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summons_naming_another_sessions_workspace_works_in_its_own() {
+    let sys = System::start_with(no_coordinator()).await;
+    let watch = Watch::start(&sys).await;
+    // Session B's files, which a summons for session A tries to reach.
+    let theirs = sys.workspace("s-victim");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("secret.txt"), "B's secret\n").unwrap();
+    let brief = "Orchestrator of A: look around.";
+    sys.mock.push(
+        &orch_lane(brief),
+        MockReply::tool_use("read", json!({"path": "secret.txt"}))
+            .and_tool_use("glob", json!({}))
+            .and_tool_use("write", json!({"path": "mine.txt", "content": "A\n"})),
+    );
+    sys.mock.push(&orch_lane(brief), orch(true, "Looked."));
+
+    summon_into(
+        &sys,
+        "default",
+        "s-attacker",
+        "o-attacker",
+        brief,
+        Some("s-victim"),
+    )
+    .await;
+    watch.wait_output("o-attacker", 1).await;
+
+    let results = tool_results(&sys.mock.requests_for(&orch_lane(brief))[1]);
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(results[0].1, "B's file was read: {results:?}");
+    assert!(!results[0].0.contains("B's secret"), "{results:?}");
+    assert_eq!(results[1], (". is empty".to_owned(), false));
+    assert!(!results[2].1, "{results:?}");
+    assert!(sys.workspace("s-attacker").join("mine.txt").is_file());
+    assert!(!theirs.join("mine.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("secret.txt")).unwrap(),
+        "B's secret\n"
+    );
 }

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use arbiter_bus::seq::Gaps;
 use arbiter_llm::structured;
 use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason, ToolSpec};
 use arbiter_protocol::{
@@ -29,6 +30,7 @@ use crate::Shared;
 use crate::context;
 use crate::inputs::Input;
 use crate::outbox::Outbox;
+use crate::slots::Seat;
 use crate::state::{EndReason, Phase, Snapshot, StateStore, WriteError};
 use crate::status::StatusHandle;
 use crate::stop::Stopper;
@@ -36,6 +38,13 @@ use crate::subagent;
 use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
+
+mod waiting;
+
+use waiting::until;
+
+/// Inputs held ahead of their turn, at most; more are terminated at once.
+const MAX_INPUTS_AHEAD: usize = 64;
 
 /// Why an agent loop ended.
 pub(crate) enum Stop {
@@ -52,6 +61,8 @@ pub(crate) struct Start {
     pub transcript: Vec<arbiter_llm::Message>,
     pub snapshot: Snapshot,
     pub store: StateStore,
+    /// The slot it starts in.
+    pub seat: Seat,
 }
 
 pub(crate) struct Agent {
@@ -68,6 +79,11 @@ pub(crate) struct Agent {
     inputs: mpsc::Receiver<Input>,
     /// Inputs taken into the transcript, acknowledged once that is stored.
     held: Vec<async_nats::jetstream::Message>,
+    /// Inputs that came ahead of their turn (a `seq` past the next one),
+    /// unacknowledged until the input before them arrives or the wait runs out.
+    ahead: Gaps<Input>,
+    /// Its slot, given back while it is parked.
+    seat: Seat,
     status: StatusHandle,
     outbox: Outbox,
 }
@@ -86,6 +102,7 @@ impl Agent {
         tools.push(task::spec());
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let system = crate::prompt::orchestrator_system_prompt(&names);
+        let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
         Self {
             shared,
             ctx,
@@ -98,6 +115,8 @@ impl Agent {
             store: start.store,
             inputs,
             held: Vec::new(),
+            ahead,
+            seat: start.seat,
             status,
             outbox,
         }
@@ -133,34 +152,20 @@ impl Agent {
         self.commit(Vec::new(), until).await
     }
 
-    /// Hands back the inputs taken but not stored, so whoever goes on gets them at once.
+    /// Frees its slot (or its place among the parked): it runs no more here.
+    pub(crate) fn leave_seat(&mut self) {
+        self.seat.leave();
+    }
+
+    /// Hands back the inputs taken but not stored, and those held ahead of
+    /// their turn, so whoever goes on gets them at once.
     pub(crate) async fn hand_back_inputs(&mut self) {
         for msg in self.held.drain(..) {
             let _ = msg.ack_with(AckKind::Nak(None)).await;
         }
-    }
-
-    /// Waits for the Arbiter's next message (unless some came while it worked).
-    async fn wait(&mut self) -> Result<(), Stop> {
-        self.status
-            .update(|s| {
-                s.state = OrchestratorState::Waiting;
-                s.current_tool = None;
-            })
-            .await;
-        let stop = self.stopper.token().clone();
-        while self.snap.inbox.is_empty() {
-            let input = tokio::select! {
-                () = stop.cancelled() => return Err(Stop::Interrupted),
-                input = self.inputs.recv() => input.ok_or(Stop::Interrupted)?,
-            };
-            if self.receive(input, true).await? {
-                break;
-            }
+        for (_, input) in self.ahead.drain().dropped {
+            let _ = input.msg.ack_with(AckKind::Nak(None)).await;
         }
-        self.take_inputs().await?;
-        self.snap.phase = Phase::Working;
-        self.step(Vec::new()).await
     }
 
     /// One step of work: answer the last reply's tool calls, else call the model.
@@ -340,6 +345,7 @@ impl Agent {
         let stop = self.stopper.token().clone();
         let mut open = true;
         loop {
+            let gap = self.ahead.deadline();
             tokio::select! {
                 () = stop.cancelled() => return Err(Stop::Interrupted),
                 out = &mut work => return Ok(out),
@@ -349,46 +355,9 @@ impl Agent {
                     }
                     None => open = false,
                 },
+                () = until(gap), if gap.is_some() => self.expire_ahead().await,
             }
         }
-    }
-
-    /// Takes one input: into the pending user message (`now`) or the stored
-    /// inbox. False for a duplicate, which is acknowledged if already stored.
-    async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
-        if input.seq <= self.stored.in_seq {
-            tracing::info!(seq = input.seq, "duplicate input dropped");
-            let _ = input.msg.ack().await;
-            return Ok(false);
-        }
-        if input.seq <= self.snap.in_seq {
-            // Delivered again while this worker holds it, not yet stored.
-            return Ok(false);
-        }
-        self.snap.in_seq = input.seq;
-        self.held.push(input.msg);
-        if now {
-            self.transcript
-                .push_user(vec![Block::Text { text: input.text }]);
-        } else {
-            self.snap.inbox.push(input.text);
-            self.step(Vec::new()).await?;
-        }
-        Ok(true)
-    }
-
-    /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
-    /// into the pending user message.
-    async fn take_inputs(&mut self) -> Result<(), Stop> {
-        let inbox = std::mem::take(&mut self.snap.inbox);
-        if !inbox.is_empty() {
-            let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
-            self.transcript.push_user(blocks);
-        }
-        while let Ok(input) = self.inputs.try_recv() {
-            self.receive(input, true).await?;
-        }
-        Ok(())
     }
 
     /// One tool call, as a future that borrows nothing of the agent: `task`

@@ -3,8 +3,9 @@
 //! worker holds the Orchestrator's lease, and made afresh (deliver all) when
 //! a worker claims it, so inputs and control taken but not stored by a
 //! previous holder come again at once. Inputs are acknowledged by the agent
-//! only once the record that took them is stored; duplicates are dropped by
-//! seq against the stored state.
+//! only once the record that took them is stored, and only in `seq` order:
+//! duplicates are dropped against the stored state, and an input ahead of
+//! its turn waits for the ones before it (see `arbiter_bus::seq`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,8 @@ use crate::stop::{Cause, Stopper};
 const CONSUMER_INACTIVE: Duration = Duration::from_secs(3600);
 /// An input taken but neither stored nor handed back comes again after this long.
 const INPUT_ACK_WAIT: Duration = Duration::from_secs(30);
+// Inputs held for a gap must outlast one redelivery of what is missing.
+const _: () = assert!(INPUT_ACK_WAIT.as_secs() < crate::DEFAULT_INPUT_GAP_WAIT.as_secs());
 /// Attempts to (re)create the consumer before the claim is given up.
 const OPEN_ATTEMPTS: u64 = 3;
 /// Wait between attempts to open a consumer that went away.

@@ -83,6 +83,16 @@ pub struct Config {
     pub lease: Duration,
     /// How the `bash` tool's commands are confined.
     pub sandbox: SandboxConfig,
+    /// How long inputs that came ahead of their turn (a `seq` past the next
+    /// one) wait for the input before them; see [`DEFAULT_INPUT_GAP_WAIT`].
+    pub input_gap_wait: Duration,
+    /// How long an Orchestrator waits for the Arbiter in its slot before it
+    /// parks: gives the slot back, keeping its lease, and takes one again
+    /// when input comes. `None`: never.
+    pub park_after: Option<Duration>,
+    /// Orchestrators parked at once, at most; past that, a waiting
+    /// Orchestrator keeps its slot. `None`: [`PARKED_PER_SLOT`] per slot.
+    pub max_parked: Option<usize>,
 }
 
 impl Default for Config {
@@ -102,6 +112,9 @@ impl Default for Config {
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease: DEFAULT_LEASE,
             sandbox: SandboxConfig::default(),
+            input_gap_wait: DEFAULT_INPUT_GAP_WAIT,
+            park_after: Some(DEFAULT_PARK_AFTER),
+            max_parked: None,
         }
     }
 }
@@ -109,6 +122,18 @@ impl Default for Config {
 /// How long a lease lasts without renewal, by default.
 pub const DEFAULT_LEASE: Duration = arbiter_bus::setup::DEFAULT_LEASE;
 use arbiter_bus::setup::POOL_MAX_ACK_PENDING;
+/// How long a gap in an Orchestrator's input `seq`s may stay open: twice
+/// the input consumer's ack wait (30 s), so that an input the server delivers
+/// again arrives in time to fill it.
+pub const DEFAULT_INPUT_GAP_WAIT: Duration = Duration::from_secs(60);
+/// How long an Orchestrator waits for the Arbiter in its slot before it
+/// parks, by default: long enough that an answer the Arbiter has ready
+/// finds it seated, short enough that summonses do not queue for long
+/// behind Orchestrators that only wait.
+pub const DEFAULT_PARK_AFTER: Duration = Duration::from_secs(120);
+/// Orchestrators that may be parked per slot, by default. A parked one costs
+/// memory (its transcript) and a consumer, not a model call.
+pub const PARKED_PER_SLOT: usize = 16;
 
 /// The Orchestrators' default model, with default settings.
 fn default_model() -> ModelConfig {
@@ -213,9 +238,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pool_consumer(&bus, &config.pool, config.lease),
     )
     .await?;
-    let slots = Slots::new(&config.worker_id, &config.pool, config.max_orchestrators);
+    let max_parked = config
+        .max_parked
+        .unwrap_or(config.max_orchestrators.saturating_mul(PARKED_PER_SLOT));
+    let slots = Slots::new(
+        &config.worker_id,
+        &config.pool,
+        config.max_orchestrators,
+        max_parked,
+    );
     let presence = presence::start(&client, slots.clone()).await?;
-    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, ?lease, "worker ready");
+    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, "worker ready");
     let shared = Arc::new(Shared {
         bus,
         state,
@@ -253,10 +286,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 None => break,
             },
         };
+        // A parked Orchestrator that has input goes before any new summons.
+        let Some(mut permit) = slots.hand_over(permit) else {
+            continue;
+        };
         // Holding a free slot: ask for exactly one summons.
         let (summon, msg) = loop {
             let fetched = tokio::select! {
                 _ = &mut shutdown => break 'outer,
+                // A summons the server was sending just then comes again
+                // after the lease; a parked Orchestrator would wait up to
+                // a whole fetch otherwise.
+                () = slots.wanted() => match slots.hand_over(permit) {
+                    Some(kept) => {
+                        permit = kept;
+                        continue;
+                    }
+                    None => continue 'outer,
+                },
                 fetched = fetch_one(&consumer) => fetched,
             };
             match fetched {

@@ -106,6 +106,15 @@ struct Cli {
     /// Cut the commands off the network (they keep a loopback interface).
     #[arg(long, env = "ARBITER_SANDBOX_UNSHARE_NET")]
     sandbox_unshare_net: bool,
+    /// Seconds an Orchestrator waits for the Arbiter in its slot before it
+    /// parks: gives the slot back (keeping its lease) and takes one again
+    /// when the Arbiter answers. 0 turns parking off.
+    #[arg(long, env = "ARBITER_PARK_AFTER_SECS", default_value_t = 120.0)]
+    park_after: f64,
+    /// Orchestrators parked at once, at most (default 16 per slot); past
+    /// that, a waiting Orchestrator keeps its slot.
+    #[arg(long, env = "ARBITER_MAX_PARKED")]
+    max_parked: Option<usize>,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -197,6 +206,15 @@ async fn try_main() -> anyhow::Result<()> {
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,
         sandbox,
+        input_gap_wait: arbiter_worker::DEFAULT_INPUT_GAP_WAIT,
+        park_after: match cli.park_after {
+            0.0 => None,
+            secs => Some(
+                std::time::Duration::try_from_secs_f64(secs)
+                    .context("--park-after must be a number of seconds, 0 or more")?,
+            ),
+        },
+        max_parked: cli.max_parked,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -10,7 +10,9 @@
 //!   published or acknowledged; the inputs it held go back;
 //! - the worker is shutting down: the summons goes back to the pool at once.
 //!
-//! In every case its slot is freed as soon as the agent loop stops.
+//! In every case its slot is freed as soon as the agent loop stops. While it
+//! waits for the Arbiter it may park: give the slot back for a while (see
+//! `slots.rs`); its lease and its input consumer stay.
 
 use std::sync::Arc;
 
@@ -28,7 +30,7 @@ use crate::agent::{Agent, Start, Stop};
 use crate::inputs;
 use crate::lease::{Lease, Registered};
 use crate::outbox::Outbox;
-use crate::slots::Slot;
+use crate::slots::{Seat, Slot};
 use crate::state::{self, Claim, EndReason, Phase, Snapshot, StateStore};
 use crate::status::StatusHandle;
 use crate::stop::{Cause, Stopper};
@@ -126,8 +128,19 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     let outbox = Outbox::new(shared.bus.clone(), &summon.session_id, &summon.orch_id);
     outbox.replay(&replay, stopper.token()).await;
 
-    let name = summon.workspace.as_deref().unwrap_or(&summon.session_id);
-    let workspace = match Workspace::open(&shared.config.workspace_root, name) {
+    // The session id alone decides the workspace: a summons naming a
+    // directory could otherwise open another session's files.
+    if let Some(named) = summon
+        .workspace
+        .as_deref()
+        .filter(|named| *named != summon.session_id)
+    {
+        tracing::warn!(
+            workspace = named,
+            "the summons names another workspace; ignored, the session's own is used"
+        );
+    }
+    let workspace = match Workspace::open(&shared.config.workspace_root, &summon.session_id) {
         Ok(ws) => ws,
         Err(e) => {
             let message = format!("workspace: {e}");
@@ -180,6 +193,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         transcript,
         snapshot,
         store,
+        seat: Seat::new(slot),
     };
     let mut agent = Agent::new(
         shared.clone(),
@@ -231,7 +245,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             // another, so status never shows more Orchestrators than slots.
             stop_status(&status, heartbeat).await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             if let Some(msg) = control
                 && let Err(e) = msg.ack().await
             {
@@ -250,7 +264,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             reader.abort();
             agent.hand_back_inputs().await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             lease.abandon();
         }
         End::Shutdown => {
@@ -259,7 +273,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             reader.abort();
             agent.hand_back_inputs().await;
             drop(registered);
-            drop(slot);
+            agent.leave_seat();
             lease.hand_back(None).await;
         }
     }
@@ -292,6 +306,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         context_budget: budget,
         current_tool: None,
         tool_count: snapshot.tool_count,
+        parked: false,
         at: Utc::now(),
     }
 }
@@ -329,6 +344,7 @@ async fn stop_status(status: &StatusHandle, heartbeat: tokio::task::JoinHandle<(
         .update(|s| {
             s.state = OrchestratorState::Stopped;
             s.current_tool = None;
+            s.parked = false;
         })
         .await;
 }

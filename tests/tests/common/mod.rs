@@ -192,6 +192,8 @@ impl System {
         arbiter_coordinator::Config {
             nats: arbiter_bus::NatsOptions::url(self.nats.url()),
             model: self.model_config(ARBITER_MODEL),
+            // Tests of the limits set their own.
+            console_caps: arbiter_coordinator::ConsoleCaps::off(),
             ..Default::default()
         }
     }
@@ -211,6 +213,11 @@ impl System {
 
     pub fn spawn_coordinator(&mut self) {
         let config = self.coordinator_config();
+        self.spawn_coordinator_with(config);
+    }
+
+    /// Runs a coordinator with a config the test adjusted (see [`System::coordinator_config`]).
+    pub fn spawn_coordinator_with(&mut self, config: arbiter_coordinator::Config) {
         let stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
             arbiter_coordinator::run(config, stop.cancelled_owned())
@@ -244,6 +251,8 @@ impl System {
             .env("ANTHROPIC_API_KEY", API_KEY)
             .env("ARBITER_MODEL", format!("anthropic:{ARBITER_MODEL}"))
             .env("ARBITER_MODEL_RETRIES", "0")
+            .env("ARBITER_MAX_SESSIONS_PER_CONSOLE", "0")
+            .env("ARBITER_CONSOLE_RATE", "off")
             .env("RUST_LOG", "info,async_nats=warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -290,8 +299,23 @@ impl System {
             .unwrap()
     }
 
-    /// Sends what the human typed, as a console does.
+    /// Sends what the human typed, as a console named `console` does.
+    pub async fn send_as(&self, console: &str, session: &str, text: &str) -> String {
+        self.send_on(
+            subjects::session_human_from(session, console),
+            session,
+            text,
+        )
+        .await
+    }
+
+    /// Sends what the human typed on the bare subject (no console identity).
     pub async fn send(&self, session: &str, text: &str) -> String {
+        self.send_on(subjects::session_human(session), session, text)
+            .await
+    }
+
+    async fn send_on(&self, subject: String, session: &str, text: &str) -> String {
         let message_id = uuid::Uuid::now_v7().to_string();
         let message = HumanMessage {
             v: VERSION,
@@ -301,12 +325,7 @@ impl System {
             sent_at: chrono::Utc::now(),
         };
         self.bus
-            .publish_js(
-                subjects::session_human(session),
-                &message_id,
-                &TraceContext::new_root(),
-                &message,
-            )
+            .publish_js(subject, &message_id, &TraceContext::new_root(), &message)
             .await
             .unwrap();
         message_id

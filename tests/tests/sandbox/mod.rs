@@ -274,7 +274,7 @@ async fn a_worker_refuses_to_start_without_a_working_sandbox() {
     assert!(!status.success());
     assert_eq!(
         stderr,
-        "Error: --sandbox bwrap: bwrap (bubblewrap) is not on PATH; install it (the \
+        "arbiter-worker: --sandbox bwrap: bwrap (bubblewrap) is not on PATH; install it (the \
          `bubblewrap` package), or start with --sandbox none to run tools unconfined (not \
          recommended)\n"
     );
@@ -291,7 +291,7 @@ async fn a_worker_refuses_to_start_without_a_working_sandbox() {
     assert!(!status.success());
     assert_eq!(
         stderr,
-        "Error: --sandbox bwrap: bubblewrap cannot set up a sandbox here (bwrap: Creating new \
+        "arbiter-worker: --sandbox bwrap: bubblewrap cannot set up a sandbox here (bwrap: Creating new \
          namespace failed: Operation not permitted): user namespaces, or the mounts it needs, \
          are not allowed (in Docker, run the worker with --security-opt seccomp=unconfined \
          --security-opt systempaths=unconfined; see \"Sandbox\" in docs/tools.md), or start \

@@ -111,6 +111,7 @@ fn setup(
             context_budget: 1000,
             current_tool: None,
             tool_count: 0,
+            parked: false,
             at: chrono::Utc::now(),
         },
         None,

@@ -1,0 +1,247 @@
+//! Orchestrator output reaching a session: only the active Orchestrator's,
+//! and only in `seq` order. The next `seq` is taken; one at or below the last
+//! taken is a duplicate; one further ahead is held aside, unacknowledged, for
+//! up to the gap wait (longer than the consumer's ack wait, so a message
+//! delivered again can fill the gap). Held output is taken in order when the
+//! gap fills; if it never does, it is dropped and acknowledged, and the log
+//! says which `seq` never arrived. The last `seq` taken (stored with the
+//! session) never moves past one that was not taken, so a forged `seq` cannot
+//! silence the real Orchestrator.
+
+use arbiter_bus::TraceContext;
+use arbiter_bus::seq::{self, Expired, Gaps, Hold, Order};
+use arbiter_protocol::{
+    ErrorEntry, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage, WireError,
+    orchestrator_name, subjects,
+};
+use tokio::time::Instant;
+
+use crate::session::{Ack, Session};
+use crate::state::Pending;
+
+/// Output held aside per session, at most; more is dropped at once (and
+/// counted in the gap's report). Bounds what a flood of forged `seq`s keeps
+/// unacknowledged on the coordinator's consumer.
+pub(crate) const MAX_HELD_OUTPUTS: usize = 64;
+
+/// One Orchestrator output as it came, not yet acknowledged.
+pub(crate) struct Held {
+    message: OrchestratorMessage,
+    trace: TraceContext,
+    ack: Ack,
+}
+
+/// The output held aside for one session's active Orchestrator.
+pub(crate) struct HeldOutputs {
+    /// Whose output is held.
+    orch_id: Option<String>,
+    gaps: Gaps<Held>,
+}
+
+impl HeldOutputs {
+    pub(crate) fn new(wait: std::time::Duration) -> Self {
+        Self {
+            orch_id: None,
+            gaps: Gaps::new(wait, MAX_HELD_OUTPUTS),
+        }
+    }
+
+    /// When the open gap times out, if output is held.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.gaps.deadline()
+    }
+}
+
+impl Session {
+    pub(crate) fn on_orchestrator(
+        &mut self,
+        message: OrchestratorMessage,
+        trace: TraceContext,
+        ack: Ack,
+    ) {
+        let Some(active) = self
+            .state
+            .active
+            .as_ref()
+            .filter(|a| a.orch_id == message.orch_id)
+        else {
+            tracing::info!(orch.id = %message.orch_id, "output from an Orchestrator that is no longer active; ignored");
+            self.keep_ack(ack);
+            return;
+        };
+        match seq::order(active.outputs_seen, message.seq) {
+            Order::Duplicate => {
+                tracing::info!(orch.id = %message.orch_id, seq = message.seq, "duplicate Orchestrator output dropped");
+                self.keep_ack(ack);
+            }
+            Order::Ahead => self.hold_output(Held {
+                message,
+                trace,
+                ack,
+            }),
+            Order::Next => {
+                let mut next = Some(Held {
+                    message,
+                    trace,
+                    ack,
+                });
+                while let Some(held) = next {
+                    let orch_id = held.message.orch_id.clone();
+                    self.keep_ack(held.ack);
+                    self.take_output(held.message, held.trace);
+                    next = match self.state.active.as_ref().filter(|a| a.orch_id == orch_id) {
+                        Some(active) => self
+                            .held
+                            .gaps
+                            .next_after(active.outputs_seen, Instant::now())
+                            .map(|(_, held)| held),
+                        // It failed: whatever it sent after is not wanted.
+                        None => {
+                            self.drop_held();
+                            None
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    /// Output that came ahead of its turn waits, unacknowledged, for the
+    /// output before it.
+    fn hold_output(&mut self, held: Held) {
+        let seq = held.message.seq;
+        let orch_id = held.message.orch_id.clone();
+        if self.held.orch_id.as_deref() != Some(orch_id.as_str()) {
+            // What an earlier Orchestrator left held is not wanted any more.
+            self.drop_held();
+            self.held.orch_id = Some(orch_id.clone());
+        }
+        match self.held.gaps.hold(seq, held, Instant::now()) {
+            Hold::Held => {
+                tracing::warn!(orch.id = %orch_id, seq, "Orchestrator output ahead of its turn; held until the output before it arrives");
+            }
+            Hold::AlreadyHeld(again) => {
+                let same = self
+                    .held
+                    .gaps
+                    .get(seq)
+                    .is_some_and(|first| stream_seq(&first.ack) == stream_seq(&again.ack));
+                if same {
+                    // Delivered again (the ack wait ran out): this delivery is the one to ack.
+                    self.held.gaps.replace(seq, again);
+                } else {
+                    tracing::warn!(orch.id = %orch_id, seq, "a second output with a seq already held; dropped");
+                    self.keep_ack(again.ack);
+                }
+            }
+            Hold::Full(turned_away) => {
+                tracing::warn!(orch.id = %orch_id, seq, "too much Orchestrator output held; dropped");
+                self.keep_ack(turned_away.ack);
+            }
+        }
+    }
+
+    /// Drops the held output once its gap has stayed open for the whole
+    /// wait, and says so in the log if its Orchestrator is still active.
+    pub(crate) fn expire_held(&mut self) {
+        let Some(expired) = self.held.gaps.expire(Instant::now()) else {
+            return;
+        };
+        let orch_id = self.held.orch_id.take();
+        let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
+        let turned_away = expired.turned_away;
+        self.ack_dropped(expired);
+        let Some(active) = self
+            .state
+            .active
+            .as_ref()
+            .filter(|a| Some(&a.orch_id) == orch_id.as_ref())
+        else {
+            return;
+        };
+        let missing = active.outputs_seen.saturating_add(1);
+        let list: Vec<String> = dropped.iter().map(u64::to_string).collect();
+        let mut detail = format!(
+            "output seq {missing} of {} never arrived within {} s; the output held after it \
+             was dropped: seq {}",
+            orchestrator_name(active.number),
+            self.held.gaps.wait().as_secs_f64(),
+            list.join(", ")
+        );
+        if turned_away > 0 {
+            detail.push_str(&format!(
+                " (and {turned_away} more turned away, past {MAX_HELD_OUTPUTS} held)"
+            ));
+        }
+        tracing::error!(orch.id = %active.orch_id, missing, ?dropped, "a gap in Orchestrator output never filled; held output dropped");
+        let subject = subjects::orch_out(&active.orch_id);
+        self.log(LogBody::Error(ErrorEntry {
+            error: WireError::MalformedMessage { subject, detail },
+        }));
+    }
+
+    /// Drops whatever is held, acknowledged without a word.
+    fn drop_held(&mut self) {
+        let expired = self.held.gaps.drain();
+        self.held.orch_id = None;
+        self.ack_dropped(expired);
+    }
+
+    fn ack_dropped(&mut self, expired: Expired<Held>) {
+        for (_, held) in expired.dropped {
+            self.keep_ack(held.ack);
+        }
+    }
+
+    /// Takes the active Orchestrator's next output.
+    fn take_output(&mut self, message: OrchestratorMessage, trace: TraceContext) {
+        let Some(active) = self.state.active.as_mut() else {
+            return;
+        };
+        active.outputs_seen = message.seq;
+        let number = active.number;
+        self.trace = trace;
+        self.changed = true;
+        match message.event {
+            OrchestratorEvent::Output(output) => {
+                self.log(LogBody::Orchestrator(OrchestratorEntry {
+                    number,
+                    orch_id: message.orch_id,
+                    expects_response: output.expects_response,
+                    text: output.message.clone(),
+                }));
+                if output.expects_response {
+                    self.state.queue.push_back(Pending::Orchestrator {
+                        number,
+                        text: output.message,
+                    });
+                } else {
+                    self.state.notes.push((number, output.message));
+                }
+            }
+            OrchestratorEvent::Failed(failed) => {
+                self.state.active = None;
+                let error = match failed.error {
+                    already @ WireError::OrchestratorFailed { .. } => already,
+                    cause => WireError::OrchestratorFailed {
+                        number,
+                        message: cause.to_string(),
+                    },
+                };
+                let text = format!(
+                    "{} has stopped and is no longer active: {}",
+                    orchestrator_name(number),
+                    error
+                );
+                self.log(LogBody::Error(ErrorEntry { error }));
+                self.state.queue.push_back(Pending::System { text });
+            }
+        }
+    }
+}
+
+/// The stream sequence of a delivery: the same for every delivery of one message.
+fn stream_seq(ack: &Ack) -> Option<u64> {
+    ack.as_ref()
+        .and_then(|msg| msg.info().ok().map(|info| info.stream_sequence))
+}

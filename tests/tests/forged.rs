@@ -1,0 +1,224 @@
+//! What someone with NATS access can forge, end to end (issue #13): output
+//! and input `seq`s far ahead of the real ones must not silence the real
+//! Orchestrator or the real Arbiter. The attacker here is a plain test client
+//! publishing on the subjects.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod direct;
+
+use std::time::Duration;
+
+use arbiter_bus::TraceContext;
+use arbiter_protocol::{
+    LogBody, OrchestratorEvent, OrchestratorInput, OrchestratorMessage, OrchestratorOutput,
+    VERSION, subjects,
+};
+use arbiter_tests::{Gate, eventually};
+use async_nats::jetstream::consumer::pull;
+use common::*;
+use pretty_assertions::assert_eq;
+
+/// Forged seqs: far ahead, and the largest there is.
+const FORGED: [u64; 2] = [1000, u64::MAX];
+/// How long a gap is held in these tests (the default is far longer).
+const GAP_WAIT: Duration = Duration::from_secs(1);
+
+/// A system whose coordinator and worker hold gaps for [`GAP_WAIT`] only.
+async fn start() -> System {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut coordinator = sys.coordinator_config();
+    coordinator.output_gap_wait = GAP_WAIT;
+    sys.spawn_coordinator_with(coordinator);
+    let mut worker = sys.worker_config("worker-0", 4, 200_000);
+    worker.input_gap_wait = GAP_WAIT;
+    sys.spawn_worker_with(worker);
+    // Up before the first summons, which would otherwise log that no worker answered.
+    direct::worker_ready(&sys, "worker-0").await;
+    sys
+}
+
+async fn summoned_id(log: &LogWatch) -> String {
+    let at = log
+        .wait_for("the summons", |b| matches!(b, LogBody::Summoned(_)))
+        .await;
+    match &log.bodies()[at] {
+        LogBody::Summoned(e) => e.orch_id.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_output_seqs_never_silence_the_real_orchestrator() {
+    let sys = start().await;
+    let s = "s-forged-out";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Build the thing");
+    let brief = "Build the thing, then ask.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    let speak = Gate::new();
+    sys.mock.push(
+        &orch_lane(brief),
+        orch(true, "Built. Ship it?").gated(speak.clone()),
+    );
+    // The Arbiter answers only once the gap has been reported, so that the
+    // Orchestrator is still active then.
+    let answer = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("release_orchestrators", "Shipped.").gated(answer.clone()),
+    );
+    sys.send(s, "Build the thing").await;
+    let orch_id = summoned_id(&log).await;
+    sys.mock.wait_for_requests(&orch_lane(brief), 1, WAIT).await;
+
+    // The attacker speaks first, as the active Orchestrator, far ahead.
+    for seq in FORGED {
+        let forged = OrchestratorMessage {
+            v: VERSION,
+            session_id: s.into(),
+            orch_id: orch_id.clone(),
+            seq,
+            event: OrchestratorEvent::Output(OrchestratorOutput {
+                expects_response: true,
+                message: format!("FORGED {seq}"),
+            }),
+            sent_at: chrono::Utc::now(),
+        };
+        sys.bus
+            .publish_js(
+                subjects::orch_out(&orch_id),
+                &format!("forged-out-{seq}"),
+                &TraceContext::new_root(),
+                &forged,
+            )
+            .await
+            .unwrap();
+    }
+    // The real Orchestrator's seq 1 is taken while the forged ones are held.
+    speak.open();
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    log.wait_for("the gap's report", |b| matches!(b, LogBody::Error(_)))
+        .await;
+    answer.open();
+    sys.settled(s, 6).await;
+
+    let report = format!(
+        "a malformed message on {} was rejected: output seq 2 of Orchestrator I never \
+         arrived within 1 s; the output held after it was dropped: seq 1000, {}",
+        subjects::orch_out(&orch_id),
+        u64::MAX
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build the thing"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Built. Ship it?"),
+            pair("Error", &report),
+            pair("Released", "I"),
+            pair("Arbiter", "Shipped."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].last_user_text(),
+        "Orchestrator I: Built. Ship it?"
+    );
+    assert!(
+        sys.mock
+            .requests()
+            .iter()
+            .all(|r| !r.all_text().contains("FORGED")),
+        "a forged output reached a model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_input_seqs_never_silence_the_real_arbiter() {
+    let sys = start().await;
+    let s = "s-forged-in";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Paint the shed");
+    let brief = "Paint the shed; ask which colour.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    let answer = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_orchestrator", "Blue.").gated(answer.clone()),
+    );
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Done."));
+    sys.mock.push(&lane, orch(true, "Which colour?"));
+    sys.mock.push(&lane, orch(true, "Painted blue."));
+    sys.send(s, "Paint the shed").await;
+    let orch_id = summoned_id(&log).await;
+    log.wait_for("the question", |b| matches!(b, LogBody::Orchestrator(_)))
+        .await;
+
+    // While I waits, the attacker speaks to it as the Arbiter, far ahead.
+    for seq in FORGED {
+        let forged = OrchestratorInput {
+            v: VERSION,
+            session_id: s.into(),
+            orch_id: orch_id.clone(),
+            seq,
+            message: format!("FORGED {seq}"),
+            sent_at: chrono::Utc::now(),
+        };
+        sys.bus
+            .publish_js(
+                subjects::orch_in(&orch_id),
+                &format!("forged-in-{seq}"),
+                &TraceContext::new_root(),
+                &forged,
+            )
+            .await
+            .unwrap();
+    }
+    // Both delivered, held, and once the gap timed out terminated: nothing
+    // of them is pending on I's input consumer any more.
+    let stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+    eventually(WAIT, "the forged inputs to be dropped", || async {
+        let mut consumer = stream
+            .get_consumer::<pull::Config>(&subjects::orch_consumer(&orch_id))
+            .await
+            .ok()?;
+        let info = consumer.info().await.ok()?;
+        (info.num_pending == 0 && info.num_ack_pending == 0 && info.delivered.stream_sequence > 0)
+            .then_some(())
+    })
+    .await;
+    answer.open();
+    sys.settled(s, 7).await;
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Paint the shed"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Which colour?"),
+            pair("Arbiter → Orchestrator I", "Blue."),
+            pair("Orchestrator I", "Painted blue."),
+            pair("Released", "I"),
+            pair("Arbiter", "Done."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].last_user_text(), "Blue.");
+    assert!(
+        sys.mock
+            .requests()
+            .iter()
+            .all(|r| !r.all_text().contains("FORGED")),
+        "a forged input reached a model"
+    );
+}

@@ -1,0 +1,233 @@
+//! Limits per console identity (issue #13: "300 sessions opened in 0.9 s
+//! meant 300 model calls"): a console may have so many sessions at work at
+//! once and send so fast; past either, its message is refused with the
+//! reason in the session's log and never reaches the Arbiter. Other
+//! consoles are not affected.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use arbiter_coordinator::{ConsoleCaps, Rate};
+use arbiter_tests::Gate;
+use common::*;
+use pretty_assertions::assert_eq;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_past_its_limits_is_refused_and_others_are_not() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.coordinator_config();
+    // Three sessions at work; eight messages, and next to none more for an hour.
+    config.console_caps = ConsoleCaps {
+        max_sessions: Some(3),
+        rate: Some(Rate {
+            count: 8,
+            per: Duration::from_secs(3600),
+            burst: 8,
+        }),
+    };
+    sys.spawn_coordinator_with(config);
+
+    // Alice opens five sessions in a burst; the Arbiter thinks about each
+    // until the gate opens, so the first three are at work throughout.
+    let thinking = Gate::new();
+    let sessions: Vec<String> = (1..=5).map(|i| format!("s-alice-{i}")).collect();
+    let mut logs = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let first = format!("alice task {}", i + 1);
+        sys.mock.push(
+            &arbiter_lane(&first),
+            arbiter("address_human", &format!("On it, task {}.", i + 1)).gated(thinking.clone()),
+        );
+        logs.push(sys.watch_log(s).await);
+    }
+    sys.mock.push(
+        &arbiter_lane("alice task 1"),
+        arbiter("address_human", "Noted."),
+    );
+    for (i, s) in sessions.iter().enumerate() {
+        sys.send_as("alice", s, &format!("alice task {}", i + 1))
+            .await;
+    }
+    let refused_sessions = "Message refused: console \"alice\" already has 3 sessions at work, \
+        the most it may have at once. Send it again once one of them is idle, or raise the \
+        limit (arbiter-coordinator --max-sessions-per-console, or \
+        ARBITER_MAX_SESSIONS_PER_CONSOLE).";
+    for log in &logs[3..] {
+        log.wait_len(1).await;
+    }
+    for i in 1..=3 {
+        sys.mock
+            .wait_for_requests(&arbiter_lane(&format!("alice task {i}")), 1, WAIT)
+            .await;
+    }
+
+    // A burst in a session at work: three tokens are left of eight.
+    for n in 1..=5 {
+        sys.send_as("alice", &sessions[0], &format!("burst {n}"))
+            .await;
+    }
+    let refused_rate = "Message refused: console \"alice\" is sending faster than \
+        8/h,burst=8 messages. Wait a moment and send it again, or raise the limit \
+        (arbiter-coordinator --console-rate, or ARBITER_CONSOLE_RATE).";
+    logs[0].wait_len(6).await;
+
+    // Bob is not affected.
+    let bob_log = sys.watch_log("s-bob").await;
+    sys.mock.push(
+        &arbiter_lane("bob task"),
+        arbiter("address_human", "Hello, Bob."),
+    );
+    sys.send_as("bob", "s-bob", "bob task").await;
+    sys.settled("s-bob", 2).await;
+
+    thinking.open();
+    sys.settled(&sessions[0], 8).await;
+    for s in &sessions[1..3] {
+        sys.settled(s, 2).await;
+    }
+    for s in &sessions[3..] {
+        sys.settled(s, 1).await;
+    }
+
+    assert_eq!(
+        briefs(&logs[0].bodies()),
+        vec![
+            pair("You", "alice task 1"),
+            pair("You", "burst 1"),
+            pair("You", "burst 2"),
+            pair("You", "burst 3"),
+            pair("System", refused_rate),
+            pair("System", refused_rate),
+            pair("Arbiter", "On it, task 1."),
+            pair("Arbiter", "Noted."),
+        ]
+    );
+    for (i, log) in logs.iter().enumerate().take(3).skip(1) {
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![
+                pair("You", &format!("alice task {}", i + 1)),
+                pair("Arbiter", &format!("On it, task {}.", i + 1)),
+            ]
+        );
+    }
+    for log in &logs[3..] {
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![pair("System", refused_sessions)]
+        );
+    }
+    assert_eq!(
+        briefs(&bob_log.bodies()),
+        vec![pair("You", "bob task"), pair("Arbiter", "Hello, Bob.")]
+    );
+
+    // Exactly three of alice's sessions made model calls; the refused
+    // messages reached no model.
+    let calls: Vec<usize> = (1..=5)
+        .map(|i| {
+            sys.mock
+                .requests_for(&arbiter_lane(&format!("alice task {i}")))
+                .len()
+        })
+        .collect();
+    assert_eq!(calls, vec![2, 1, 1, 0, 0]);
+    assert_eq!(
+        sys.mock.requests_for(&arbiter_lane("alice task 1"))[1].last_user_text(),
+        "burst 1\n\nburst 2\n\nburst 3"
+    );
+    assert!(
+        sys.mock
+            .requests()
+            .iter()
+            .all(|r| !r.all_text().contains("burst 4") && !r.all_text().contains("burst 5"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_date() {
+    use arbiter_protocol::subjects;
+    use async_nats::jetstream::{consumer::pull, stream};
+
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    // As an older version left them: the bare human subject only.
+    let js = sys.bus.js.clone();
+    js.delete_stream(subjects::SESSIONS_STREAM).await.unwrap();
+    let old = js
+        .create_stream(stream::Config {
+            name: subjects::SESSIONS_STREAM.into(),
+            subjects: vec![
+                subjects::ALL_SESSION_HUMAN.into(),
+                subjects::ALL_SESSION_LOG.into(),
+            ],
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    old.create_consumer(pull::Config {
+        durable_name: Some(subjects::COORDINATOR_HUMAN_CONSUMER.into()),
+        filter_subject: subjects::ALL_SESSION_HUMAN.into(),
+        ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    sys.spawn_coordinator();
+    arbiter_tests::eventually(WAIT, "the stream to take console identities", || async {
+        let mut stream = js.get_stream(subjects::SESSIONS_STREAM).await.ok()?;
+        let info = stream.info().await.ok()?;
+        info.config
+            .subjects
+            .contains(&subjects::ALL_SESSION_HUMAN_FROM.to_owned())
+            .then_some(())
+    })
+    .await;
+    let log = sys.watch_log("s-upgraded").await;
+    sys.mock.push(
+        &arbiter_lane("from a named console"),
+        arbiter("address_human", "Heard."),
+    );
+    sys.send_as("carol", "s-upgraded", "from a named console")
+        .await;
+    sys.settled("s-upgraded", 2).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "from a named console"),
+            pair("Arbiter", "Heard."),
+        ]
+    );
+    let stream = js.get_stream(subjects::SESSIONS_STREAM).await.unwrap();
+    let mut consumer = stream
+        .get_consumer::<pull::Config>(subjects::COORDINATOR_HUMAN_CONSUMER)
+        .await
+        .unwrap();
+    let mut filters = consumer
+        .info()
+        .await
+        .unwrap()
+        .config
+        .filter_subjects
+        .clone();
+    filters.sort();
+    assert_eq!(
+        filters,
+        vec![
+            subjects::ALL_SESSION_HUMAN.to_owned(),
+            subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
+        ]
+    );
+}

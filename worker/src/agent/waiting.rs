@@ -1,0 +1,223 @@
+//! The Orchestrator between turns: waiting for the Arbiter, and taking its
+//! input in `seq` order (see `arbiter_bus::seq`): the next one is taken, a
+//! duplicate dropped, one ahead of its turn held until the gap fills or
+//! times out. An Orchestrator that waits long enough parks (see
+//! `slots.rs`): its slot goes back to the worker until input comes.
+
+use arbiter_bus::seq::{self, Hold, Order};
+use arbiter_llm::Block;
+use arbiter_protocol::OrchestratorState;
+use async_nats::jetstream::AckKind;
+use tokio::time::Instant;
+
+use super::{Agent, Stop};
+use crate::inputs::Input;
+use crate::state::Phase;
+
+impl Agent {
+    /// Waits for the Arbiter's next message (unless some came while it
+    /// worked). After the park time it parks: gives its slot back, and takes
+    /// one again once input has come (stored meanwhile, so nothing waits
+    /// unacknowledged). A release or cancel ends it without a slot: storing
+    /// the end runs no model and no tool.
+    pub(super) async fn wait(&mut self) -> Result<(), Stop> {
+        self.status
+            .update(|s| {
+                s.state = OrchestratorState::Waiting;
+                s.current_tool = None;
+            })
+            .await;
+        let stop = self.stopper.token().clone();
+        let park_after = self.shared.config.park_after;
+        let mut park_at = park_after.map(|after| Instant::now() + after);
+        while self.snap.inbox.is_empty() {
+            let gap = self.ahead.deadline();
+            let input = tokio::select! {
+                () = stop.cancelled() => return Err(Stop::Interrupted),
+                input = self.inputs.recv() => input.ok_or(Stop::Interrupted)?,
+                () = until(gap), if gap.is_some() => {
+                    self.expire_ahead().await;
+                    continue;
+                }
+                () = until(park_at), if park_at.is_some() => {
+                    // As many as allowed are parked: it stays seated and tries again later.
+                    park_at = if self.park().await {
+                        None
+                    } else {
+                        park_after.map(|after| Instant::now() + after)
+                    };
+                    continue;
+                }
+            };
+            // A parked Orchestrator stores what comes before it has a slot.
+            let now = !self.seat.is_parked();
+            if self.receive(input, now).await? {
+                break;
+            }
+        }
+        if self.seat.is_parked() {
+            self.unpark().await?;
+        }
+        self.take_inputs().await?;
+        self.snap.phase = Phase::Working;
+        self.step(Vec::new()).await
+    }
+
+    /// Gives the slot back, if fewer than the most allowed are parked.
+    async fn park(&mut self) -> bool {
+        if !self.seat.park() {
+            tracing::info!(
+                "waited long enough to park, but as many as allowed are parked; keeping the slot"
+            );
+            return false;
+        }
+        tracing::info!("waiting for the Arbiter: parked, the slot is free for other work");
+        // Said before the slot goes, so status never shows more at work than slots.
+        self.status.update(|s| s.parked = true).await;
+        self.seat.give_back();
+        true
+    }
+
+    /// Takes a slot again (waiting for one if none is free), storing the
+    /// input that comes meanwhile.
+    async fn unpark(&mut self) -> Result<(), Stop> {
+        tracing::info!("input came: taking a slot again");
+        let stop = self.stopper.token().clone();
+        let take = self.seat.take_back();
+        tokio::pin!(take);
+        let permit = loop {
+            let gap = self.ahead.deadline();
+            tokio::select! {
+                () = stop.cancelled() => return Err(Stop::Interrupted),
+                permit = &mut take => break permit.ok_or(Stop::Interrupted)?,
+                input = self.inputs.recv() => {
+                    self.receive(input.ok_or(Stop::Interrupted)?, false).await?;
+                }
+                () = until(gap), if gap.is_some() => self.expire_ahead().await,
+            }
+        };
+        self.seat.sit(permit);
+        tracing::info!("seated again");
+        self.status.update(|s| s.parked = false).await;
+        Ok(())
+    }
+
+    /// Takes one input, and any held ones that follow it in order: into the
+    /// pending user message (`now`) or the stored inbox. False when nothing
+    /// was taken: a duplicate (acknowledged if already stored), or an input
+    /// ahead of its turn, held until the one before it comes.
+    pub(super) async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
+        if input.seq <= self.stored.in_seq {
+            tracing::info!(seq = input.seq, "duplicate input dropped");
+            let _ = input.msg.ack().await;
+            return Ok(false);
+        }
+        match seq::order(self.snap.in_seq, input.seq) {
+            // Delivered again while this worker holds it, not yet stored.
+            Order::Duplicate => return Ok(false),
+            Order::Ahead => {
+                self.hold_ahead(input).await;
+                return Ok(false);
+            }
+            Order::Next => {}
+        }
+        let mut next = Some(input);
+        while let Some(input) = next {
+            self.take(input, now).await?;
+            next = self
+                .ahead
+                .next_after(self.snap.in_seq, Instant::now())
+                .map(|(_, input)| input);
+        }
+        Ok(true)
+    }
+
+    /// An input that came ahead of its turn waits, unacknowledged, for the one before it.
+    async fn hold_ahead(&mut self, input: Input) {
+        let seq = input.seq;
+        let orch_id = self.status.get().orch_id;
+        match self.ahead.hold(seq, input, Instant::now()) {
+            Hold::Held => {
+                tracing::warn!(orch.id = %orch_id, seq, expected = self.snap.in_seq.saturating_add(1), "input ahead of its turn; held until the input before it arrives");
+            }
+            Hold::AlreadyHeld(again) => {
+                let same = self
+                    .ahead
+                    .get(seq)
+                    .is_some_and(|first| stream_seq(&first.msg) == stream_seq(&again.msg));
+                if same {
+                    // Delivered again (the ack wait ran out): this delivery is the one to ack.
+                    self.ahead.replace(seq, again);
+                } else {
+                    tracing::warn!(orch.id = %orch_id, seq, "a second input with a seq already held; terminated");
+                    let _ = again.msg.ack_with(AckKind::Term).await;
+                }
+            }
+            Hold::Full(turned_away) => {
+                tracing::error!(orch.id = %orch_id, seq, "too many inputs held ahead of their turn; terminated");
+                let _ = turned_away.msg.ack_with(AckKind::Term).await;
+            }
+        }
+    }
+
+    /// Inputs held for a gap that never filled: logged and terminated, so
+    /// that they never come again.
+    pub(super) async fn expire_ahead(&mut self) {
+        let Some(expired) = self.ahead.expire(Instant::now()) else {
+            return;
+        };
+        let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
+        tracing::error!(
+            orch.id = %self.status.get().orch_id,
+            missing = self.snap.in_seq.saturating_add(1),
+            ?dropped,
+            turned_away = expired.turned_away,
+            wait = ?self.ahead.wait(),
+            "input seq never arrived; the inputs held after it are dropped"
+        );
+        for (_, input) in expired.dropped {
+            let _ = input.msg.ack_with(AckKind::Term).await;
+        }
+    }
+
+    /// Takes the next input in order.
+    async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
+        self.snap.in_seq = input.seq;
+        self.held.push(input.msg);
+        if now {
+            self.transcript
+                .push_user(vec![Block::Text { text: input.text }]);
+        } else {
+            self.snap.inbox.push(input.text);
+            self.step(Vec::new()).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
+    /// into the pending user message.
+    pub(super) async fn take_inputs(&mut self) -> Result<(), Stop> {
+        let inbox = std::mem::take(&mut self.snap.inbox);
+        if !inbox.is_empty() {
+            let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
+            self.transcript.push_user(blocks);
+        }
+        while let Ok(input) = self.inputs.try_recv() {
+            self.receive(input, true).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Resolves at `deadline` (never without one).
+pub(super) async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The stream sequence of a delivery: the same for every delivery of one message.
+fn stream_seq(msg: &async_nats::jetstream::Message) -> Option<u64> {
+    msg.info().ok().map(|info| info.stream_sequence)
+}
