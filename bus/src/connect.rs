@@ -225,11 +225,14 @@ impl Alarms {
                     tracing::error!(denied = %text, "NATS denied an operation to this credential");
                     self.lock().push(text);
                     self.inner.denied_tx.send_modify(|n| *n += 1);
-                } else if lower.contains("authentication revoked")
-                    || lower.contains("user authentication expired")
+                } else if lower.contains("authentication revoked") {
+                    self.refused(&format!(
+                        "NATS revoked this process's credentials and ended its connection ({text})"
+                    ));
+                } else if lower.contains("user authentication expired")
                     || lower.contains("authorization violation")
                 {
-                    self.refused(&format!("the server ended this connection: {text}"));
+                    self.refused(&format!("NATS ended this connection: {text}"));
                 } else {
                     tracing::warn!(error = %text, "NATS server error");
                 }

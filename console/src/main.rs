@@ -65,8 +65,19 @@ impl Cli {
     }
 
     fn into_config(self, screen: bool) -> Config {
+        let nats = self.nats.options();
+        // The console speaks under its credential's name: the server lets it
+        // publish the human's lines only under that name.
+        let identity = nats
+            .creds
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| arbiter_bus::connect::read_creds_info(&text))
+            .and_then(|info| info.name)
+            .unwrap_or_else(|| arbiter_console::DEFAULT_IDENTITY.to_owned());
         Config {
-            nats: self.nats.options(),
+            nats,
+            identity,
             session: self.session,
             output: if self.json {
                 OutputMode::Json

@@ -259,7 +259,8 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                 "$KV.>".into(),
                 "$O.>".into(),
             ]),
-            Grant::new("see the worker fleet").publish(["$SRV.>".to_owned()]),
+            Grant::new("see the worker fleet (`nats micro`, each worker's presence endpoint)")
+                .publish(["$SRV.>".to_owned(), format!("{PREFIX}.worker.*.presence")]),
             Grant::new("cancel an Orchestrator (`orch.<id>.ctl`)")
                 .publish([format!("{PREFIX}.orch.*.ctl")]),
         ],

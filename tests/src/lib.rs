@@ -6,6 +6,7 @@
 pub mod mock_llm;
 pub mod mock_openai;
 pub mod nats;
+pub mod netns;
 pub mod secure;
 
 use std::future::Future;
@@ -14,6 +15,7 @@ use std::time::Duration;
 pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply};
 pub use nats::NatsServer;
+pub use netns::NetNs;
 pub use secure::SecureNats;
 
 /// How often [`eventually`] polls.

@@ -16,7 +16,25 @@ const BRIEF: &str = "Build an authentication system in src/auth/: Google and Git
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_example_flow_end_to_end() {
-    let sys = System::start().await;
+    seed_flow(System::start().await).await;
+}
+
+/// The same flow as deployed securely: the server runs from the config
+/// `arbiter-admin init` wrote (TLS that verifies clients, JWT operator mode),
+/// and the coordinator, the worker and the human's console each connect with
+/// their own role's credential, under the permissions of `protocol::roles`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_example_flow_over_tls_with_a_credential_per_role() {
+    let sys = System::start_with(Options {
+        secure: true,
+        ..Default::default()
+    })
+    .await;
+    assert!(sys.nats.url().starts_with("tls://"));
+    seed_flow(sys).await;
+}
+
+async fn seed_flow(sys: System) {
     let s = "s-seed";
     let log = sys.watch_log(s).await;
     let arb = arbiter_lane("Build me an auth system");

@@ -3,7 +3,11 @@
 //! every process on its own role's credential.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+mod direct;
+
 mod security {
     pub mod permissions;
     pub mod refusals;
+    pub mod remote;
 }

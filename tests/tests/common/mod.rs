@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use arbiter_bus::{Bus, TraceContext};
+use arbiter_bus::{Bus, NatsOptions, Reach, TraceContext};
 use arbiter_llm::{ApiKey, ModelConfig, Provider, RetryPolicy};
+use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{HumanMessage, LogBody, LogEntry, SessionStatus, VERSION, subjects};
-use arbiter_tests::{MockAnthropic, MockOpenAi, MockReply, NatsServer, eventually};
+use arbiter_tests::{MockAnthropic, MockOpenAi, MockReply, NatsServer, SecureNats, eventually};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -43,12 +44,32 @@ pub fn process_log(name: &str) -> std::process::Stdio {
         .map_or_else(|_| std::process::Stdio::null(), Into::into)
 }
 
+/// Connection options for credential `name`: its bundle in `admin` when the
+/// system is secure, else the plain `url`.
+fn bundle_options(admin: Option<&tempfile::TempDir>, url: &str, name: &str) -> NatsOptions {
+    let Some(admin) = admin else {
+        return NatsOptions::url(url);
+    };
+    let bundle = admin.path().join("creds").join(name);
+    NatsOptions {
+        creds: Some(bundle.join("nats.creds")),
+        tls_ca: Some(bundle.join("ca.pem")),
+        tls_cert: Some(bundle.join("cert.pem")),
+        tls_key: Some(bundle.join("key.pem")),
+        ..NatsOptions::url(url)
+    }
+}
+
 /// What a [`LogWatch`] has received so far.
 type Entries = Mutex<Vec<LogEntry>>;
 
 /// A running system. Everything stops when it is dropped.
 pub struct System {
     pub nats: NatsServer,
+    /// The admin directory of a secure system ([`Options::secure`]).
+    pub admin: Option<tempfile::TempDir>,
+    /// A secure system's console connection, which [`System::send`] uses.
+    console: Option<Bus>,
     pub mock: MockAnthropic,
     /// The OpenAI-compatible mock, used when [`Options::provider`] says so.
     pub openai: MockOpenAi,
@@ -117,6 +138,13 @@ pub struct Options {
     pub provider: Provider,
     /// A config file for the nats-server (e.g. `deploy/nats-server.conf`).
     pub nats_config: Option<PathBuf>,
+    /// The secure deployment: a server from `arbiter-admin init`'s config
+    /// (TLS verifying clients, JWT operator mode), every process on its own
+    /// role's credential, the test's own sends as the `console` credential.
+    pub secure: bool,
+    /// The address the nats-server and the mock models listen on (default
+    /// 127.0.0.1): a host address that a test's other network namespace reaches.
+    pub bind: Option<std::net::IpAddr>,
 }
 
 impl Default for Options {
@@ -128,6 +156,8 @@ impl Default for Options {
             orch_context_budget: 200_000,
             provider: Provider::Anthropic,
             nats_config: None,
+            secure: false,
+            bind: None,
         }
     }
 }
@@ -139,21 +169,51 @@ impl System {
 
     pub async fn start_with(options: Options) -> Self {
         arbiter_tests::init_tracing();
-        let nats = match &options.nats_config {
-            Some(config) => NatsServer::start_with_config(config).await,
-            None => NatsServer::start().await,
+        let bind = options.bind.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+        let (nats, admin) = if options.secure {
+            let secure = SecureNats::start_on(&bind.to_string(), &[]).await;
+            (secure.server, Some(secure.admin))
+        } else {
+            let nats = match &options.nats_config {
+                Some(config) => NatsServer::start_with_config(config).await,
+                None => NatsServer::start().await,
+            };
+            (nats, None)
         };
-        let mock = MockAnthropic::start().await;
+        let mock = MockAnthropic::start_on(bind).await;
         mock.set_lane_fn(lane_of);
         let openai = MockOpenAi::start().await;
         openai.set_lane_fn(lane_of);
-        let client = arbiter_bus::connect(nats.url(), "test", false)
+        let options_for = |name: &str| bundle_options(admin.as_ref(), nats.url(), name);
+        // The test looks on as the admin; it speaks as the console.
+        let admin_conn = arbiter_bus::connect_with(&options_for("admin"), "test", Reach::FailFast)
             .await
             .unwrap();
-        let bus = Bus::setup(client).await.unwrap();
+        let bus = Bus::open(admin_conn, NatsRole::Admin, Reach::FailFast)
+            .await
+            .unwrap();
+        let console = match &admin {
+            Some(_) => {
+                let conn = arbiter_bus::connect_with(
+                    &options_for("console"),
+                    "test-console",
+                    Reach::FailFast,
+                )
+                .await
+                .unwrap();
+                Some(
+                    Bus::open(conn, NatsRole::Console, Reach::FailFast)
+                        .await
+                        .unwrap(),
+                )
+            }
+            None => None,
+        };
         let workspaces = tempfile::tempdir().unwrap();
         let mut system = Self {
             nats,
+            admin,
+            console,
             mock,
             openai,
             provider: options.provider,
@@ -188,9 +248,32 @@ impl System {
         config
     }
 
+    /// How a process connects as credential `name` (`coordinator`,
+    /// `worker`, …): its bundle on a secure system, the plain URL otherwise.
+    pub fn nats_options(&self, name: &str) -> NatsOptions {
+        bundle_options(self.admin.as_ref(), self.nats.url(), name)
+    }
+
+    /// The environment a binary connects with as credential `name`.
+    pub fn nats_env(&self, name: &str) -> Vec<(&'static str, std::ffi::OsString)> {
+        let o = self.nats_options(name);
+        let mut env = vec![("NATS_URL", o.url.into())];
+        for (key, path) in [
+            ("NATS_CREDS", o.creds),
+            ("NATS_CA", o.tls_ca),
+            ("NATS_CERT", o.tls_cert),
+            ("NATS_KEY", o.tls_key),
+        ] {
+            if let Some(path) = path {
+                env.push((key, path.into_os_string()));
+            }
+        }
+        env
+    }
+
     pub fn coordinator_config(&self) -> arbiter_coordinator::Config {
         arbiter_coordinator::Config {
-            nats: arbiter_bus::NatsOptions::url(self.nats.url()),
+            nats: self.nats_options("coordinator"),
             model: self.model_config(ARBITER_MODEL),
             // Tests of the limits set their own.
             console_caps: arbiter_coordinator::ConsoleCaps::off(),
@@ -200,7 +283,7 @@ impl System {
 
     pub fn worker_config(&self, id: &str, slots: usize, budget: u64) -> arbiter_worker::Config {
         arbiter_worker::Config {
-            nats: arbiter_bus::NatsOptions::url(self.nats.url()),
+            nats: self.nats_options("worker"),
             max_orchestrators: slots,
             workspace_root: self.workspaces.path().to_owned(),
             model: self.model_config(ORCH_MODEL),
@@ -246,7 +329,7 @@ impl System {
         tokio::process::Command::new(arbiter_tests::bin("arbiter-coordinator"))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NATS_URL", self.nats.url())
+            .envs(self.nats_env("coordinator"))
             .env("ANTHROPIC_BASE_URL", self.mock.base_url())
             .env("ANTHROPIC_API_KEY", API_KEY)
             .env("ARBITER_MODEL", format!("anthropic:{ARBITER_MODEL}"))
@@ -276,10 +359,42 @@ impl System {
         slots: usize,
         env: &[(&str, &std::ffi::OsStr)],
     ) -> tokio::process::Child {
-        tokio::process::Command::new(arbiter_tests::bin("arbiter-worker"))
+        self.worker_process_in(None, id, slots, env)
+    }
+
+    /// [`System::worker_process_with`], run inside network namespace
+    /// `netns` when given (another host, as the network sees it).
+    pub fn worker_process_in(
+        &self,
+        netns: Option<&str>,
+        id: &str,
+        slots: usize,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> tokio::process::Child {
+        self.worker_command(netns, id, slots, env).spawn().unwrap()
+    }
+
+    /// The command [`System::worker_process_in`] runs, for a test to adjust.
+    pub fn worker_command(
+        &self,
+        netns: Option<&str>,
+        id: &str,
+        slots: usize,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> tokio::process::Command {
+        let bin = arbiter_tests::bin("arbiter-worker");
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = tokio::process::Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => tokio::process::Command::new(bin),
+        };
+        command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NATS_URL", self.nats.url())
+            .envs(self.nats_env("worker"))
             .env("ANTHROPIC_BASE_URL", self.mock.base_url())
             .env("ANTHROPIC_API_KEY", API_KEY)
             .env("ORCHESTRATOR_MODEL", format!("anthropic:{ORCH_MODEL}"))
@@ -294,9 +409,8 @@ impl System {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(process_log(id))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
+            .kill_on_drop(true);
+        command
     }
 
     /// Sends what the human typed, as a console named `console` does.
@@ -309,8 +423,12 @@ impl System {
         .await
     }
 
-    /// Sends what the human typed on the bare subject (no console identity).
+    /// Sends what the human typed on the bare subject (no console identity);
+    /// on a secure system, as the `console` credential, under its name.
     pub async fn send(&self, session: &str, text: &str) -> String {
+        if self.console.is_some() {
+            return self.send_as("console", session, text).await;
+        }
         self.send_on(subjects::session_human(session), session, text)
             .await
     }
@@ -324,7 +442,9 @@ impl System {
             text: text.to_owned(),
             sent_at: chrono::Utc::now(),
         };
-        self.bus
+        self.console
+            .as_ref()
+            .unwrap_or(&self.bus)
             .publish_js(subject, &message_id, &TraceContext::new_root(), &message)
             .await
             .unwrap();
