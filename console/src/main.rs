@@ -87,7 +87,6 @@ impl Cli {
             show_musings: self.show_musings,
             follow: self.follow,
             screen,
-            ..Config::default()
         }
     }
 }
