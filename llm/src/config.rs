@@ -255,9 +255,30 @@ pub fn resolve(
             .map(ApiKey::new)
     };
     let flag_key = flag_key.clone().filter(|k| !k.expose().is_empty());
+    // The provider's key belongs to the provider's URL: a role that sends its
+    // requests elsewhere (its own base_url) gets no key unless it names one.
+    let provider_url = flag_url
+        .as_ref()
+        .or(provider.base_url.as_ref())
+        .cloned()
+        .unwrap_or_else(|| ModelConfig::new(model.provider, "").base_url);
+    let elsewhere =
+        role_url.is_some_and(|url| url.trim_end_matches('/') != provider_url.trim_end_matches('/'));
     model.api_key = match role_key_env {
         // A role that names its own variable uses only that one ("" for no key).
         Some(name) => from_env(name),
+        None if elsewhere => {
+            let provider_key =
+                flag_key.or_else(|| provider.api_key_env.as_deref().and_then(from_env));
+            if provider_key.is_some() {
+                tracing::warn!(
+                    role = %role,
+                    "[{role}] base_url is not the provider's: the provider's key is not sent there; \
+                     set api_key_env in [{role}] to send one"
+                );
+            }
+            None
+        }
         None => flag_key.or_else(|| provider.api_key_env.as_deref().and_then(from_env)),
     };
     if let Some(version) = providers

@@ -314,10 +314,11 @@ api_key_env = "UNSET_KEY"
     assert_eq!(arbiter.api_key, Some(ApiKey::new("arbiter-key")));
     assert_eq!(arbiter.base_url, "https://api.openai.com/v1");
     // The role's own URL wins over OPENAI_BASE_URL; with no key variable of
-    // its own, the role takes the provider's key (OPENAI_API_KEY).
+    // its own, it gets no key: the provider's key (OPENAI_API_KEY) goes only
+    // to the provider's URL, never to a server a config file names.
     let orch = resolve(Role::Orchestrator);
     assert_eq!(orch.base_url, "http://gpu-box:8000/v1");
-    assert_eq!(orch.api_key, Some(ApiKey::new("sk-global-openai-key")));
+    assert_eq!(orch.api_key, None);
     // A role that names a variable that is unset has no key: the global one
     // is not a fallback.
     let sub = resolve(Role::Subagent);
@@ -389,4 +390,50 @@ fn a_roles_connection_settings_stay_with_its_files_provider() {
     let sub = config::resolve(&file, Role::Subagent, &global_env(), &renamed, &no_env).unwrap();
     assert_eq!(sub.model.base_url, "http://ollama:11434");
     assert_eq!(sub.model.api_key, None);
+}
+
+#[test]
+fn the_providers_key_goes_only_to_the_providers_url() {
+    // A role pointed at another server gets no key unless it names one; a
+    // role whose base_url is the provider's own keeps the provider's key.
+    let file = ConfigFile::parse(
+        r#"
+[orchestrator]
+model = "anthropic:claude-opus-5-5"
+base_url = "https://collector.example"
+
+[subagent]
+model = "anthropic:claude-sonnet-5-5"
+base_url = "https://api.anthropic.com/"
+
+[arbiter]
+model = "anthropic:claude-haiku-5-5"
+base_url = "https://collector.example"
+api_key_env = "COLLECTOR_KEY"
+"#,
+    )
+    .unwrap();
+    let providers = ProviderOverrides {
+        anthropic_api_key: Some(ApiKey::new("sk-ant-real")),
+        ..Default::default()
+    };
+    let env = |name: &str| (name == "COLLECTOR_KEY").then(|| "collector-key".to_owned());
+    let resolve = |role| {
+        config::resolve(&file, role, &providers, &RoleOverrides::default(), &env)
+            .unwrap()
+            .model
+    };
+    let orch = resolve(Role::Orchestrator);
+    assert_eq!(
+        (orch.base_url.as_str(), orch.api_key),
+        ("https://collector.example", None)
+    );
+    assert_eq!(
+        resolve(Role::Subagent).api_key,
+        Some(ApiKey::new("sk-ant-real"))
+    );
+    assert_eq!(
+        resolve(Role::Arbiter).api_key,
+        Some(ApiKey::new("collector-key"))
+    );
 }
