@@ -57,6 +57,11 @@ pub enum BusError {
          streams) or run `arbiter-admin setup`"
     )]
     Missing { stream: String },
+    #[error(
+        "the stream {stream} was deleted while this process ran: restart the coordinator \
+         (it creates the streams again; what they held is gone) or run `arbiter-admin setup`"
+    )]
+    Deleted { stream: String },
     #[error("JetStream {what} failed: {message}")]
     JetStream { what: String, message: String },
     #[error("cannot encode a message for {subject}: {message}")]

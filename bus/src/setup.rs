@@ -173,6 +173,12 @@ impl Bus {
     }
 }
 
+/// The first stream `role` uses that does not exist now: after errors, to
+/// tell a passing failure from streams deleted under a running process.
+pub async fn missing_stream(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
+    first_missing(&bus.js, &bus.alarms, role).await
+}
+
 /// The first stream `role` uses that does not exist.
 async fn first_missing(
     js: &jetstream::Context,

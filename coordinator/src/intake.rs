@@ -158,6 +158,21 @@ impl Registry {
         }
     }
 
+    /// After a consumer error: a stream deleted under the running
+    /// coordinator is an error that stops it (the sessions it holds in
+    /// memory no longer match what is stored); it never spins on it.
+    async fn stop_if_deleted(&mut self) -> Result<()> {
+        match arbiter_bus::setup::missing_stream(
+            &self.shared.bus,
+            arbiter_protocol::roles::NatsRole::Coordinator,
+        )
+        .await
+        {
+            Ok(Some(stream)) => Err(arbiter_bus::BusError::Deleted { stream }.into()),
+            _ => Ok(()),
+        }
+    }
+
     async fn on_human(&mut self, msg: jetstream::Message) {
         let subject = msg.subject.to_string();
         let subject = subject.as_str();
@@ -292,12 +307,18 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
             _ = &mut shutdown => break,
             next = human_msgs.next() => match next {
                 Some(Ok(msg)) => registry.on_human(msg).await,
-                Some(Err(e)) => tracing::warn!(error = %e, "human consumer hiccup"),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "human consumer hiccup");
+                    registry.stop_if_deleted().await?;
+                }
                 None => return Err(js_error("reading human messages".into(), "the consumer stream ended")),
             },
             next = orch_msgs.next() => match next {
                 Some(Ok(msg)) => registry.on_orchestrator(msg).await,
-                Some(Err(e)) => tracing::warn!(error = %e, "Orchestrator consumer hiccup"),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "Orchestrator consumer hiccup");
+                    registry.stop_if_deleted().await?;
+                }
                 None => return Err(js_error("reading Orchestrator output".into(), "the consumer stream ended")),
             },
         }

@@ -12,8 +12,13 @@ const END: &str = "<!-- roles:end -->";
 fn the_documented_permissions_are_the_ones_signed_into_credentials() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol.md");
     let doc = std::fs::read_to_string(&path).unwrap();
-    let start = doc.find(BEGIN).expect("docs/protocol.md lacks the roles:begin marker") + BEGIN.len();
-    let end = doc.find(END).expect("docs/protocol.md lacks the roles:end marker");
+    let start = doc
+        .find(BEGIN)
+        .expect("docs/protocol.md lacks the roles:begin marker")
+        + BEGIN.len();
+    let end = doc
+        .find(END)
+        .expect("docs/protocol.md lacks the roles:end marker");
     let table = arbiter_protocol::roles::render_table();
     if std::env::var_os("UPDATE_DOCS").is_some() {
         let updated = format!("{}{table}{}", &doc[..start], &doc[end..]);

@@ -7,6 +7,7 @@ mod common;
 mod direct;
 
 mod security {
+    pub mod deleted;
     pub mod permissions;
     pub mod refusals;
     pub mod remote;

@@ -232,7 +232,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let state = state::StateBackend::setup(&bus)
         .await
         .map_err(|message| js_error("setting up the Orchestrator state", message))?;
-    let (consumer, lease) = arbiter_bus::setup::guarded(
+    let (mut consumer, lease) = arbiter_bus::setup::guarded(
         &bus.alarms,
         NatsRole::Worker,
         pool_consumer(&bus, &config.pool, config.lease),
@@ -278,6 +278,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     tokio::pin!(shutdown);
+    // A stream deleted under the worker: it stops, saying which.
+    let mut gone = None;
     'outer: loop {
         let permit = tokio::select! {
             _ = &mut shutdown => break,
@@ -327,6 +329,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "fetching summons failed; retrying");
+                    // Deleted under us: never spin on it.
+                    match arbiter_bus::setup::missing_stream(&shared.bus, NatsRole::Worker).await {
+                        Ok(Some(stream)) => {
+                            tracing::error!(%stream, "a stream this worker uses was deleted; stopping");
+                            gone = Some(arbiter_bus::BusError::Deleted { stream });
+                            break 'outer;
+                        }
+                        Ok(None)
+                            if pool_consumer_missing(&shared.bus, &shared.config.pool).await =>
+                        {
+                            match pool_consumer(&shared.bus, &shared.config.pool, shared.lease)
+                                .await
+                            {
+                                Ok((again, _)) => {
+                                    tracing::warn!(pool = %shared.config.pool, "the pool's summons consumer was deleted; made it again");
+                                    consumer = again;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "could not make the pool's summons consumer again")
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
@@ -356,7 +382,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
-    match refused {
+    match refused.or(gone) {
         Some(error) => Err(error.into()),
         None => Ok(()),
     }
@@ -439,6 +465,17 @@ async fn pool_consumer(bus: &Bus, pool: &str, lease: Duration) -> Result<(PullCo
         d => d,
     };
     Ok((consumer, in_force))
+}
+
+/// Whether the pool's summons consumer is gone (the stream being there).
+async fn pool_consumer_missing(bus: &Bus, pool: &str) -> bool {
+    let Ok(stream) = bus.js.get_stream(subjects::SUMMONS_STREAM).await else {
+        return false;
+    };
+    stream
+        .get_consumer::<pull::Config>(&subjects::pool_consumer(pool))
+        .await
+        .is_err_and(|e| e.to_string().to_lowercase().contains("not found"))
 }
 
 fn js_error(what: &str, e: impl std::fmt::Display) -> Error {
