@@ -199,6 +199,7 @@ pub fn human_message(
         message_id: message_id.clone(),
         text: text.to_owned(),
         sent_at: chrono::Utc::now(),
+        command: None,
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());

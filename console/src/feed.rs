@@ -85,6 +85,7 @@ impl Feed {
             v: VERSION,
             session_id: self.session_id.clone(),
             message_id: message_id.clone(),
+            command: crate::command_of(&text),
             text,
             sent_at: Utc::now(),
         };

@@ -23,6 +23,7 @@ mod session;
 pub mod sessions;
 mod settle;
 mod shown;
+pub mod stop;
 mod tui;
 pub mod ui;
 pub mod vitals;
@@ -190,6 +191,13 @@ fn session_id(given: Option<&str>) -> Result<String> {
         Some(id) => Err(ConsoleError::InvalidSessionId { id: id.to_owned() }),
         None => Ok(uuid::Uuid::now_v7().to_string()),
     }
+}
+
+/// The command a typed line is, if it is one: `/stop` stops the session's
+/// work (the Arbiter's turn and the active Orchestrator) until the human
+/// writes again. Any other line is words for the Arbiter.
+pub(crate) fn command_of(text: &str) -> Option<arbiter_protocol::HumanCommand> {
+    (text.trim() == "/stop").then_some(arbiter_protocol::HumanCommand::Stop)
 }
 
 /// Writes one line and flushes, so a reader on the other end sees it at once.

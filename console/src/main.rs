@@ -52,6 +52,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Stop a session's work, as /stop does: abandon the Arbiter's turn, cancel
+    /// its Orchestrator, and hold until the human writes again.
+    Stop {
+        /// The session to stop.
+        #[arg(long)]
+        session: String,
+    },
 }
 
 impl Cli {
@@ -66,15 +73,7 @@ impl Cli {
 
     fn into_config(self, screen: bool) -> Config {
         let nats = self.nats.options();
-        // The console speaks under its credential's name: the server lets it
-        // publish the human's lines only under that name.
-        let identity = nats
-            .creds
-            .as_ref()
-            .and_then(|path| std::fs::read_to_string(path).ok())
-            .and_then(|text| arbiter_bus::connect::read_creds_info(&text))
-            .and_then(|info| info.name)
-            .unwrap_or_else(|| arbiter_console::DEFAULT_IDENTITY.to_owned());
+        let identity = identity_of(&nats);
         Config {
             nats,
             identity,
@@ -89,6 +88,17 @@ impl Cli {
             screen,
         }
     }
+}
+
+/// The console speaks under its credential's name: the server lets it
+/// publish the human's lines only under that name.
+fn identity_of(nats: &arbiter_bus::NatsOptions) -> String {
+    nats.creds
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| arbiter_bus::connect::read_creds_info(&text))
+        .and_then(|info| info.name)
+        .unwrap_or_else(|| arbiter_console::DEFAULT_IDENTITY.to_owned())
 }
 
 fn main() -> ExitCode {
@@ -122,6 +132,15 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
             json || cli.json,
             tokio::io::stdout(),
         )),
+        Some(Command::Stop { session }) => {
+            let identity = identity_of(&cli.nats.options());
+            runtime.block_on(arbiter_console::stop::run(
+                &cli.nats.options(),
+                &identity,
+                &session,
+                tokio::io::stdout(),
+            ))
+        }
         None => runtime.block_on(arbiter_console::run(
             cli.into_config(screen),
             shutdown_signal(),

@@ -315,6 +315,7 @@ where
             v: VERSION,
             session_id: self.session_id.to_owned(),
             message_id: message_id.clone(),
+            command: crate::command_of(&text),
             text,
             sent_at: Utc::now(),
         };

@@ -101,6 +101,8 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
     let mut rows = vec![header.to_vec()];
     for s in statuses {
         let state = match (s.state, s.queued) {
+            // Its Orchestrator works on while the Arbiter waits.
+            (SessionState::Idle, _) if s.active.is_some() => "working".to_owned(),
             (SessionState::Idle, _) => "idle".to_owned(),
             (SessionState::Thinking, 0) => "thinking".to_owned(),
             (SessionState::Thinking, queued) => format!("thinking ({queued} queued)"),
@@ -191,11 +193,19 @@ mod tests {
             number: 3,
         });
         let old = status("0193a1b2-old", SessionState::Idle, now - Duration::hours(5));
+        // The Arbiter waits; its Orchestrator still works: the session is at work.
+        let mut working = status("s-work", SessionState::Idle, now - Duration::seconds(3));
+        working.summoned = 1;
+        working.active = Some(ActiveOrchestrator {
+            orch_id: "o1".into(),
+            number: 1,
+        });
         assert_eq!(
-            table(&[busy, old], now),
+            table(&[busy, working, old], now),
             [
                 "SESSION       STATE                ORCHESTRATOR      SUMMONED  LAST ACTIVITY",
                 "s-busy        thinking (2 queued)  Orchestrator III  3         2026-11-22 11:59:18 UTC (42 s ago)",
+                "s-work        working              Orchestrator I    1         2026-11-22 11:59:57 UTC (just now)",
                 "0193a1b2-old  idle                 -                 0         2026-11-22 07:00:00 UTC (5 h ago)",
             ]
         );

@@ -7,6 +7,7 @@
 mod caps;
 mod delta;
 mod fleet;
+mod guard;
 mod intake;
 mod outputs;
 pub mod prompt;
@@ -48,6 +49,11 @@ pub struct Config {
     /// Limits per console identity: sessions at work at once, and messages
     /// per minute. A refused message never reaches the Arbiter.
     pub console_caps: ConsoleCaps,
+    /// Rounds in a row without progress (the same words both ways, no tool
+    /// call between) before an Arbiter–Orchestrator exchange is stopped; 0: never.
+    pub loop_rounds: u32,
+    /// Arbiter turns for one human message before the session holds; 0: no limit.
+    pub max_turns_per_message: u32,
 }
 
 impl Default for Config {
@@ -61,6 +67,8 @@ impl Default for Config {
             intent_retries: 2,
             output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,
             console_caps: ConsoleCaps::default(),
+            loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
+            max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
         }
     }
 }

@@ -39,6 +39,15 @@ struct Cli {
     /// Times in a row an intent that cannot be carried out is sent back to the Arbiter.
     #[arg(long, env = "ARBITER_INTENT_RETRIES", default_value_t = 2)]
     intent_retries: u32,
+    /// Rounds in a row in which the Arbiter and its Orchestrator repeat
+    /// themselves with no tool call between before the exchange is stopped
+    /// and the human asked (0: never).
+    #[arg(long, env = "ARBITER_LOOP_ROUNDS", default_value_t = 3)]
+    loop_rounds: u32,
+    /// Arbiter turns for one human message before the session waits for the
+    /// human (0: no limit).
+    #[arg(long, env = "ARBITER_MAX_TURNS_PER_MESSAGE", default_value_t = 100)]
+    max_turns_per_message: u32,
     /// Retries of a failed model call (408, 409, 429, 5xx, 529, network; default 8).
     #[arg(long, env = "ARBITER_MODEL_RETRIES")]
     model_retries: Option<u32>,
@@ -102,6 +111,8 @@ async fn try_main() -> anyhow::Result<()> {
         context_budget: arbiter.context_budget,
         schema_repairs: arbiter.schema_repairs,
         intent_retries: cli.intent_retries,
+        loop_rounds: cli.loop_rounds,
+        max_turns_per_message: cli.max_turns_per_message,
         output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
         console_caps: arbiter_coordinator::ConsoleCaps {
             max_sessions: (cli.max_sessions_per_console > 0)

@@ -211,10 +211,12 @@ impl Session {
                     text: output.message.clone(),
                 }));
                 if output.expects_response {
-                    self.state.queue.push_back(Pending::Orchestrator {
+                    let report = output.message.clone();
+                    self.enqueue(Pending::Orchestrator {
                         number,
                         text: output.message,
                     });
+                    self.check_round(number, &report, None);
                 } else {
                     self.state.notes.push((number, output.message));
                 }
@@ -234,7 +236,7 @@ impl Session {
                     error
                 );
                 self.log(LogBody::Error(ErrorEntry { error }));
-                self.state.queue.push_back(Pending::System { text });
+                self.enqueue(Pending::System { text });
             }
         }
     }

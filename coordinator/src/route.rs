@@ -73,10 +73,11 @@ impl Session {
             intent.as_str()
         );
         self.log(LogBody::System(SystemEntry { text: text.clone() }));
-        self.state.queue.push_back(Pending::System { text });
+        self.enqueue(Pending::System { text });
     }
 
     fn send_to_orchestrator(&mut self, active: Active, text: String) {
+        self.note_to_orchestrator(&text);
         let seq = active.inputs_sent + 1;
         if let Some(a) = self.state.active.as_mut() {
             a.inputs_sent = seq;
@@ -98,6 +99,7 @@ impl Session {
 
     fn summon(&mut self, brief: String) {
         self.state.summoned += 1;
+        self.new_exchange();
         let number = self.state.summoned;
         let orch_id = uuid::Uuid::now_v7().to_string();
         let pool = self.shared.config.pool.clone();

@@ -120,6 +120,8 @@ pub(crate) struct Session {
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
     pub held: HeldOutputs,
     cancel: CancellationToken,
+    /// The running turn is to be abandoned (the human's `/stop`).
+    abandon_turn: bool,
 }
 
 /// Starts a session actor, restored from its stored records if it has any.
@@ -146,6 +148,7 @@ pub(crate) async fn spawn(
         status_dirty: true,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
+        abandon_turn: false,
     };
     session.restore().await;
     tasks.spawn(session.run(rx));
@@ -211,7 +214,18 @@ impl Session {
             return;
         }
         loop {
-            if turn.is_none() && (self.state.turn_in_flight || !self.state.queue.is_empty()) {
+            if turn.is_none()
+                && self.state.hold.is_none()
+                && (self.state.turn_in_flight || !self.state.queue.is_empty())
+            {
+                if !self.state.turn_in_flight && !self.may_start_turn() {
+                    // Held: past the turn cap (the log says so).
+                    self.changed = true;
+                    if !self.commit().await {
+                        break;
+                    }
+                    continue;
+                }
                 if !self.state.turn_in_flight {
                     let user = self.take_queue();
                     self.transcript.push(Turn {
@@ -238,6 +252,11 @@ impl Session {
                 input = inbox.recv() => match input {
                     Some(input) => {
                         self.on_input(input).await;
+                        if std::mem::take(&mut self.abandon_turn) {
+                            // The human's /stop: the model call is dropped.
+                            turn = None;
+                            self.status_dirty = true;
+                        }
                         if !self.commit().await {
                             break;
                         }
@@ -376,6 +395,15 @@ impl Session {
                 if !self.remember(&message.message_id) {
                     return;
                 }
+                if message.command == Some(arbiter_protocol::HumanCommand::Stop) {
+                    self.log(LogBody::Human(HumanEntry {
+                        message_id: message.message_id,
+                        text: message.text,
+                    }));
+                    self.abandon_turn = self.stop(&console);
+                    return;
+                }
+                self.human_spoke();
                 if !self.at_work() {
                     // The console that puts it to work is the one it counts against.
                     self.state.owner = Some(console);

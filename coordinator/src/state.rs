@@ -81,6 +81,15 @@ pub(crate) struct Snapshot {
     /// count the session (see `caps.rs`).
     #[serde(default)]
     pub owner: Option<String>,
+    /// Set while no Arbiter turn may start until the human writes (see `guard.rs`).
+    #[serde(default)]
+    pub hold: Option<crate::guard::Hold>,
+    /// Arbiter turns started since the human's last message.
+    #[serde(default)]
+    pub turns_since_human: u32,
+    /// The exchange with the active Orchestrator, as the loop guard sees it.
+    #[serde(default)]
+    pub exchange: crate::guard::Exchange,
 }
 
 impl Snapshot {
@@ -98,6 +107,9 @@ impl Snapshot {
             seen_ids: VecDeque::new(),
             created_at: Utc::now(),
             owner: None,
+            hold: None,
+            turns_since_human: 0,
+            exchange: crate::guard::Exchange::default(),
         }
     }
 }

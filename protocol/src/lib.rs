@@ -22,8 +22,8 @@ pub use orchestrator::{
 pub use outputs::{ArbiterIntent, ArbiterOutput, OrchestratorOutput};
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterToOrchestratorEntry, ErrorEntry,
-    HumanEntry, HumanMessage, LogBody, LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry,
-    SessionState, SessionStatus, SummonedEntry, SystemEntry,
+    HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MusingEntry, OrchestratorEntry,
+    ReleasedEntry, SessionState, SessionStatus, SummonedEntry, SystemEntry,
 };
 
 /// Version of the payloads this build writes. Readers accept any version and

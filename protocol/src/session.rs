@@ -17,6 +17,19 @@ pub struct HumanMessage {
     pub message_id: String,
     pub text: String,
     pub sent_at: DateTime<Utc>,
+    /// A command instead of words for the Arbiter (`/stop`); absent for a
+    /// plain message. Readers that do not know the field see the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<HumanCommand>,
+}
+
+/// What a human can tell the session itself, rather than the Arbiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HumanCommand {
+    /// Stop the session's work: abandon the Arbiter's turn, cancel the active
+    /// Orchestrator, hold everything until the human writes again.
+    Stop,
 }
 
 /// `session.<session_id>.log`: one entry of the conversation, in order.

@@ -224,6 +224,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             message_id: uuid::Uuid::now_v7().to_string(),
             text: human(&t),
             sent_at: chrono::Utc::now(),
+            command: None,
         };
         // Sent again (same id) until the server has it; the id drops repeats.
         let give_up = Instant::now() + ROUND_TIMEOUT;

@@ -433,7 +433,28 @@ impl System {
             .await
     }
 
+    /// Sends the human's `/stop`, as console `console` does.
+    pub async fn stop_as(&self, console: &str, session: &str) -> String {
+        self.send_command(
+            subjects::session_human_from(session, console),
+            session,
+            "/stop",
+            Some(arbiter_protocol::HumanCommand::Stop),
+        )
+        .await
+    }
+
     async fn send_on(&self, subject: String, session: &str, text: &str) -> String {
+        self.send_command(subject, session, text, None).await
+    }
+
+    async fn send_command(
+        &self,
+        subject: String,
+        session: &str,
+        text: &str,
+        command: Option<arbiter_protocol::HumanCommand>,
+    ) -> String {
         let message_id = uuid::Uuid::now_v7().to_string();
         let message = HumanMessage {
             v: VERSION,
@@ -441,6 +462,7 @@ impl System {
             message_id: message_id.clone(),
             text: text.to_owned(),
             sent_at: chrono::Utc::now(),
+            command,
         };
         self.console
             .as_ref()

@@ -1,0 +1,79 @@
+//! `arbiter-console stop --session ID`: the human's `/stop` from the command
+//! line. It sends the command, then waits for the session's log to say what
+//! was stopped and by whom, and prints that line.
+
+use std::time::Duration;
+
+use arbiter_bus::{Bus, NatsOptions, Reach, TraceContext};
+use arbiter_protocol::roles::NatsRole;
+use arbiter_protocol::{HumanCommand, HumanMessage, LogBody, LogEntry, VERSION, subjects};
+use async_nats::jetstream::consumer::DeliverPolicy;
+use chrono::Utc;
+use futures::StreamExt;
+use tokio::io::AsyncWrite;
+
+use crate::session::{CLIENT_NAME, open_log_from};
+use crate::{ConsoleError, Result, inert, write_line};
+
+/// How long the log has to say the work stopped.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(15);
+
+/// Stops the session's work and prints the log's account of it.
+pub async fn run<W: AsyncWrite + Unpin>(
+    nats: &NatsOptions,
+    identity: &str,
+    session_id: &str,
+    mut out: W,
+) -> Result<()> {
+    if !subjects::is_valid_token(session_id) {
+        return Err(ConsoleError::InvalidSessionId {
+            id: session_id.to_owned(),
+        });
+    }
+    let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, Reach::FailFast).await?;
+    let bus = Bus::open(conn, NatsRole::Console, Reach::FailFast).await?;
+    // Follow the log from now on before anything is sent.
+    let mut log = open_log_from(&bus, session_id, DeliverPolicy::New).await?;
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let message = HumanMessage {
+        v: VERSION,
+        session_id: session_id.to_owned(),
+        message_id: message_id.clone(),
+        text: "/stop".to_owned(),
+        sent_at: Utc::now(),
+        command: Some(HumanCommand::Stop),
+    };
+    bus.publish_js(
+        subjects::session_human_from(session_id, identity),
+        &message_id,
+        &TraceContext::new_root(),
+        &message,
+    )
+    .await?;
+    let confirmed = tokio::time::timeout(CONFIRM_WITHIN, async {
+        let mut after_ours = false;
+        while let Some(Ok(msg)) = log.next().await {
+            let Ok(entry) = serde_json::from_slice::<LogEntry>(&msg.payload) else {
+                continue;
+            };
+            match entry.body {
+                LogBody::Human(h) if h.message_id == message_id => after_ours = true,
+                LogBody::System(s) if after_ours => return Some(s.text),
+                _ => {}
+            }
+        }
+        None
+    })
+    .await;
+    match confirmed {
+        Ok(Some(text)) => write_line(&mut out, &inert::block("", &text)).await,
+        _ => Err(ConsoleError::Log {
+            session_id: session_id.to_owned(),
+            message: format!(
+                "the stop was sent, but the log did not confirm it within {} s (is the \
+                 coordinator running?)",
+                CONFIRM_WITHIN.as_secs()
+            ),
+        }),
+    }
+}

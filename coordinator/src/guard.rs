@@ -1,0 +1,241 @@
+//! Guards against work that runs away: an exchange between the Arbiter and its
+//! Orchestrator that makes no progress (the same words back and forth, no tool
+//! calls between), more Arbiter turns for one human message than the cap, and
+//! the human's own `/stop`. Each puts the session **on hold**: no Arbiter turn
+//! starts until the human writes again; what was queued waits with the hold
+//! and reaches the Arbiter with the human's next message, so nothing is lost.
+
+use std::collections::VecDeque;
+
+use arbiter_protocol::{
+    Control, ControlAction, LogBody, ReleasedEntry, SystemEntry, VERSION, orchestrator_name,
+};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+
+use crate::session::Session;
+use crate::state::{Effect, Pending};
+
+/// Rounds in a row without progress before an exchange is stopped, by default.
+pub const DEFAULT_LOOP_ROUNDS: u32 = 3;
+/// Arbiter turns for one human message, by default: generous (a long task
+/// takes a few turns per Orchestrator generation), but finite.
+pub const DEFAULT_MAX_TURNS_PER_MESSAGE: u32 = 100;
+/// How alike two messages must be (0–1, over their words) to count as the same.
+const SAME_ENOUGH: f64 = 0.8;
+/// Characters of a message compared: enough to tell, bounded in cost.
+const COMPARED_CHARS: usize = 4000;
+
+/// Why the session holds, and what waits for the human.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Hold {
+    pub reason: String,
+    pub waiting: VecDeque<Pending>,
+}
+
+/// What the guard remembers of the exchange with the active Orchestrator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Exchange {
+    /// The Arbiter's last two messages to the Orchestrator, newest last.
+    pub to_orchestrator: VecDeque<String>,
+    /// The Orchestrator's last report.
+    pub last_report: Option<String>,
+    /// Its tool calls so far, as the worker's evidence counts them.
+    pub tool_calls: Option<u64>,
+    /// Rounds in a row that made no progress.
+    pub stale_rounds: u32,
+}
+
+impl Session {
+    /// Puts something in line for the Arbiter: queued, or with the hold.
+    pub(crate) fn enqueue(&mut self, pending: Pending) {
+        match self.state.hold.as_mut() {
+            Some(hold) => hold.waiting.push_back(pending),
+            None => self.state.queue.push_back(pending),
+        }
+    }
+
+    /// Stops Arbiter turns until the human writes; says why in one line.
+    fn hold(&mut self, reason: String) {
+        self.log(LogBody::System(SystemEntry {
+            text: reason.clone(),
+        }));
+        let waiting = std::mem::take(&mut self.state.queue);
+        match self.state.hold.as_mut() {
+            Some(hold) => hold.waiting.extend(waiting),
+            None => self.state.hold = Some(Hold { reason, waiting }),
+        }
+    }
+
+    /// The human wrote: a hold ends, and what waited goes first.
+    pub(crate) fn human_spoke(&mut self) {
+        self.state.turns_since_human = 0;
+        self.state.exchange.stale_rounds = 0;
+        if let Some(hold) = self.state.hold.take() {
+            let mut queue = hold.waiting;
+            queue.append(&mut self.state.queue);
+            self.state.queue = queue;
+        }
+    }
+
+    /// Before a turn starts: past the cap, the session holds instead.
+    /// True when the turn may start.
+    pub(crate) fn may_start_turn(&mut self) -> bool {
+        let cap = self.shared.config.max_turns_per_message;
+        if cap == 0 || self.state.turns_since_human < cap {
+            self.state.turns_since_human += 1;
+            return true;
+        }
+        self.hold(format!(
+            "Held: the Arbiter took {cap} turns since your last message (the limit, \
+             arbiter-coordinator --max-turns-per-message or ARBITER_MAX_TURNS_PER_MESSAGE). \
+             Write to go on, or /stop."
+        ));
+        false
+    }
+
+    /// The Arbiter speaks to its Orchestrator.
+    pub(crate) fn note_to_orchestrator(&mut self, text: &str) {
+        let sent = &mut self.state.exchange.to_orchestrator;
+        sent.push_back(clip(text));
+        while sent.len() > 2 {
+            sent.pop_front();
+        }
+    }
+
+    /// The Orchestrator reported and waits for an answer: a round ends. A
+    /// round makes no progress when the report repeats the last one or
+    /// echoes the Arbiter, the Arbiter's message repeated its last one or
+    /// echoed the report before, and no tool was called in between (as far
+    /// as the worker's evidence tells; without evidence, words alone count).
+    pub(crate) fn check_round(&mut self, number: u32, report: &str, tool_calls: Option<u64>) {
+        let limit = self.shared.config.loop_rounds;
+        let exchange = &mut self.state.exchange;
+        let report = clip(report);
+        let said = exchange.to_orchestrator.back();
+        let report_stale = exchange
+            .last_report
+            .as_deref()
+            .is_some_and(|r| same(r, &report))
+            || said.is_some_and(|s| same(s, &report));
+        let arbiter_stale = said.is_some_and(|s| {
+            exchange.to_orchestrator.len() == 2 && same(&exchange.to_orchestrator[0], s)
+                || exchange.last_report.as_deref().is_some_and(|r| same(r, s))
+        });
+        let no_tools = match (exchange.tool_calls, tool_calls) {
+            (Some(before), Some(now)) => now <= before,
+            _ => true,
+        };
+        exchange.stale_rounds = if report_stale && arbiter_stale && no_tools {
+            exchange.stale_rounds + 1
+        } else {
+            0
+        };
+        exchange.last_report = Some(report);
+        if tool_calls.is_some() {
+            exchange.tool_calls = tool_calls;
+        }
+        if limit > 0 && exchange.stale_rounds >= limit {
+            exchange.stale_rounds = 0;
+            let rounds = limit;
+            self.hold(format!(
+                "Held: the Arbiter and {} have repeated themselves for {rounds} rounds with no \
+                 tool call between, so the exchange was stopped. Write to go on (say what should \
+                 change), or /stop.",
+                orchestrator_name(number)
+            ));
+        }
+    }
+
+    /// A new Orchestrator: its exchange starts afresh.
+    pub(crate) fn new_exchange(&mut self) {
+        self.state.exchange = Exchange::default();
+    }
+
+    /// The human's `/stop`: the Arbiter's turn is abandoned, the active
+    /// Orchestrator cancelled, and the session holds until the human writes.
+    /// Returns true when a running turn must be abandoned.
+    pub(crate) fn stop(&mut self, console: &str) -> bool {
+        let abandon = self.state.turn_in_flight;
+        self.state.turn_in_flight = false;
+        let mut stopped = Vec::new();
+        if abandon {
+            stopped.push("the Arbiter's turn was abandoned".to_owned());
+        }
+        if let Some(active) = self.state.active.take() {
+            self.effect(Effect::Control(Control {
+                v: VERSION,
+                orch_id: active.orch_id.clone(),
+                action: ControlAction::Cancel,
+                sent_at: Utc::now(),
+            }));
+            self.state.notes.retain(|(n, _)| *n != active.number);
+            self.log(LogBody::Released(ReleasedEntry {
+                numbers: vec![active.number],
+            }));
+            stopped.push(format!(
+                "{} was cancelled",
+                orchestrator_name(active.number)
+            ));
+        }
+        if stopped.is_empty() {
+            stopped.push("nothing was running".to_owned());
+        }
+        let what = stopped.join("; ");
+        let note = format!(
+            "The human stopped the work ({what}). Wait for the human's next message before acting."
+        );
+        self.hold(format!(
+            "Stopped by console {console}: {what}. Write to go on."
+        ));
+        self.enqueue(Pending::System { text: note });
+        abandon
+    }
+}
+
+/// A message cut to the part compared.
+fn clip(text: &str) -> String {
+    text.chars().take(COMPARED_CHARS).collect()
+}
+
+/// Whether two messages say the same thing: equal once case, punctuation
+/// and spacing are set aside, or sharing nearly all their words.
+fn same(a: &str, b: &str) -> bool {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (a, b) = (words(a), words(b));
+    if a.is_empty() || b.is_empty() {
+        return a == b;
+    }
+    if a == b {
+        return true;
+    }
+    let a: std::collections::HashSet<&String> = a.iter().collect();
+    let b: std::collections::HashSet<&String> = b.iter().collect();
+    let shared = a.intersection(&b).count() as f64;
+    let all = a.union(&b).count() as f64;
+    shared / all >= SAME_ENOUGH
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn the_same_words_are_the_same_message() {
+        assert!(same("Please create hello.py.", "please create hello.py"));
+        assert!(same(
+            "I will create hello.py now and report back",
+            "I will create hello.py now, and report back."
+        ));
+        assert!(!same(
+            "Create hello.py.",
+            "hello.py is created and runs: prints hi"
+        ));
+        assert!(!same("", "something"));
+    }
+}
