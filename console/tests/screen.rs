@@ -299,6 +299,7 @@ fn a_silent_orchestrator_stalls_then_is_lost() {
 #[test]
 fn liveness_and_the_reconnect_banner() {
     let mut scene = seed_mid_flight();
+    scene.feed(FeedEvent::Attached);
     scene.feed(FeedEvent::Connection { up: false });
     // The console hears nothing: the silence is its own, nobody is blamed.
     let offline = text(&scene.draw(82, 32, Duration::from_secs(8)));
@@ -416,4 +417,23 @@ fn the_readme_shows_this_screen() {
         readme.contains(&format!("```\n{screen}\n```")),
         "README.md's capture of the console differs from this render:\n{screen}"
     );
+}
+
+#[test]
+fn a_console_that_never_connected_says_connecting() {
+    // Before the first attach there is nothing to reconnect to: the banner
+    // says "connecting"; after an attach and a loss, "reconnecting".
+    let mut scene = Scene::new();
+    scene.feed(FeedEvent::Connection { up: false });
+    let first = text(&scene.draw(82, 32, Duration::from_secs(3)));
+    assert!(
+        first.contains("NATS unreachable at nats://127.0.0.1:4222: connecting (3 s)"),
+        "{first}"
+    );
+    scene
+        .feed(FeedEvent::Connection { up: true })
+        .feed(FeedEvent::Attached);
+    scene.feed(FeedEvent::Connection { up: false });
+    let later = text(&scene.draw(82, 32, Duration::from_secs(5)));
+    assert!(later.contains(": reconnecting ("), "{later}");
 }

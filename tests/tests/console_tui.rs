@@ -371,10 +371,11 @@ async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
     // A console that gives up before the server comes back never reached the
     // session: it leaves no resume hint.
     let mut early = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
+    // Never connected yet: "connecting", not "reconnecting".
     early
         .wait_for(&[
             "NATS unreachable at",
-            "reconnecting",
+            ": connecting (",
             "Arbiter · unknown: console offline",
         ])
         .await;
@@ -387,7 +388,7 @@ async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
     // One that waits attaches once the server is up, and replays the log.
     let mut console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
     console
-        .wait_for(&["NATS unreachable at", "reconnecting"])
+        .wait_for(&["NATS unreachable at", ": connecting ("])
         .await;
     nats.restart().await;
     let screen = console

@@ -55,8 +55,14 @@ pub fn render(
     let status = status::lines(&app.vitals, now, inner_width as usize);
     let input = input::Layout::new(&app.input, inner_width);
     let banner = app.down_for(now).map(|down| {
+        // Before the first attach the console has never been connected.
+        let doing = if app.attached {
+            "reconnecting"
+        } else {
+            "connecting"
+        };
         format!(
-            "NATS unreachable at {}: reconnecting ({} s)",
+            "NATS unreachable at {}: {doing} ({} s)",
             app.nats_url,
             down.as_secs()
         )
