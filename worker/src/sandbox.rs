@@ -303,7 +303,13 @@ fn bwrap_args(
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> BwrapArgs {
     let mut args = BwrapArgs::default();
-    args.mount(&["--unshare-all".as_ref()]);
+    // A user namespace of its own, and none further inside: commands cannot
+    // make namespaces of their own (seccomp may allow it, in a container).
+    args.mount(&[
+        "--unshare-all".as_ref(),
+        "--unshare-user".as_ref(),
+        "--disable-userns".as_ref(),
+    ]);
     if !config.unshare_net {
         args.mount(&["--share-net".as_ref()]);
     }

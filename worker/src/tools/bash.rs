@@ -511,6 +511,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn commands_cannot_make_namespaces_of_their_own() {
+        // In a container whose seccomp allows namespaces (as the worker's
+        // must, for bwrap), a command could otherwise nest a sandbox of its
+        // own and be root in it.
+        let (_base, ctx) = context();
+        let out = run(
+            &ctx,
+            "bash",
+            &json!({"command": "unshare -Ur true && echo nested || echo refused"}),
+        )
+        .await;
+        assert!(out.content.ends_with("refused\n"), "{out:?}");
+    }
+
+    #[tokio::test]
     async fn only_the_workspace_and_private_scratch_space_can_be_written() {
         let (base, ctx) = context();
         let neighbour = base.path().join("other");
