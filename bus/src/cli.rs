@@ -60,3 +60,29 @@ impl NatsArgs {
         }
     }
 }
+
+/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM: what `docker stop`,
+/// systemd and Kubernetes send. Long-running binaries shut down gracefully
+/// on either.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C still stops");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

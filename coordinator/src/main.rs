@@ -122,9 +122,7 @@ async fn try_main() -> anyhow::Result<()> {
                 .context("--console-rate")?,
         },
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let shutdown = arbiter_bus::cli::shutdown_signal();
     arbiter_coordinator::run(config, shutdown)
         .await
         .context("the coordinator stopped")

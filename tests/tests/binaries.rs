@@ -34,18 +34,19 @@ fn spawn(name: &str, nats: &NatsServer, mock: &MockAnthropic, extra: &[(&str, &s
     command.spawn().unwrap()
 }
 
-/// Stops a service with SIGINT (what Ctrl-C sends) and returns its stderr.
-async fn interrupt(child: Child) -> (std::process::ExitStatus, String) {
+/// Stops a service with `signal` (`INT` is what Ctrl-C sends; `TERM` what
+/// `docker stop`, systemd and Kubernetes send) and returns its stderr.
+async fn interrupt(child: Child, signal: &str) -> (std::process::ExitStatus, String) {
     let pid = child.id().unwrap().to_string();
     let sent = Command::new("kill")
-        .args(["-INT", &pid])
+        .args([&format!("-{signal}"), &pid])
         .status()
         .await
         .unwrap();
     assert!(sent.success());
     let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
         .await
-        .expect("the service stops within 10 s of Ctrl-C")
+        .expect("the service stops within 10 s of the signal")
         .unwrap();
     (
         output.status,
@@ -150,10 +151,11 @@ async fn coordinator_worker_and_console_binaries_hold_a_conversation() {
         "hello\n"
     );
 
-    // Both services stop cleanly on Ctrl-C, and their logs tell what they rejected.
-    let (status, coordinator_log) = interrupt(coordinator).await;
+    // Both services stop cleanly on Ctrl-C and on SIGTERM, and their logs
+    // tell what they rejected.
+    let (status, coordinator_log) = interrupt(coordinator, "INT").await;
     assert!(status.success(), "coordinator: {coordinator_log}");
-    let (status, worker_log) = interrupt(worker).await;
+    let (status, worker_log) = interrupt(worker, "TERM").await;
     assert!(status.success(), "worker: {worker_log}");
     assert!(
         coordinator_log.contains("malformed human message rejected"),

@@ -216,9 +216,7 @@ async fn try_main() -> anyhow::Result<()> {
         },
         max_parked: cli.max_parked,
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let shutdown = arbiter_bus::cli::shutdown_signal();
     match arbiter_worker::run(config, shutdown).await {
         Ok(()) => Ok(()),
         // It says all there is to say, on one line.
