@@ -79,7 +79,8 @@ fn reply(request: &RecordedRequest, never: &Gate, held: &AtomicBool) -> MockRepl
             "echo {HOLDER}$(cat /etc/hostname); echo one >> steps.txt"
         )),
         1 if !held.swap(true, Ordering::SeqCst) => {
-            let text = request.all_text();
+            // The first command's output, in the request's last tool result.
+            let text = request.last_user_text();
             let holder = text
                 .split(HOLDER)
                 .nth(1)
