@@ -35,7 +35,9 @@ const HOLDER: &str = "holder=";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "0.0.0.0:8080".into());
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "0.0.0.0:8080".into());
     let addr: SocketAddr = match addr.parse() {
         Ok(addr) => addr,
         Err(e) => {
