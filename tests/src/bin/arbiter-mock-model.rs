@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arbiter_tests::{Gate, MockAnthropic, MockReply, RecordedRequest};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The Orchestrator's brief.
 const BRIEF: &str = "Append one and then two to steps.txt, one command each.";
@@ -110,6 +110,6 @@ fn tool_results(request: &RecordedRequest) -> usize {
         .iter()
         .filter_map(|m| m["content"].as_array())
         .flatten()
-        .filter(|block| block["type"] == Value::from("tool_result"))
+        .filter(|block| block["type"] == "tool_result")
         .count()
 }
