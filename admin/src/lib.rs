@@ -410,10 +410,15 @@ fn write_server_config(layout: &Layout, registry: &Registry, operator: &KeyPair)
         &BTreeMap::new(),
         iat,
     )?;
+    // The account is named by its public key, as in a deployment without
+    // names: the server's monitoring endpoint reports an account by its name
+    // and selects it by its key (`/jsz?acc=`), and KEDA's nats-jetstream
+    // scaler (before 2.17) asks with one value for both. With another name it
+    // finds no stream, reads a lag of 0 and never starts a worker.
     let account_jwt = jwt::account(
         operator,
         &registry.account,
-        "ARBITER",
+        &registry.account,
         Some(&registry.signing_key),
         true,
         &revocations,
@@ -484,5 +489,45 @@ fn check_token(what: &str, value: &str) -> Result<()> {
         Err(Error::Usage(format!(
             "{what} {value:?} must be 1 to 64 letters, digits, - or _"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use data_encoding::BASE64URL_NOPAD;
+
+    /// The claims of the JWT preloaded for `key` in `resolver.conf`.
+    fn preloaded_claims(resolver: &str, key: &str) -> serde_json::Value {
+        let line = resolver
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+            .unwrap();
+        let token = line.split('"').nth(1).unwrap();
+        let payload = token.split('.').nth(1).unwrap();
+        serde_json::from_slice(&BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_arbiter_account_is_named_by_its_public_key_before_and_after_a_revocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = init(dir.path(), &InitOptions::default()).unwrap();
+        let layout = Layout::new(dir.path());
+        let resolver = layout.read(&layout.server_file("resolver.conf")).unwrap();
+        let claims = preloaded_claims(&resolver, &registry.account);
+        assert_eq!(claims["sub"], registry.account);
+        assert_eq!(claims["name"], registry.account);
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(revoke(dir.path(), "console", None))
+            .unwrap();
+        let resolver = layout.read(&layout.server_file("resolver.conf")).unwrap();
+        let claims = preloaded_claims(&resolver, &registry.account);
+        assert_eq!(claims["name"], registry.account);
+        assert!(claims["nats"]["revocations"].is_object());
     }
 }
