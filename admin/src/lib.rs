@@ -437,13 +437,34 @@ fn write_server_config(layout: &Layout, registry: &Registry, operator: &KeyPair)
 }
 
 /// Declares the streams, the bucket, the object stores and each pool's
-/// summons consumer, connected as the admin.
-pub async fn setup(nats: &arbiter_bus::NatsOptions, pools: &[String]) -> Result<()> {
+/// summons consumer, connected as the admin. With `wait`, a server that is
+/// not up yet is waited for that long (a start-up step, as in compose.yaml);
+/// without, it is an error at once.
+pub async fn setup(
+    nats: &arbiter_bus::NatsOptions,
+    pools: &[String],
+    wait: Option<std::time::Duration>,
+) -> Result<()> {
     for pool in pools {
         check_token("pool", pool)?;
     }
-    let conn =
-        arbiter_bus::connect_with(nats, "arbiter-admin", arbiter_bus::Reach::FailFast).await?;
+    let conn = match wait {
+        None => {
+            arbiter_bus::connect_with(nats, "arbiter-admin", arbiter_bus::Reach::FailFast).await?
+        }
+        Some(wait) => tokio::time::timeout(
+            wait,
+            arbiter_bus::connect_with(nats, "arbiter-admin", arbiter_bus::Reach::Wait),
+        )
+        .await
+        .map_err(|_| {
+            Error::Usage(format!(
+                "NATS at {} did not answer within {} s",
+                arbiter_bus::redact_url(&nats.url),
+                wait.as_secs()
+            ))
+        })??,
+    };
     let bus = arbiter_bus::Bus::open(conn, NatsRole::Admin, arbiter_bus::Reach::FailFast).await?;
     for pool in pools {
         arbiter_bus::setup::ensure_pool_consumer(&bus.js, pool).await?;

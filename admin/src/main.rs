@@ -88,6 +88,10 @@ enum Command {
         /// A pool whose summons consumer to create; repeatable (default: default).
         #[arg(long = "pool")]
         pools: Vec<String>,
+        /// Wait up to this many seconds for the server to come up, rather than
+        /// failing at once (a start-up step, as compose.yaml runs it).
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
         #[command(flatten)]
         nats: NatsArgs,
     },
@@ -195,7 +199,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ),
                 Pushed::NotPushed(why) => println!(
                     "revoked {name:?} in {}/server/resolver.conf; not pushed to a server ({why}): reload it \
-                     (`nats-server --signal reload`, or `docker compose kill -s HUP nats`)",
+                     (`nats-server --signal reload`; with compose.yaml, \
+                     `docker compose run --rm init && docker compose kill -s HUP nats`)",
                     cli.dir.display()
                 ),
             }
@@ -223,13 +228,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Setup { pools, nats } => {
+        Command::Setup { pools, wait, nats } => {
             let pools = if pools.is_empty() {
                 vec!["default".to_owned()]
             } else {
                 pools
             };
-            runtime.block_on(arbiter_admin::setup(&nats.options(), &pools))?;
+            runtime.block_on(arbiter_admin::setup(
+                &nats.options(),
+                &pools,
+                wait.map(std::time::Duration::from_secs),
+            ))?;
             println!(
                 "streams, buckets and the summons consumers of {} are in place",
                 pools.join(", ")

@@ -100,9 +100,14 @@ impl MockAnthropic {
 
     /// Binds `ip` on a free port (another host's test reaches it there) and starts serving.
     pub async fn start_on(ip: std::net::IpAddr) -> MockAnthropic {
-        let listener = tokio::net::TcpListener::bind((ip, 0))
+        Self::start_at(SocketAddr::new(ip, 0)).await
+    }
+
+    /// Binds `addr` (port 0: a free one) and starts serving.
+    pub async fn start_at(addr: SocketAddr) -> MockAnthropic {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .unwrap_or_else(|e| panic!("mock LLM: cannot bind {ip}:0: {e}"));
+            .unwrap_or_else(|e| panic!("mock LLM: cannot bind {addr}: {e}"));
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("mock LLM: no local address: {e}"));
