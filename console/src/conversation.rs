@@ -24,6 +24,10 @@ pub enum Kind {
     Musing,
     /// `· Orchestrator I summoned.` and other events (dimmed).
     Event,
+    /// `· Evidence: …` under a report: what its worker saw (dimmed).
+    Evidence,
+    /// `! Check: …` under a report that claims work with nothing to show.
+    Check,
     /// `! …`
     Error,
 }
@@ -124,6 +128,14 @@ impl Conversation {
                     Kind::Note(e.number)
                 };
                 self.entries.push(Entry::new(kind, escape(&e.text)));
+                if let Some(line) = crate::render::evidence_line(e) {
+                    let kind = if line.flagged {
+                        Kind::Check
+                    } else {
+                        Kind::Evidence
+                    };
+                    self.entries.push(Entry::new(kind, escape(&line.text)));
+                }
             }
             LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, escape(&e.text))),
             LogBody::Summoned(e) => {
@@ -304,6 +316,7 @@ mod tests {
                 orch_id: "o2".into(),
                 expects_response: false,
                 text: "Working.".into(),
+                evidence: None,
             }),
         ));
         c.log(&entry(3, t, arbiter("a duplicate seq is ignored")));

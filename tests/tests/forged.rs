@@ -88,6 +88,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
                 expects_response: true,
                 message: format!("FORGED {seq}"),
             }),
+            evidence: None,
             sent_at: chrono::Utc::now(),
         };
         sys.bus

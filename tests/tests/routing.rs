@@ -73,6 +73,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
             expects_response: true,
             message: "Late words from I".into(),
         }),
+        evidence: None,
         sent_at: chrono::Utc::now(),
     };
     sys.bus
