@@ -178,8 +178,9 @@ impl Evidence {
 
 /// Words that claim work done. A report with any of them (as a whole word,
 /// any case) is a completion claim.
-const CLAIM_WORDS: [&str; 17] = [
+const CLAIM_WORDS: [&str; 18] = [
     "done",
+    "built",
     "complete",
     "completed",
     "finished",
