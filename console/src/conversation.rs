@@ -281,6 +281,52 @@ mod tests {
     }
 
     #[test]
+    fn a_report_is_followed_by_its_evidence_or_its_check() {
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        let report = |seq, text: &str, evidence| {
+            entry(
+                seq,
+                t,
+                LogBody::Orchestrator(OrchestratorEntry {
+                    number: 1,
+                    orch_id: "o1".into(),
+                    expects_response: true,
+                    text: text.into(),
+                    evidence,
+                }),
+            )
+        };
+        let wrote = arbiter_protocol::Evidence {
+            files: arbiter_protocol::FileChanges {
+                created: vec!["a\u{202e}.py".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.log(&report(1, "Wrote it.", Some(wrote)));
+        c.log(&report(2, "hello.py is created.", Some(Default::default())));
+        c.log(&report(3, "Done.", None));
+        assert_eq!(
+            c.entries(),
+            [
+                Entry::new(Kind::Orchestrator(1), "Wrote it."),
+                Entry::new(
+                    Kind::Evidence,
+                    "0 tool calls, 1 file changed (created: a\\u{202e}.py)"
+                ),
+                Entry::new(Kind::Orchestrator(1), "hello.py is created."),
+                Entry::new(
+                    Kind::Check,
+                    "Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it \
+                     shows in the workspace."
+                ),
+                Entry::new(Kind::Orchestrator(1), "Done."),
+            ]
+        );
+    }
+
+    #[test]
     fn log_entries_become_conversation_entries() {
         let t = Utc::now();
         let mut c = Conversation::default();
