@@ -468,9 +468,11 @@ impl Session {
                     text,
                     tagged: false,
                 } => text,
-                Pending::Orchestrator { number, text } => {
-                    format!("{}: {text}", orchestrator_name(number))
-                }
+                Pending::Orchestrator {
+                    number,
+                    text,
+                    evidence,
+                } => crate::outputs::report(number, &text, evidence.as_ref()),
                 Pending::System { text } => format!("System: {text}"),
             });
         }

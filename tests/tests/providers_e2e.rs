@@ -97,7 +97,7 @@ async fn the_conversation_loop_runs_on_an_openai_compatible_server() {
     }
     assert_eq!(
         arbiter_requests[1].chat_last_input(),
-        "Orchestrator I: Wrote hello.txt."
+        "Orchestrator I: Wrote hello.txt.\n[Evidence from the worker, not written by Orchestrator I: 1 tool call (write 1), 1 file changed (created: hello.txt)]"
     );
     let orch_requests = sys.openai.requests_for(&orch);
     assert_eq!(orch_requests.len(), 2);

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
 use crate::context;
+use crate::evidence::{self, Baseline};
 use crate::inputs::Input;
 use crate::outbox::Outbox;
 use crate::slots::Seat;
@@ -63,6 +64,8 @@ pub(crate) struct Start {
     pub store: StateStore,
     /// The slot it starts in.
     pub seat: Seat,
+    /// The workspace walk its outputs' evidence compares against.
+    pub baseline: Baseline,
 }
 
 pub(crate) struct Agent {
@@ -86,6 +89,7 @@ pub(crate) struct Agent {
     seat: Seat,
     status: StatusHandle,
     outbox: Outbox,
+    baseline: Baseline,
 }
 
 impl Agent {
@@ -119,6 +123,7 @@ impl Agent {
             seat: start.seat,
             status,
             outbox,
+            baseline: start.baseline,
         }
     }
 
@@ -235,7 +240,8 @@ impl Agent {
                     s.tool_count += 1;
                 })
                 .await;
-            let outcome = self.during(self.tool(name, input)).await?;
+            let outcome = self.during(self.tool(name.clone(), input.clone())).await?;
+            self.snap.tally.record(&name, &input, &outcome);
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,
@@ -266,9 +272,14 @@ impl Agent {
         }
         let waits = output.expects_response;
         self.snap.out_seq += 1;
-        let message = self
-            .outbox
-            .message(self.snap.out_seq, OrchestratorEvent::Output(output));
+        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
+        let files = evidence::diff(&self.baseline, &now);
+        let evidence = self.snap.tally.evidence(files);
+        let message = self.outbox.message(
+            self.snap.out_seq,
+            OrchestratorEvent::Output(output),
+            Some(evidence),
+        );
         if waits {
             self.snap.notes_in_a_row = 0;
             self.snap.phase = Phase::Waiting;
@@ -303,6 +314,7 @@ impl Agent {
         let message = self.outbox.message(
             self.snap.out_seq,
             OrchestratorEvent::Failed(OrchestratorFailed { error }),
+            None,
         );
         self.step(vec![message]).await?;
         Err(Stop::Failed)
