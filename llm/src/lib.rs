@@ -13,6 +13,7 @@ mod error;
 mod http;
 mod model_config;
 mod openai;
+pub mod output;
 mod retry;
 pub mod schema;
 pub mod structured;
@@ -30,6 +31,7 @@ pub use error::{LlmError, Result};
 pub use http::Timeouts;
 pub use model_config::{ModelConfig, Provider, parse_model_spec};
 pub use openai::{DEFAULT_OPENAI_URL, OpenAiClient};
+pub use output::{Mode as OutputMode, RESPOND_TOOL, Server, StructuredOutput};
 pub use retry::RetryPolicy;
 pub use types::{
     ApiKey, Block, Message, MessageRole, ModelLimits, Request, Response, StopReason, StreamEvent,

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::http;
+use crate::output;
 use crate::retry::{self, Events, Failure, Open};
 use crate::{LlmError, Model, ModelConfig, ModelLimits, Provider, Request, Response, Result};
 
@@ -178,15 +179,22 @@ impl Model for AnthropicClient {
 
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
-            let body = self.prepare(&request).await;
-            retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode)).await;
+            let events =
+                retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
+            Ok(output::unshape_events(events, mode, request))
         })
     }
 
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
-            let body = self.prepare(&request).await;
-            retry::complete(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode)).await;
+            let response =
+                retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
+                    .await?;
+            Ok(output::unshape(response, mode, &request))
         })
     }
 

@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::http;
+use crate::output;
 use crate::retry::{self, Events, Failure, Open};
 use crate::{
     LlmError, Model, ModelConfig, ModelLimits, Provider, Request, Response, Result, StreamEvent,
@@ -148,15 +149,22 @@ impl Model for OpenAiClient {
 
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
-            let body = self.prepare(&request);
-            retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode));
+            let events =
+                retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
+            Ok(output::unshape_events(events, mode, request))
         })
     }
 
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
-            let body = self.prepare(&request);
-            retry::complete(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode));
+            let response =
+                retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
+                    .await?;
+            Ok(output::unshape(response, mode, &request))
         })
     }
 
