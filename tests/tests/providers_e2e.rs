@@ -10,6 +10,7 @@ mod common;
 
 use arbiter_llm::{Provider, RESPOND_TOOL, Server, StructuredOutput};
 use arbiter_protocol::SessionState;
+use arbiter_tests::mock_openai::output_cap;
 use arbiter_tests::{ChatRequestExt, OpenAiReply, RecordedRequest, Semantics};
 use common::*;
 use pretty_assertions::assert_eq;
@@ -35,6 +36,17 @@ struct Run {
 /// The seed flow (summon, a `write`, a report, a release) on a mock server
 /// with `semantics`, every role configured with `server` and `mode`.
 async fn seed_flow(semantics: Semantics, server: Option<Server>, mode: StructuredOutput) -> Run {
+    seed_flow_capped(semantics, server, mode, None).await
+}
+
+/// [`seed_flow`]; with `cap`, the Orchestrator's output cap is `cap` and
+/// its report takes 1.5 × `cap` tokens.
+async fn seed_flow_capped(
+    semantics: Semantics,
+    server: Option<Server>,
+    mode: StructuredOutput,
+    cap: Option<u64>,
+) -> Run {
     let mut sys = System::start_with(Options {
         provider: Provider::OpenAi,
         coordinator: false,
@@ -50,6 +62,9 @@ async fn seed_flow(semantics: Semantics, server: Option<Server>, mode: Structure
     let mut worker = sys.worker_config("worker-0", 4, 200_000);
     worker.model.server = server;
     worker.model.structured_output = mode;
+    if let Some(cap) = cap {
+        worker.model.max_output_tokens = cap;
+    }
     sys.spawn_worker_with(worker);
 
     let session = "s-openai";
@@ -67,11 +82,13 @@ async fn seed_flow(semantics: Semantics, server: Option<Server>, mode: Structure
             .usage(1500, 40, 1024),
     );
     // A server that reports no usage: the run goes on, the figure stays unknown.
-    sys.openai.push(
-        &orch,
+    let mut report =
         OpenAiReply::answer(&json!({"expects_response": true, "message": "Wrote hello.txt."}))
-            .no_usage(),
-    );
+            .no_usage();
+    if let Some(cap) = cap {
+        report = report.needs_tokens(cap * 3 / 2);
+    }
+    sys.openai.push(&orch, report);
     sys.openai.push(
         &arb,
         arbiter_says("release_orchestrators", "It is written.").usage(1100, 20, 896),
@@ -137,7 +154,6 @@ impl Run {
             self.arbiter[1].chat_last_input(),
             "Orchestrator I: Wrote hello.txt."
         );
-        assert_eq!(self.orch.len(), 2);
         assert_eq!(self.orch_unused, 0);
         let second = self.orch[1].messages();
         let call = second.iter().find(|m| m["role"] == "assistant").unwrap();
@@ -186,6 +202,7 @@ async fn the_conversation_loop_runs_on_an_openai_compatible_server() {
     )
     .await;
     run.assert_the_work_was_done();
+    assert_eq!(run.orch.len(), 2);
     assert!(run.orch[0].chat_tool_names().contains(&"write".to_owned()));
     assert!(
         !run.orch[0]
@@ -207,6 +224,7 @@ async fn on_llama_cpp_the_orchestrator_calls_its_tools_and_answers_through_respo
     )
     .await;
     run.assert_the_work_was_done();
+    assert_eq!(run.orch.len(), 2);
     run.assert_the_answer_was_a_tool();
 }
 
@@ -219,6 +237,7 @@ async fn on_ollama_the_orchestrator_calls_its_tools_and_answers_through_respond(
     )
     .await;
     run.assert_the_work_was_done();
+    assert_eq!(run.orch.len(), 2);
     run.assert_the_answer_was_a_tool();
 }
 
@@ -226,7 +245,24 @@ async fn on_ollama_the_orchestrator_calls_its_tools_and_answers_through_respond(
 async fn an_unknown_server_gets_the_answer_tool_so_a_grammar_cannot_block_tools() {
     let run = seed_flow(Semantics::LlamaCpp, None, StructuredOutput::Auto).await;
     run.assert_the_work_was_done();
+    assert_eq!(run.orch.len(), 2);
     run.assert_the_answer_was_a_tool();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_report_cut_at_its_cap_succeeds_on_one_retry_with_a_larger_cap() {
+    let run = seed_flow_capped(
+        Semantics::LlamaCpp,
+        Some(Server::LlamaCpp),
+        StructuredOutput::Auto,
+        Some(1_024),
+    )
+    .await;
+    run.assert_the_work_was_done();
+    // One extra call: the report, cut at 1,024, asked again at 2,048.
+    let caps: Vec<_> = run.orch.iter().map(|r| output_cap(&r.body)).collect();
+    assert_eq!(caps, vec![Some(1_024), Some(1_024), Some(2_048)]);
+    assert_eq!(run.orch[1].messages(), run.orch[2].messages());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,23 +147,31 @@ impl AnthropicClient {
                 error: f.error.scrub(self.secret()),
                 ..f
             })?;
-        let events = http::sse(
+        let events = crate::repetition::guard(http::sse(
             response,
             self.config.timeouts.idle,
             sse::Assembler::default(),
-        );
+        ));
         let secret = self.secret().map(str::to_owned);
         Ok(events
             .map(move |item| item.map_err(|e| e.scrub(secret.as_deref())))
             .boxed())
     }
 
+    /// The cap of `request`: its own or the configured one, lowered to the
+    /// model's maximum when that is known.
+    async fn cap(&self, request: &Request) -> u64 {
+        let wanted = request
+            .max_output_tokens
+            .unwrap_or(self.config.max_output_tokens);
+        match self.limits_now().await.max_output_tokens {
+            Some(limit) => wanted.min(limit),
+            None => wanted,
+        }
+    }
+
     async fn prepare(&self, request: &Request) -> Value {
-        let limits = self.limits_now().await;
-        let max_tokens = match limits.max_output_tokens {
-            Some(cap) => self.config.max_output_tokens.min(cap),
-            None => self.config.max_output_tokens,
-        };
+        let max_tokens = self.cap(request).await;
         body::body(&self.config.model, max_tokens, request)
     }
 
@@ -200,5 +208,9 @@ impl Model for AnthropicClient {
 
     fn limits(&self) -> BoxFuture<'_, ModelLimits> {
         Box::pin(self.limits_now())
+    }
+
+    fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async move { Some(self.cap(&Request::default()).await) })
     }
 }

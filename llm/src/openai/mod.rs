@@ -116,7 +116,11 @@ impl OpenAiClient {
             events.push(Ok(StreamEvent::Completed(response)));
             futures::stream::iter(events).boxed()
         } else {
-            http::sse(response, timeouts.idle, stream::Assembler::default())
+            crate::repetition::guard(http::sse(
+                response,
+                timeouts.idle,
+                stream::Assembler::default(),
+            ))
         };
         let secret = self.secret().map(str::to_owned);
         Ok(events
@@ -124,11 +128,20 @@ impl OpenAiClient {
             .boxed())
     }
 
+    /// The cap of `request`: its own or the configured one, lowered to the
+    /// model's maximum when that is configured.
+    fn cap(&self, request: &Request) -> u64 {
+        let wanted = request
+            .max_output_tokens
+            .unwrap_or(self.config.max_output_tokens);
+        match self.config.limits.max_output_tokens {
+            Some(limit) => wanted.min(limit),
+            None => wanted,
+        }
+    }
+
     fn prepare(&self, request: &Request) -> Value {
-        let max_tokens = match self.config.limits.max_output_tokens {
-            Some(cap) => self.config.max_output_tokens.min(cap),
-            None => self.config.max_output_tokens,
-        };
+        let max_tokens = self.cap(request);
         body::body(
             &self.config.model,
             &self.config.max_tokens_field,
@@ -171,5 +184,9 @@ impl Model for OpenAiClient {
     /// Compatible servers do not report limits: only the configured ones are known.
     fn limits(&self) -> BoxFuture<'_, ModelLimits> {
         Box::pin(std::future::ready(self.config.limits))
+    }
+
+    fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(std::future::ready(Some(self.cap(&Request::default()))))
     }
 }
