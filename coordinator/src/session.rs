@@ -493,6 +493,7 @@ impl Session {
             messages,
             tools: Vec::new(),
             output_schema: Some(self.shared.output_schema.clone()),
+            max_output_tokens: None,
         };
         let shared = self.shared.clone();
         let session_id = self.id.clone();

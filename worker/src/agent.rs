@@ -90,6 +90,10 @@ pub(crate) struct Agent {
     status: StatusHandle,
     outbox: Outbox,
     baseline: Baseline,
+    /// The output cap of the next call, when a cut-off reply raised it.
+    cap: Option<u64>,
+    /// A reply of this turn was cut off and the cap raised already.
+    grown: bool,
 }
 
 impl Agent {
@@ -124,6 +128,8 @@ impl Agent {
             status,
             outbox,
             baseline: start.baseline,
+            cap: None,
+            grown: false,
         }
     }
 
@@ -195,6 +201,27 @@ impl Agent {
             Err(error) => return self.fail(error).await,
         };
         let has_tools = response.tool_uses().next().is_some();
+        if response.stop_reason == StopReason::MaxTokens && !has_tools && !self.grown {
+            // Cut off at its cap: the same call with a larger cap, once.
+            self.grown = true;
+            let asked = Request {
+                max_output_tokens: self.cap,
+                ..Request::default()
+            };
+            if let Some(cap) =
+                arbiter_llm::larger_output_cap(self.shared.model.as_ref(), &asked).await
+            {
+                tracing::warn!(
+                    cap,
+                    "reply cut off at its output cap; asking again with a larger one"
+                );
+                self.cap = Some(cap);
+                return Ok(());
+            }
+        } else if response.stop_reason != StopReason::MaxTokens {
+            self.grown = false;
+            self.cap = None;
+        }
         self.transcript.push(Message {
             role: MessageRole::Assistant,
             content: response.content.clone(),
@@ -203,11 +230,9 @@ impl Agent {
             // Stored before any tool runs: a worker that lost its lease runs none.
             return self.step(Vec::new()).await;
         }
-        let parsed = match response.stop_reason {
-            StopReason::MaxTokens => {
-                Err("the reply was cut off at the output token limit; keep it shorter".to_owned())
-            }
-            _ => structured::parse::<OrchestratorOutput>(&response.text()),
+        let parsed = match structured::cut_short(&response.stop_reason) {
+            Some(detail) => Err(detail.to_owned()),
+            None => structured::parse::<OrchestratorOutput>(&response.text()),
         };
         match parsed {
             Ok(output) => self.output(output).await,
@@ -396,6 +421,7 @@ impl Agent {
             messages: self.transcript.messages().to_vec(),
             tools: self.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
+            max_output_tokens: self.cap,
         };
         let model = self.shared.model.clone();
         let response = self
