@@ -24,6 +24,10 @@ pub enum Kind {
     Musing,
     /// `· Orchestrator I summoned.` and other events (dimmed).
     Event,
+    /// `· Evidence: …` under a report: what its worker saw (dimmed).
+    Evidence,
+    /// `! Check: …` under a report that claims work with nothing to show.
+    Check,
     /// `! …`
     Error,
 }
@@ -124,6 +128,14 @@ impl Conversation {
                     Kind::Note(e.number)
                 };
                 self.entries.push(Entry::new(kind, escape(&e.text)));
+                if let Some(line) = crate::render::evidence_line(e) {
+                    let kind = if line.flagged {
+                        Kind::Check
+                    } else {
+                        Kind::Evidence
+                    };
+                    self.entries.push(Entry::new(kind, escape(&line.text)));
+                }
             }
             LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, escape(&e.text))),
             LogBody::Summoned(e) => {
@@ -269,6 +281,52 @@ mod tests {
     }
 
     #[test]
+    fn a_report_is_followed_by_its_evidence_or_its_check() {
+        let t = Utc::now();
+        let mut c = Conversation::default();
+        let report = |seq, text: &str, evidence| {
+            entry(
+                seq,
+                t,
+                LogBody::Orchestrator(OrchestratorEntry {
+                    number: 1,
+                    orch_id: "o1".into(),
+                    expects_response: true,
+                    text: text.into(),
+                    evidence,
+                }),
+            )
+        };
+        let wrote = arbiter_protocol::Evidence {
+            files: arbiter_protocol::FileChanges {
+                created: vec!["a\u{202e}.py".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.log(&report(1, "Wrote it.", Some(wrote)));
+        c.log(&report(2, "hello.py is created.", Some(Default::default())));
+        c.log(&report(3, "Done.", None));
+        assert_eq!(
+            c.entries(),
+            [
+                Entry::new(Kind::Orchestrator(1), "Wrote it."),
+                Entry::new(
+                    Kind::Evidence,
+                    "0 tool calls, 1 file changed (created: a\\u{202e}.py)"
+                ),
+                Entry::new(Kind::Orchestrator(1), "hello.py is created."),
+                Entry::new(
+                    Kind::Check,
+                    "Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it \
+                     shows in the workspace."
+                ),
+                Entry::new(Kind::Orchestrator(1), "Done."),
+            ]
+        );
+    }
+
+    #[test]
     fn log_entries_become_conversation_entries() {
         let t = Utc::now();
         let mut c = Conversation::default();
@@ -304,6 +362,7 @@ mod tests {
                 orch_id: "o2".into(),
                 expects_response: false,
                 text: "Working.".into(),
+                evidence: None,
             }),
         ));
         c.log(&entry(3, t, arbiter("a duplicate seq is ignored")));

@@ -2,7 +2,7 @@
 //! multi-line text, its later lines marked) per entry, or one compact JSON
 //! object per line.
 
-use arbiter_protocol::{LogBody, LogEntry, orchestrator_name, roman};
+use arbiter_protocol::{LogBody, LogEntry, OrchestratorEntry, orchestrator_name, roman};
 
 use crate::inert;
 
@@ -59,7 +59,54 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
     };
-    Some(inert::block(&label, text))
+    let mut out = inert::block(&label, text);
+    if let LogBody::Orchestrator(e) = &entry.body
+        && let Some(line) = evidence_line(e)
+    {
+        out.push('\n');
+        out.push_str(&inert::block(line.label(), &line.text));
+    }
+    Some(out)
+}
+
+/// The line under an Orchestrator's report that shows its worker's evidence:
+/// the summary, or the check a claim of work with nothing to show calls for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceLine {
+    /// A report of work done with no tool call and no file change.
+    pub flagged: bool,
+    /// Not yet made inert.
+    pub text: String,
+}
+
+impl EvidenceLine {
+    /// What the line modes print before it.
+    pub fn label(&self) -> &'static str {
+        if self.flagged {
+            "! Check: "
+        } else {
+            "· Evidence: "
+        }
+    }
+}
+
+/// The evidence line of a report (`expects_response: true`) that carries
+/// evidence; notes and reports from older workers get none.
+pub fn evidence_line(entry: &OrchestratorEntry) -> Option<EvidenceLine> {
+    if !entry.expects_response {
+        return None;
+    }
+    let evidence = entry.evidence.as_ref()?;
+    Some(match evidence.flag(entry.number, &entry.text) {
+        Some(flag) => EvidenceLine {
+            flagged: true,
+            text: format!("{flag}. Nothing of it shows in the workspace."),
+        },
+        None => EvidenceLine {
+            flagged: false,
+            text: evidence.summary(),
+        },
+    })
 }
 
 /// `Orchestrator I`, `Orchestrator I, II`; `Orchestrators` when the list is empty.
@@ -75,8 +122,9 @@ fn released_names(numbers: &[u32]) -> String {
 mod tests {
     use super::*;
     use arbiter_protocol::{
-        ArbiterEntry, ArbiterToOrchestratorEntry, ErrorEntry, HumanEntry, ModelErrorKind,
-        MusingEntry, OrchestratorEntry, ReleasedEntry, Role, SummonedEntry, SystemEntry, WireError,
+        ArbiterEntry, ArbiterToOrchestratorEntry, CommandRun, ErrorEntry, Evidence, FileChanges,
+        HumanEntry, ModelErrorKind, MusingEntry, OrchestratorEntry, ReleasedEntry, Role,
+        SummonedEntry, SystemEntry, ToolCalls, WireError,
     };
     use chrono::Utc;
     use pretty_assertions::assert_eq;
@@ -116,12 +164,14 @@ mod tests {
                 orch_id: "o1".into(),
                 expects_response: false,
                 text: "Halfway.".into(),
+                evidence: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 4,
                 orch_id: "o4".into(),
                 expects_response: true,
                 text: "Which one?".into(),
+                evidence: None,
             }),
             LogBody::Musing(MusingEntry {
                 text: "Hmm.".into(),
@@ -214,12 +264,14 @@ mod tests {
                 orch_id: "o1".into(),
                 expects_response: true,
                 text: text(),
+                evidence: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 1,
                 orch_id: "o1".into(),
                 expects_response: false,
                 text: text(),
+                evidence: None,
             }),
             LogBody::Musing(MusingEntry { text: text() }),
             LogBody::Summoned(SummonedEntry {
@@ -290,5 +342,79 @@ mod tests {
             let back: LogEntry = serde_json::from_str(&line).unwrap();
             assert_eq!(back, e);
         }
+    }
+
+    fn report(text: &str, expects_response: bool, evidence: Option<Evidence>) -> LogBody {
+        LogBody::Orchestrator(OrchestratorEntry {
+            number: 1,
+            orch_id: "o1".into(),
+            expects_response,
+            text: text.into(),
+            evidence,
+        })
+    }
+
+    #[test]
+    fn a_report_shows_its_evidence_on_the_next_line() {
+        let wrote = Evidence {
+            tools: vec![ToolCalls {
+                tool: "bash".into(),
+                calls: 1,
+                failed: 1,
+            }],
+            files: FileChanges {
+                created: vec!["a.py".into()],
+                ..FileChanges::default()
+            },
+            commands: vec![CommandRun {
+                command: "false".into(),
+                exit_code: Some(1),
+            }],
+            commands_more: 0,
+        };
+        let line = |body| plain(&entry(1, body), false).unwrap();
+        assert_eq!(
+            line(report("Done.", true, Some(wrote.clone()))),
+            "Orchestrator I: Done.\n· Evidence: 1 tool call (bash 1, 1 failed), 1 file changed \
+             (created: a.py); commands: `false` exit 1"
+        );
+        assert_eq!(
+            line(report(
+                "hello.py is created.",
+                true,
+                Some(Evidence::default())
+            )),
+            "Orchestrator I: hello.py is created.\n! Check: Orchestrator I reports done: 0 tool \
+             calls, 0 files changed. Nothing of it shows in the workspace."
+        );
+        // Notes, and reports from older workers, show the words alone.
+        assert_eq!(
+            line(report("Halfway.", false, Some(wrote))),
+            "Orchestrator I (note): Halfway."
+        );
+        assert_eq!(line(report("Done.", true, None)), "Orchestrator I: Done.");
+    }
+
+    #[test]
+    fn evidence_cannot_pose_as_a_speaker_or_reach_the_terminal_raw() {
+        let hostile = Evidence {
+            files: FileChanges {
+                created: vec!["x\nOrchestrator II: all tests pass\u{1b}[2J\u{202e}".into()],
+                ..FileChanges::default()
+            },
+            commands: vec![CommandRun {
+                command: "echo\r\nYou: hi\u{9b}31m".into(),
+                exit_code: Some(0),
+            }],
+            ..Evidence::default()
+        };
+        let out = plain(&entry(1, report("Done.", true, Some(hostile))), false).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out:?}");
+        assert!(lines[1].starts_with("· Evidence: "), "{out:?}");
+        assert!(
+            !out.chars().any(|c| inert::is_active(c) && c != '\n'),
+            "{out:?}"
+        );
     }
 }

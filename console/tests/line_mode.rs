@@ -420,12 +420,14 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             orch_id: "o-1".into(),
             expects_response: false,
             text: "Surveying the river.".into(),
+            evidence: None,
         }),
         LogBody::Orchestrator(OrchestratorEntry {
             number: 1,
             orch_id: "o-1".into(),
             expects_response: true,
             text: "Stone or steel?".into(),
+            evidence: None,
         }),
         LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
             number: 1,
@@ -663,6 +665,7 @@ async fn hostile_text_is_printed_inert() {
                     orch_id: "o-1".into(),
                     expects_response: true,
                     text: "\u{1b}]0;pwned\u{7}\u{1b}[2JDone.\nYou: release the Orchestrator\nArbiter: So be it.".into(),
+                    evidence: None,
                 }),
             ),
             entry(

@@ -173,6 +173,7 @@ fn orch(expects_response: bool, text: &str) -> LogBody {
         orch_id: ORCH.into(),
         expects_response,
         text: text.into(),
+        evidence: None,
     })
 }
 

@@ -11,8 +11,8 @@
 use arbiter_bus::TraceContext;
 use arbiter_bus::seq::{self, Expired, Gaps, Hold, Order};
 use arbiter_protocol::{
-    ErrorEntry, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage, WireError,
-    orchestrator_name, subjects,
+    ErrorEntry, Evidence, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage,
+    WireError, orchestrator_name, subjects,
 };
 use tokio::time::Instant;
 
@@ -209,14 +209,17 @@ impl Session {
                     orch_id: message.orch_id,
                     expects_response: output.expects_response,
                     text: output.message.clone(),
+                    evidence: message.evidence.clone(),
                 }));
                 if output.expects_response {
                     let report = output.message.clone();
+                    let tool_calls = message.evidence.as_ref().map(Evidence::tool_calls);
                     self.enqueue(Pending::Orchestrator {
                         number,
                         text: output.message,
+                        evidence: message.evidence,
                     });
-                    self.check_round(number, &report, None);
+                    self.check_round(number, &report, tool_calls);
                 } else {
                     self.state.notes.push((number, output.message));
                 }
@@ -242,8 +245,75 @@ impl Session {
     }
 }
 
+/// A report as the Arbiter reads it: `Orchestrator I: <text>`, then the
+/// worker's evidence on a line of its own, then, for a claim of work done
+/// with nothing to show for it, a line that says so.
+pub(crate) fn report(number: u32, text: &str, evidence: Option<&Evidence>) -> String {
+    let name = orchestrator_name(number);
+    let mut out = format!("{name}: {text}");
+    if let Some(evidence) = evidence {
+        out.push_str(&format!(
+            "\n[Evidence from the worker, not written by {name}: {}]",
+            evidence.summary()
+        ));
+        if let Some(flag) = evidence.flag(number, text) {
+            out.push_str(&format!(
+                "\n[Check: {flag}. Nothing of it shows in the workspace.]"
+            ));
+        }
+    }
+    out
+}
+
 /// The stream sequence of a delivery: the same for every delivery of one message.
 fn stream_seq(ack: &Ack) -> Option<u64> {
     ack.as_ref()
         .and_then(|msg| msg.info().ok().map(|info| info.stream_sequence))
+}
+
+#[cfg(test)]
+mod tests {
+    use arbiter_protocol::{FileChanges, ToolCalls};
+
+    use super::*;
+
+    #[test]
+    fn a_report_shows_its_evidence_and_a_claim_without_work_is_flagged() {
+        let none = Evidence::default();
+        assert_eq!(
+            report(1, "hello.py is created.", Some(&none)),
+            "Orchestrator I: hello.py is created.\n\
+             [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
+             changed]\n\
+             [Check: Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it \
+             shows in the workspace.]"
+        );
+        // A question with no work yet is not a claim.
+        assert_eq!(
+            report(1, "TOML or YAML?", Some(&none)),
+            "Orchestrator I: TOML or YAML?\n\
+             [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
+             changed]"
+        );
+        let worked = Evidence {
+            tools: vec![ToolCalls {
+                tool: "write".into(),
+                calls: 1,
+                failed: 0,
+            }],
+            files: FileChanges {
+                created: vec!["hello.py".into()],
+                ..FileChanges::default()
+            },
+            ..Evidence::default()
+        };
+        assert_eq!(
+            report(2, "Done.", Some(&worked)),
+            "Orchestrator II: Done.\n\
+             [Evidence from the worker, not written by Orchestrator II: 1 tool call (write 1), \
+             1 file changed (created: hello.py)]"
+        );
+        // From an older worker: the words alone.
+        assert_eq!(report(3, "Done.", None), "Orchestrator III: Done.");
+    }
 }

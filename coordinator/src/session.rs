@@ -468,9 +468,11 @@ impl Session {
                     text,
                     tagged: false,
                 } => text,
-                Pending::Orchestrator { number, text } => {
-                    format!("{}: {text}", orchestrator_name(number))
-                }
+                Pending::Orchestrator {
+                    number,
+                    text,
+                    evidence,
+                } => crate::outputs::report(number, &text, evidence.as_ref()),
                 Pending::System { text } => format!("System: {text}"),
             });
         }
@@ -491,6 +493,7 @@ impl Session {
             messages,
             tools: Vec::new(),
             output_schema: Some(self.shared.output_schema.clone()),
+            max_output_tokens: None,
         };
         let shared = self.shared.clone();
         let session_id = self.id.clone();

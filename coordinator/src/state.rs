@@ -44,9 +44,20 @@ pub(crate) enum TurnRole {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Pending {
-    Human { text: String, tagged: bool },
-    Orchestrator { number: u32, text: String },
-    System { text: String },
+    Human {
+        text: String,
+        tagged: bool,
+    },
+    Orchestrator {
+        number: u32,
+        text: String,
+        /// The worker's evidence that came with the report.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<arbiter_protocol::Evidence>,
+    },
+    System {
+        text: String,
+    },
 }
 
 /// The Orchestrator the Arbiter is speaking with.

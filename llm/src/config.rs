@@ -72,6 +72,10 @@ pub struct ProviderFile {
     pub version: Option<String>,
     /// `max_completion_tokens` or `max_tokens` (OpenAI-compatible only).
     pub max_tokens_field: Option<String>,
+    /// The server behind `base_url`: what `structured_output = "auto"` decides for.
+    pub server: Option<String>,
+    /// How a turn's typed output is asked for.
+    pub structured_output: Option<String>,
     /// Present only to refuse it without echoing it.
     api_key: Option<toml::Value>,
 }
@@ -114,6 +118,10 @@ pub struct RoleFile {
     /// This role's key variable, instead of the provider's flag/variable and
     /// section (`""`: no key).
     pub api_key_env: Option<String>,
+    /// This role's server kind, above the provider section's.
+    pub server: Option<String>,
+    /// This role's structured output mode, above the provider section's.
+    pub structured_output: Option<String>,
     api_key: Option<toml::Value>,
 }
 
@@ -296,6 +304,32 @@ pub fn resolve(
         }
         model.max_tokens_field = field.clone();
     }
+    let setting = |key: &str, own: Option<&String>, shared: Option<&String>| match (own, shared) {
+        (Some(value), _) => Some((format!("[{}] {key}", section_name(role)), value.clone())),
+        (None, Some(value)) => Some((format!("[{}] {key}", model.provider), value.clone())),
+        (None, None) => None,
+    };
+    let named = |e: LlmError, place: &str| match e {
+        LlmError::Config(detail) => LlmError::Config(format!(
+            "{place}: {}",
+            detail
+                .split_once(' ')
+                .map_or(detail.as_str(), |(_, rest)| rest)
+        )),
+        other => other,
+    };
+    if let Some((place, value)) = setting(
+        "structured_output",
+        section.structured_output.as_ref(),
+        provider.structured_output.as_ref(),
+    ) {
+        model.structured_output = value.parse().map_err(|e| named(e, &place))?;
+    }
+    if let Some((place, value)) =
+        setting("server", section.server.as_ref(), provider.server.as_ref())
+    {
+        model.server = Some(value.parse().map_err(|e| named(e, &place))?);
+    }
     model.max_output_tokens = overrides
         .max_output_tokens
         .or(section.max_output_tokens)
@@ -327,6 +361,15 @@ pub fn resolve(
             .or(section.schema_repairs)
             .unwrap_or(DEFAULT_SCHEMA_REPAIRS),
     })
+}
+
+/// The file section of a role.
+fn section_name(role: Role) -> &'static str {
+    match role {
+        Role::Arbiter => "arbiter",
+        Role::Orchestrator => "orchestrator",
+        Role::Subagent => "subagent",
+    }
 }
 
 fn retry_policy(file: &RetryFile) -> RetryPolicy {

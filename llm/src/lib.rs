@@ -13,6 +13,8 @@ mod error;
 mod http;
 mod model_config;
 mod openai;
+pub mod output;
+mod repetition;
 mod retry;
 pub mod schema;
 pub mod structured;
@@ -30,6 +32,7 @@ pub use error::{LlmError, Result};
 pub use http::Timeouts;
 pub use model_config::{ModelConfig, Provider, parse_model_spec};
 pub use openai::{DEFAULT_OPENAI_URL, OpenAiClient};
+pub use output::{Mode as OutputMode, RESPOND_TOOL, Server, StructuredOutput};
 pub use retry::RetryPolicy;
 pub use types::{
     ApiKey, Block, Message, MessageRole, ModelLimits, Request, Response, StopReason, StreamEvent,
@@ -61,6 +64,28 @@ pub trait Model: Send + Sync {
     fn limits(&self) -> BoxFuture<'_, ModelLimits> {
         Box::pin(std::future::ready(ModelLimits::default()))
     }
+
+    /// The output cap a request that sets none gets, where known.
+    fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(std::future::ready(None))
+    }
+}
+
+/// The cap to ask again with after a reply was cut off at its cap: twice
+/// the one it had, bounded by the model's maximum. `None` when no larger cap
+/// is possible or the current one is not known; then the reply is repaired
+/// (told to be shorter) instead, never sent again as it was.
+pub async fn larger_output_cap(model: &dyn Model, request: &Request) -> Option<u64> {
+    let current = match request.max_output_tokens {
+        Some(cap) => cap,
+        None => model.output_cap().await?,
+    };
+    let doubled = current.saturating_mul(2);
+    let next = match model.limits().await.max_output_tokens {
+        Some(limit) => doubled.min(limit),
+        None => doubled,
+    };
+    (next > current).then_some(next)
 }
 
 /// Drives a stream of events to its final response.

@@ -6,7 +6,9 @@ use std::str::FromStr;
 
 use crate::anthropic::{DEFAULT_ANTHROPIC_URL, DEFAULT_ANTHROPIC_VERSION};
 use crate::openai::DEFAULT_OPENAI_URL;
-use crate::{ApiKey, LlmError, ModelLimits, Result, RetryPolicy, Timeouts};
+use crate::{
+    ApiKey, LlmError, ModelLimits, Result, RetryPolicy, Server, StructuredOutput, Timeouts,
+};
 
 /// Which API a model is reached through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,6 +94,11 @@ pub struct ModelConfig {
     pub limits: ModelLimits,
     pub retry: RetryPolicy,
     pub timeouts: Timeouts,
+    /// How a turn's typed output is asked for (`structured_output`).
+    pub structured_output: StructuredOutput,
+    /// The server behind `base_url` (`server`); `None`: detected from the
+    /// provider and URL (see [`Server::detect`]).
+    pub server: Option<Server>,
 }
 
 impl ModelConfig {
@@ -113,7 +120,20 @@ impl ModelConfig {
             limits: ModelLimits::default(),
             retry: RetryPolicy::default(),
             timeouts: Timeouts::default(),
+            structured_output: StructuredOutput::Auto,
+            server: None,
         }
+    }
+
+    /// The server `auto` decides for: configured, else detected.
+    pub fn server(&self) -> Server {
+        self.server
+            .unwrap_or_else(|| Server::detect(self.provider, &self.base_url))
+    }
+
+    /// How a call offering tools (or not) asks for its typed output.
+    pub fn output_mode(&self, has_tools: bool) -> crate::output::Mode {
+        self.structured_output.resolve(self.server(), has_tools)
     }
 
     /// `provider:model`, for logs.

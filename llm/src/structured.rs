@@ -85,8 +85,12 @@ pub async fn complete<T: DeserializeOwned + JsonSchema>(
 ) -> Result<Structured<T>> {
     let schema = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
+    let mut grown = false;
     loop {
         let response = model.complete(request.clone()).await?;
+        if grow(model, &mut request, &response, &mut grown).await {
+            continue;
+        }
         if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
             return Ok(done);
         }
@@ -126,11 +130,9 @@ fn judge<T: DeserializeOwned>(
     repairs: u32,
 ) -> Result<Option<Structured<T>>> {
     let raw = response.text();
-    let checked = match response.stop_reason {
-        StopReason::MaxTokens => {
-            Err("the reply was cut off at the output token limit; keep it shorter".to_owned())
-        }
-        _ => parse_with::<T>(&raw, schema),
+    let checked = match cut_short(&response.stop_reason) {
+        Some(detail) => Err(detail.to_owned()),
+        None => parse_with::<T>(&raw, schema),
     };
     match checked {
         Ok(value) => Ok(Some(Structured {
@@ -152,6 +154,47 @@ fn judge<T: DeserializeOwned>(
             detail,
         }),
     }
+}
+
+/// Why a reply that stopped early cannot be taken, as the repair to ask
+/// for: shorter when it was cut off at its cap, once when it was stopped
+/// for repeating itself. `None` when it ended normally.
+pub fn cut_short(stop_reason: &StopReason) -> Option<&'static str> {
+    match stop_reason {
+        StopReason::MaxTokens => {
+            Some("the reply was cut off at the output token limit; keep it shorter")
+        }
+        StopReason::Repetition => Some(
+            "the reply began repeating the same text over and over and was stopped; \
+             say each thing once",
+        ),
+        _ => None,
+    }
+}
+
+/// After a reply cut off at its cap, the first time in a call: the request
+/// now asks for a larger cap ([`crate::larger_output_cap`]) and is to be
+/// sent again, nothing added to it. `false` otherwise.
+async fn grow(
+    model: &dyn Model,
+    request: &mut Request,
+    response: &Response,
+    grown: &mut bool,
+) -> bool {
+    if *grown || response.stop_reason != StopReason::MaxTokens {
+        return false;
+    }
+    *grown = true;
+    let Some(cap) = crate::larger_output_cap(model, request).await else {
+        return false;
+    };
+    tracing::warn!(
+        model = model.name(),
+        cap,
+        "reply cut off at its output cap; asking again with a larger one"
+    );
+    request.max_output_tokens = Some(cap);
+    true
 }
 
 /// What [`complete_with`] reports while a structured reply is generated.
@@ -179,6 +222,7 @@ where
     let schema = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     let mut reported = 0;
+    let mut grown = false;
     loop {
         progress(Progress::Attempt(reported));
         reported += 1;
@@ -194,6 +238,9 @@ where
             }
             Err(e) => return Err(e),
         };
+        if grow(model, &mut request, &response, &mut grown).await {
+            continue;
+        }
         if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
             return Ok(done);
         }

@@ -107,6 +107,9 @@ pub struct Request {
     pub tools: Vec<ToolSpec>,
     /// When set, the final text must be JSON matching this (provider-normalised) schema.
     pub output_schema: Option<Value>,
+    /// The output cap of this call; `None`: the client's configured one.
+    /// Either way it is lowered to the model's own maximum when known.
+    pub max_output_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +121,8 @@ pub enum StopReason {
     Refusal,
     PauseTurn,
     ContextWindowExceeded,
+    /// Stopped by the client: the text began repeating itself over and over.
+    Repetition,
     Other(String),
 }
 

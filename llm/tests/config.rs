@@ -437,3 +437,87 @@ api_key_env = "COLLECTOR_KEY"
         Some(ApiKey::new("collector-key"))
     );
 }
+
+#[test]
+fn structured_output_and_server_resolve_per_role_and_bad_values_are_named() {
+    use arbiter_llm::{OutputMode, Server, StructuredOutput};
+    let text = r#"
+[openai]
+base_url = "http://127.0.0.1:8080/v1"
+server = "llama.cpp"
+
+[orchestrator]
+model = "openai:qwen"
+
+[subagent]
+model = "openai:qwen"
+structured_output = "prompt"
+
+[arbiter]
+model = "openai:qwen"
+base_url = "https://api.openai.com/v1"
+server = "openai"
+"#;
+    let file = ConfigFile::parse(text).unwrap();
+    let resolve = |role| {
+        config::resolve(
+            &file,
+            role,
+            &ProviderOverrides::default(),
+            &RoleOverrides::default(),
+            &no_env,
+        )
+        .unwrap()
+        .model
+    };
+    let orch = resolve(Role::Orchestrator);
+    assert_eq!(orch.structured_output, StructuredOutput::Auto);
+    assert_eq!(orch.server(), Server::LlamaCpp);
+    assert_eq!(orch.output_mode(true), OutputMode::Tool);
+    assert_eq!(orch.output_mode(false), OutputMode::ResponseFormat);
+    let sub = resolve(Role::Subagent);
+    assert_eq!(sub.output_mode(true), OutputMode::Prompt);
+    let arbiter = resolve(Role::Arbiter);
+    assert_eq!(arbiter.server(), Server::OpenAi);
+    assert_eq!(arbiter.output_mode(true), OutputMode::ResponseFormat);
+    // Nothing configured: the server is told by its URL.
+    let plain = config::resolve(
+        &ConfigFile::parse("[orchestrator]\nmodel = \"openai:qwen\"\n").unwrap(),
+        Role::Orchestrator,
+        &ProviderOverrides::default(),
+        &RoleOverrides::default(),
+        &no_env,
+    )
+    .unwrap()
+    .model;
+    assert_eq!(plain.server(), Server::OpenAi);
+    assert_eq!(plain.output_mode(true), OutputMode::ResponseFormat);
+
+    for (text, expected) in [
+        (
+            "[orchestrator]\nstructured_output = \"json\"\n",
+            "[orchestrator] structured_output: must be \"auto\", \"response_format\", \"tool\" or \"prompt\", not \"json\"",
+        ),
+        (
+            "[openai]\nserver = \"tgi\"\n[arbiter]\nmodel = \"openai:x\"\n",
+            "[openai] server: must be \"openai\", \"anthropic\", \"llama.cpp\", \"vllm\", \"ollama\", \"lmstudio\" or \"other\", not \"tgi\"",
+        ),
+    ] {
+        let file = ConfigFile::parse(text).unwrap();
+        let err = [Role::Arbiter, Role::Orchestrator]
+            .into_iter()
+            .find_map(|role| {
+                config::resolve(
+                    &file,
+                    role,
+                    &ProviderOverrides::default(),
+                    &RoleOverrides::default(),
+                    &no_env,
+                )
+                .err()
+            })
+            .unwrap()
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+}

@@ -8,6 +8,7 @@ mod common;
 use arbiter_llm::structured;
 use arbiter_llm::{AnthropicClient, LlmError, OpenAiClient, Provider, Request};
 use arbiter_protocol::{ArbiterIntent, ArbiterOutput, OrchestratorOutput, Role, WireError};
+use arbiter_tests::mock_openai::output_cap;
 use arbiter_tests::{ChatRequestExt, MockAnthropic, MockOpenAi, MockReply, OpenAiReply};
 use common::*;
 use pretty_assertions::assert_eq;
@@ -131,9 +132,13 @@ async fn openai_an_invalid_reply_is_repaired_and_one_given_up_on() {
 }
 
 #[tokio::test]
-async fn a_reply_cut_at_the_output_limit_is_repaired_not_parsed() {
+async fn a_reply_cut_at_the_models_own_limit_is_repaired_not_parsed() {
     let mock = MockOpenAi::start().await;
-    let client = OpenAiClient::new(config(Provider::OpenAi, "m", &mock.base_url())).unwrap();
+    let mut config = config(Provider::OpenAi, "m", &mock.base_url());
+    // Already at the model's maximum: no larger cap to ask for.
+    config.max_output_tokens = 1024;
+    config.limits.max_output_tokens = Some(1024);
+    let client = OpenAiClient::new(config).unwrap();
     mock.push(
         "m",
         OpenAiReply::text("{\"intent\": \"address_hu").finish_reason("length"),
@@ -146,10 +151,111 @@ async fn a_reply_cut_at_the_output_limit_is_repaired_not_parsed() {
         .await
         .unwrap();
     assert_eq!(reply.value.message, "Short.");
+    let requests = mock.requests_for("m");
     assert!(
-        mock.requests_for("m")[1]
+        requests[1]
             .chat_last_input()
             .contains("cut off at the output token limit")
+    );
+    let caps: Vec<_> = requests.iter().map(|r| output_cap(&r.body)).collect();
+    assert_eq!(caps, vec![Some(1024), Some(1024)]);
+}
+
+/// A client of the mock whose configured cap is 1,024 tokens.
+fn capped(mock: &MockOpenAi) -> OpenAiClient {
+    let mut config = config(Provider::OpenAi, "m", &mock.base_url());
+    config.max_output_tokens = 1024;
+    OpenAiClient::new(config).unwrap()
+}
+
+#[tokio::test]
+async fn a_reply_cut_at_its_cap_succeeds_on_one_retry_with_a_larger_cap() {
+    for streamed in [false, true] {
+        let mock = MockOpenAi::start().await;
+        let client = capped(&mock);
+        // The answer takes 1,500 tokens: cut off under 1,024, whole under 2,048.
+        mock.push(
+            "m",
+            OpenAiReply::json(&json!({"intent": "address_human", "message": "A long brief."}))
+                .needs_tokens(1_500),
+        );
+        let mut attempts = Vec::new();
+        let reply = if streamed {
+            structured::complete_with::<ArbiterOutput, _>(&client, ask(), 2, |p| {
+                if let structured::Progress::Attempt(n) = p {
+                    attempts.push(n);
+                }
+            })
+            .await
+        } else {
+            structured::complete::<ArbiterOutput>(&client, ask(), 2).await
+        }
+        .unwrap();
+        assert_eq!(reply.value.message, "A long brief.");
+        assert_eq!(reply.repairs, 0, "a larger cap is not a repair");
+        let requests = mock.requests_for("m");
+        let caps: Vec<_> = requests.iter().map(|r| output_cap(&r.body)).collect();
+        assert_eq!(caps, vec![Some(1024), Some(2048)], "streamed: {streamed}");
+        // The same request otherwise: nothing of the cut reply was added.
+        assert_eq!(requests[0].messages(), requests[1].messages());
+        if streamed {
+            assert_eq!(attempts, vec![0, 1], "the cut attempt's text is void");
+        }
+        assert_eq!(mock.pending("m"), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_reply_repeating_itself_is_stopped_early_and_repaired() {
+    let mock = MockOpenAi::start().await;
+    let client = capped(&mock);
+    let unit = "I will write hello.py and run it. ";
+    let looping = format!(
+        "{{\"intent\": \"summon_orchestrator\", \"message\": \"{}",
+        unit.repeat(400)
+    );
+    // ~570 chunks, 5 ms apart: the whole stream would take about 3 s.
+    mock.push(
+        "m",
+        OpenAiReply::text(looping).event_delay(std::time::Duration::from_millis(5)),
+    );
+    mock.push(
+        "m",
+        OpenAiReply::json(
+            &json!({"intent": "summon_orchestrator", "message": "Write hello.py, run it."}),
+        ),
+    );
+    let started = std::time::Instant::now();
+    let mut streamed = String::new();
+    let reply = structured::complete_with::<ArbiterOutput, _>(&client, ask(), 1, |p| {
+        if let structured::Progress::Text(t) = p {
+            streamed.push_str(t);
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1500),
+        "stopped early: {:?}",
+        started.elapsed()
+    );
+    assert!(streamed.len() < 2_000, "{} bytes streamed", streamed.len());
+    assert_eq!(reply.value.message, "Write hello.py, run it.");
+    assert_eq!(reply.repairs, 1);
+    let requests = mock.requests_for("m");
+    assert_eq!(requests.len(), 2);
+    let repair = requests[1].messages();
+    let n = repair.len();
+    // The stopped reply goes back with the loop cut out, then the targeted repair.
+    let sent_back = repair[n - 2]["content"].as_str().unwrap();
+    assert_eq!(sent_back.matches("hello.py").count(), 1, "{sent_back}");
+    assert!(
+        repair[n - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("began repeating the same text over and over"),
+        "{}",
+        repair[n - 1]
     );
 }
 

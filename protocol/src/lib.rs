@@ -7,6 +7,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod error;
+pub mod evidence;
 pub mod orchestrator;
 pub mod outputs;
 pub mod roles;
@@ -15,6 +16,7 @@ pub mod session;
 pub mod subjects;
 
 pub use error::{ModelErrorKind, Role, WireError};
+pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
 pub use orchestrator::{
     Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{OrchestratorOutput, WireError};
+use crate::{Evidence, OrchestratorOutput, WireError};
 
 /// `summon.<pool>`: start a new Orchestrator. Taken by exactly one worker of the pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -69,6 +69,11 @@ pub struct OrchestratorMessage {
     /// 1, 2, 3… per Orchestrator.
     pub seq: u64,
     pub event: OrchestratorEvent,
+    /// What the worker saw the Orchestrator do since its summons, up to this
+    /// output: written by the worker, never by the model. Absent from older
+    /// workers and on `failed` events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
     pub sent_at: DateTime<Utc>,
 }
 

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{ArbiterIntent, WireError};
+use crate::{ArbiterIntent, Evidence, WireError};
 
 /// `session.<session_id>.human`: one message typed by the human.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -91,6 +91,9 @@ pub struct OrchestratorEntry {
     pub orch_id: String,
     pub expects_response: bool,
     pub text: String,
+    /// The worker's evidence that came with the output, as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
-pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply};
+pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, Semantics};
 pub use nats::NatsServer;
 pub use netns::NetNs;
 pub use secure::SecureNats;

@@ -3,6 +3,7 @@
 //! replies the test scripted per lane, as JSON or as `data:` SSE chunks.
 
 mod reply;
+mod semantics;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::RecordedRequest;
 pub use reply::OpenAiReply;
+pub use semantics::{Semantics, output_cap};
 
 const DEFAULT_REPLY_WAIT: Duration = Duration::from_secs(5);
 
@@ -49,6 +51,7 @@ struct MockState {
     requests: Vec<RecordedRequest>,
     lane_fn: LaneFn,
     reply_wait: Duration,
+    semantics: Semantics,
 }
 
 impl Shared {
@@ -98,6 +101,7 @@ impl MockOpenAi {
                 requests: Vec::new(),
                 lane_fn: by_model,
                 reply_wait: DEFAULT_REPLY_WAIT,
+                semantics: Semantics::default(),
             }),
             changed: watch::Sender::new(0),
             counter: AtomicU64::new(0),
@@ -144,6 +148,12 @@ impl MockOpenAi {
     /// Replaces the lane function (default: the request's `"model"`).
     pub fn set_lane_fn(&self, f: impl Fn(&Value) -> String + Send + Sync + 'static) {
         self.shared.lock().lane_fn = Arc::new(f);
+    }
+
+    /// Which server's handling of `tools` beside `response_format` to copy
+    /// (default: OpenAI's).
+    pub fn set_semantics(&self, semantics: Semantics) {
+        self.shared.lock().semantics = semantics;
     }
 
     /// How long a request on an empty lane waits for a push (default 5 s).
@@ -287,9 +297,9 @@ async fn completions(
             return reply::error_response(400, "invalid_request_error", &msg, &[]);
         }
     };
-    let (lane_fn, wait) = {
+    let (lane_fn, wait, semantics) = {
         let state = shared.lock();
-        (state.lane_fn.clone(), state.reply_wait)
+        (state.lane_fn.clone(), state.reply_wait, state.semantics)
     };
     let lane = lane_fn(&body);
     let headers = headers
@@ -310,6 +320,21 @@ async fn completions(
     let Some(reply) = shared.take_reply(&lane, wait).await else {
         let msg = format!("mock: no scripted reply for lane {lane}");
         return reply::error_response(400, "invalid_request_error", &msg, &[]);
+    };
+    let cap = output_cap(&body).unwrap_or(u64::MAX);
+    let reply = match reply.needs_tokens {
+        Some(needs) if needs > cap => {
+            // Cut off; the same model writes the same reply again next time.
+            let cut = reply.resolve(&body, semantics).cut();
+            shared
+                .lock()
+                .queues
+                .entry(lane.clone())
+                .or_default()
+                .push_front(reply);
+            cut
+        }
+        _ => reply.resolve(&body, semantics),
     };
     if let Some(delay) = reply.delay {
         tokio::select! {

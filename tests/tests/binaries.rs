@@ -138,6 +138,7 @@ async fn coordinator_worker_and_console_binaries_hold_a_conversation() {
             "You: Build me a greeting\n\
              · Orchestrator I summoned: {brief}\n\
              Orchestrator I: Wrote hello.txt.\n\
+             · Evidence: 1 tool call (write 1), 1 file changed (created: hello.txt)\n\
              · Orchestrator I released.\n\
              Arbiter: It is done.\n"
         )

@@ -180,18 +180,23 @@ impl Drop for Console {
 /// Publishes the session's first log entry, the Arbiter saying `text`, as
 /// the coordinator would.
 async fn log_arbiter_words(url: &str, session: &str, text: &str) {
+    log_arbiter_words_at(url, session, 1, text).await;
+}
+
+/// As [`log_arbiter_words`], as the session's log entry `seq`.
+async fn log_arbiter_words_at(url: &str, session: &str, seq: u64, text: &str) {
     let client = arbiter_bus::connect(url, "test", false).await.unwrap();
     let bus = arbiter_bus::Bus::setup(client).await.unwrap();
     let entry = LogEntry {
         v: VERSION,
         session_id: session.into(),
-        seq: 1,
+        seq,
         at: chrono::Utc::now(),
         body: LogBody::Arbiter(ArbiterEntry { text: text.into() }),
     };
     bus.publish_js(
         subjects::session_log(session),
-        &format!("{session}:log:1"),
+        &format!("{session}:log:{seq}"),
         &arbiter_bus::TraceContext::new_root(),
         &entry,
     )
@@ -344,7 +349,10 @@ async fn a_banner_shows_while_nats_is_unreachable() {
         .unwrap();
     arbiter_bus::Bus::setup(client).await.unwrap();
     let console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
-    console.wait_for(&["Nothing has been said yet."]).await;
+    // Attached (the log is followed), so that the outage comes after the
+    // first connection: a loaded machine can start the console slowly.
+    log_arbiter_words(nats.url(), s, "Before the outage.").await;
+    console.wait_for(&["Arbiter: Before the outage."]).await;
 
     nats.stop().await;
     console
@@ -354,7 +362,7 @@ async fn a_banner_shows_while_nats_is_unreachable() {
     console.wait_gone("NATS unreachable").await;
 
     // The log is followed again after the outage.
-    log_arbiter_words(nats.url(), s, "I am still here.").await;
+    log_arbiter_words_at(nats.url(), s, 2, "I am still here.").await;
     console.wait_for(&["Arbiter: I am still here."]).await;
 }
 

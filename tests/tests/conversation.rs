@@ -168,11 +168,17 @@ async fn seed_flow(sys: System) {
         vec![
             "Build me an auth system".to_owned(),
             "Google and GitHub. 48hr tokens.".to_owned(),
-            "Orchestrator I: Clarifying: shared session store or stateless?".to_owned(),
+            format!(
+                "Orchestrator I: Clarifying: shared session store or stateless?\n{}",
+                "[Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]"
+            ),
             "Notes sent while working:\n- Orchestrator I: Creating provider configurations now.\n\n\
              Human: Add refresh token rotation"
                 .to_owned(),
-            "Orchestrator I: Complete. Auth system in /src/auth/.".to_owned(),
+            format!(
+                "Orchestrator I: Complete. Auth system in /src/auth/.\n{}",
+                "[Evidence from the worker, not written by Orchestrator I: 3 tool calls (write 3), 3 files changed (created: src/auth/config.ts, src/auth/jwt.ts, src/auth/rotation.ts)]"
+            ),
         ]
     );
     for (i, request) in arbiter_requests.iter().enumerate() {

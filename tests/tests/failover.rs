@@ -13,7 +13,10 @@ mod direct;
 
 use std::time::{Duration, Instant};
 
-use arbiter_protocol::{ControlAction, LogBody, OrchestratorEvent, OrchestratorState};
+use arbiter_protocol::{
+    CommandRun, ControlAction, Evidence, FileChanges, LogBody, OrchestratorEvent,
+    OrchestratorState, ToolCalls,
+};
 use arbiter_tests::{Gate, MockReply, eventually};
 use common::*;
 use direct::*;
@@ -98,6 +101,37 @@ async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool(
             pair("Released", "I"),
             pair("Arbiter", "It is done."),
         ]
+    );
+    // The evidence goes on across the takeover: the calls both workers
+    // counted, and the file compared with the walk w1 took at the summons
+    // (stored with the state), so it is still "created", not "changed".
+    let evidence = log
+        .bodies()
+        .into_iter()
+        .find_map(|b| match b {
+            LogBody::Orchestrator(e) => e.evidence,
+            _ => None,
+        })
+        .unwrap();
+    let run = |line: &str| CommandRun {
+        command: format!("echo {line} >> steps.txt"),
+        exit_code: Some(0),
+    };
+    assert_eq!(
+        evidence,
+        Evidence {
+            tools: vec![ToolCalls {
+                tool: "bash".into(),
+                calls: 3,
+                failed: 0,
+            }],
+            files: FileChanges {
+                created: vec!["steps.txt".into()],
+                ..FileChanges::default()
+            },
+            commands: vec![run("one"), run("two"), run("three")],
+            commands_more: 0,
+        }
     );
     assert_eq!(watch.events(&orch_id).len(), 1);
     assert_eq!(sys.mock.requests_for(&lane).len(), 5);

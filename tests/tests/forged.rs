@@ -88,6 +88,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
                 expects_response: true,
                 message: format!("FORGED {seq}"),
             }),
+            evidence: None,
             sent_at: chrono::Utc::now(),
         };
         sys.bus
@@ -129,7 +130,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
     assert_eq!(requests.len(), 2);
     assert_eq!(
         requests[1].last_user_text(),
-        "Orchestrator I: Built. Ship it?"
+        "Orchestrator I: Built. Ship it?\n[Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]\n[Check: Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it shows in the workspace.]"
     );
     assert!(
         sys.mock

@@ -73,6 +73,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
             expects_response: true,
             message: "Late words from I".into(),
         }),
+        evidence: None,
         sent_at: chrono::Utc::now(),
     };
     sys.bus
@@ -112,7 +113,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
     );
     assert_eq!(
         arbiter_requests[2].last_user_text(),
-        "Orchestrator II: II here. Lexer first, then."
+        "Orchestrator II: II here. Lexer first, then.\n[Evidence from the worker, not written by Orchestrator II: 0 tool calls, 0 files changed]"
     );
     assert!(
         sys.mock
@@ -316,11 +317,15 @@ async fn input_that_arrives_mid_turn_is_delivered_after_it_in_order_in_one_messa
     assert_eq!(
         requests[2].last_user_text(),
         "Notes sent while working:\n- Orchestrator I: Reading the changelog.\n\n\
-         Orchestrator I: Include the internal fixes?\n\n\
+         Orchestrator I: Include the internal fixes?\n\
+         [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]\n\n\
          Human: Also thank the contributors."
     );
     assert_eq!(requests[2].messages().len(), 5);
-    assert_eq!(requests[3].last_user_text(), "Orchestrator I: Done.");
+    assert_eq!(
+        requests[3].last_user_text(),
+        "Orchestrator I: Done.\n[Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]\n[Check: Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it shows in the workspace.]"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
 use crate::context;
+use crate::evidence::{self, Baseline};
 use crate::inputs::Input;
 use crate::outbox::Outbox;
 use crate::slots::Seat;
@@ -63,6 +64,8 @@ pub(crate) struct Start {
     pub store: StateStore,
     /// The slot it starts in.
     pub seat: Seat,
+    /// The workspace walk its outputs' evidence compares against.
+    pub baseline: Baseline,
 }
 
 pub(crate) struct Agent {
@@ -86,6 +89,11 @@ pub(crate) struct Agent {
     seat: Seat,
     status: StatusHandle,
     outbox: Outbox,
+    baseline: Baseline,
+    /// The output cap of the next call, when a cut-off reply raised it.
+    cap: Option<u64>,
+    /// A reply of this turn was cut off and the cap raised already.
+    grown: bool,
 }
 
 impl Agent {
@@ -119,6 +127,9 @@ impl Agent {
             seat: start.seat,
             status,
             outbox,
+            baseline: start.baseline,
+            cap: None,
+            grown: false,
         }
     }
 
@@ -190,6 +201,27 @@ impl Agent {
             Err(error) => return self.fail(error).await,
         };
         let has_tools = response.tool_uses().next().is_some();
+        if response.stop_reason == StopReason::MaxTokens && !has_tools && !self.grown {
+            // Cut off at its cap: the same call with a larger cap, once.
+            self.grown = true;
+            let asked = Request {
+                max_output_tokens: self.cap,
+                ..Request::default()
+            };
+            if let Some(cap) =
+                arbiter_llm::larger_output_cap(self.shared.model.as_ref(), &asked).await
+            {
+                tracing::warn!(
+                    cap,
+                    "reply cut off at its output cap; asking again with a larger one"
+                );
+                self.cap = Some(cap);
+                return Ok(());
+            }
+        } else if response.stop_reason != StopReason::MaxTokens {
+            self.grown = false;
+            self.cap = None;
+        }
         self.transcript.push(Message {
             role: MessageRole::Assistant,
             content: response.content.clone(),
@@ -198,11 +230,9 @@ impl Agent {
             // Stored before any tool runs: a worker that lost its lease runs none.
             return self.step(Vec::new()).await;
         }
-        let parsed = match response.stop_reason {
-            StopReason::MaxTokens => {
-                Err("the reply was cut off at the output token limit; keep it shorter".to_owned())
-            }
-            _ => structured::parse::<OrchestratorOutput>(&response.text()),
+        let parsed = match structured::cut_short(&response.stop_reason) {
+            Some(detail) => Err(detail.to_owned()),
+            None => structured::parse::<OrchestratorOutput>(&response.text()),
         };
         match parsed {
             Ok(output) => self.output(output).await,
@@ -235,7 +265,8 @@ impl Agent {
                     s.tool_count += 1;
                 })
                 .await;
-            let outcome = self.during(self.tool(name, input)).await?;
+            let outcome = self.during(self.tool(name.clone(), input.clone())).await?;
+            self.snap.tally.record(&name, &input, &outcome);
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,
@@ -266,9 +297,14 @@ impl Agent {
         }
         let waits = output.expects_response;
         self.snap.out_seq += 1;
-        let message = self
-            .outbox
-            .message(self.snap.out_seq, OrchestratorEvent::Output(output));
+        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
+        let files = evidence::diff(&self.baseline, &now);
+        let evidence = self.snap.tally.evidence(files);
+        let message = self.outbox.message(
+            self.snap.out_seq,
+            OrchestratorEvent::Output(output),
+            Some(evidence),
+        );
         if waits {
             self.snap.notes_in_a_row = 0;
             self.snap.phase = Phase::Waiting;
@@ -303,6 +339,7 @@ impl Agent {
         let message = self.outbox.message(
             self.snap.out_seq,
             OrchestratorEvent::Failed(OrchestratorFailed { error }),
+            None,
         );
         self.step(vec![message]).await?;
         Err(Stop::Failed)
@@ -384,6 +421,7 @@ impl Agent {
             messages: self.transcript.messages().to_vec(),
             tools: self.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
+            max_output_tokens: self.cap,
         };
         let model = self.shared.model.clone();
         let response = self

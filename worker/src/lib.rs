@@ -12,6 +12,7 @@
 
 mod agent;
 pub mod context;
+mod evidence;
 mod inputs;
 mod lease;
 mod orchestrator;

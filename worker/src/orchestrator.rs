@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::Shared;
 use crate::agent::{Agent, Start, Stop};
+use crate::evidence::{self, Baseline};
 use crate::inputs;
 use crate::lease::{Lease, Registered};
 use crate::outbox::Outbox;
@@ -73,10 +74,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         stopper.token(),
     )
     .await;
-    let (store, transcript, snapshot, replay) = match claim {
+    let (mut store, transcript, snapshot, replay, baseline) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
-            (store, transcript, Snapshot::new(), Vec::new())
+            (store, transcript, Snapshot::new(), Vec::new(), None)
         }
         Ok(Some(Claim::Resumed(store, restored))) => {
             tracing::info!(from = %restored.worker_id, rev = restored.rev, messages = restored.transcript.len(), "Orchestrator resumed from its stored state");
@@ -85,6 +86,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 restored.transcript,
                 restored.snapshot,
                 restored.outbox,
+                restored.baseline,
             )
         }
         Ok(Some(Claim::Ended)) => {
@@ -164,6 +166,20 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             return;
         }
     };
+    let baseline = match baseline {
+        Some(baseline) => baseline,
+        None => {
+            // Walked before the agent runs, stored with its next record
+            // (which comes before any tool runs).
+            let baseline = Baseline {
+                walk: evidence::walk_workspace(workspace.root()).await,
+                // Found none after work was done: count from here, and say so.
+                at_takeover: snapshot.tool_count > 0,
+            };
+            store.keep_baseline(baseline.clone());
+            baseline
+        }
+    };
     let messages = match inputs::open(&shared, &summon.orch_id).await {
         Ok(messages) => messages,
         Err(e) => {
@@ -194,6 +210,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         snapshot,
         store,
         seat: Seat::new(slot),
+        baseline,
     };
     let mut agent = Agent::new(
         shared.clone(),
@@ -329,6 +346,7 @@ async fn fail_early(
     let event = outbox.message(
         snapshot.out_seq,
         OrchestratorEvent::Failed(OrchestratorFailed { error }),
+        None,
     );
     store
         .write(Vec::new(), &snapshot, vec![event.clone()], until)

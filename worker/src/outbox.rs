@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
-use arbiter_protocol::{OrchestratorEvent, OrchestratorMessage, VERSION, subjects};
+use arbiter_protocol::{Evidence, OrchestratorEvent, OrchestratorMessage, VERSION, subjects};
 use chrono::Utc;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -32,14 +32,20 @@ impl Outbox {
         }
     }
 
-    /// The output numbered `seq`.
-    pub(crate) fn message(&self, seq: u64, event: OrchestratorEvent) -> OrchestratorMessage {
+    /// The output numbered `seq`, with the worker's evidence (outputs only).
+    pub(crate) fn message(
+        &self,
+        seq: u64,
+        event: OrchestratorEvent,
+        evidence: Option<Evidence>,
+    ) -> OrchestratorMessage {
         OrchestratorMessage {
             v: VERSION,
             session_id: self.session_id.clone(),
             orch_id: self.orch_id.clone(),
             seq,
             event,
+            evidence,
             sent_at: Utc::now(),
         }
     }

@@ -20,6 +20,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::evidence::{Baseline, Tally};
+
 mod claim;
 
 pub(crate) use claim::{Claim, claim};
@@ -71,6 +73,9 @@ pub(crate) struct Snapshot {
     pub repairs: u32,
     /// Input tokens of the last model call, cache included.
     pub context_tokens: u64,
+    /// Tool calls by tool and commands run, for the outputs' evidence.
+    #[serde(default)]
+    pub tally: Tally,
 }
 
 impl Snapshot {
@@ -84,6 +89,7 @@ impl Snapshot {
             notes_in_a_row: 0,
             repairs: 0,
             context_tokens: 0,
+            tally: Tally::default(),
         }
     }
 }
@@ -113,6 +119,10 @@ pub(crate) struct Record {
     /// Outputs the step decided, published after the record is stored.
     #[serde(default)]
     pub outbox: Vec<OrchestratorMessage>,
+    /// The workspace as walked at the summons (or at a takeover that found
+    /// none): in the first record written after the walk, and no other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     pub at: DateTime<Utc>,
 }
 
@@ -144,6 +154,8 @@ pub(crate) struct Restored {
     pub worker_id: String,
     /// The summons that worker held it under.
     pub summons_seq: u64,
+    /// The workspace walk its outputs compare against, if one was stored.
+    pub baseline: Option<Baseline>,
 }
 
 /// Why a record was not stored.
@@ -239,6 +251,8 @@ pub(crate) struct StateStore {
     rev: u64,
     last_seq: u64,
     inline_limit: usize,
+    /// A workspace walk to store with the next record.
+    baseline: Option<Baseline>,
 }
 
 impl StateStore {
@@ -267,7 +281,14 @@ impl StateStore {
             rev,
             last_seq,
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
+            baseline: None,
         }
+    }
+
+    /// Stores `baseline` with the next record (then never again): a worker
+    /// that takes the Orchestrator over compares against the same walk.
+    pub(crate) fn keep_baseline(&mut self, baseline: Baseline) {
+        self.baseline = Some(baseline);
     }
 
     pub(crate) fn fence(&self) -> Fence {
@@ -298,6 +319,7 @@ impl StateStore {
             append,
             snapshot: snapshot.clone(),
             outbox,
+            baseline: self.baseline.clone(),
             at: Utc::now(),
         };
         let msg_id = format!("{}:state:{}:{}", self.orch_id, self.rev, self.lease);
@@ -336,6 +358,7 @@ impl StateStore {
             match self.publish(&msg_id, payload.clone()).await {
                 Ok(seq) => {
                     self.last_seq = seq;
+                    self.baseline = None;
                     return Ok(());
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
@@ -343,6 +366,7 @@ impl StateStore {
                         // Our own write, whose ack was lost: stored.
                         Ok(Some((seq, id))) if id == msg_id => {
                             self.last_seq = seq;
+                            self.baseline = None;
                             return Ok(());
                         }
                         // An earlier write of this lease that was given up on

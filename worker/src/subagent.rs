@@ -56,6 +56,7 @@ pub(crate) async fn run(
             messages: transcript.clone(),
             tools: specs.clone(),
             output_schema: None,
+            max_output_tokens: None,
         };
         let response = tokio::select! {
             () = ctx.cancel.cancelled() => {

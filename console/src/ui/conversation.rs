@@ -132,6 +132,8 @@ fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
             theme::musing(),
         ),
         Kind::Event => ("· ".to_owned(), theme::dim(), theme::dim()),
+        Kind::Evidence => ("· Evidence: ".to_owned(), theme::dim(), theme::dim()),
+        Kind::Check => ("! Check: ".to_owned(), theme::error(), theme::error()),
         Kind::Error => ("! ".to_owned(), theme::error(), theme::error()),
     };
     vec![

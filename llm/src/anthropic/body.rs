@@ -176,6 +176,7 @@ mod tests {
                     input_schema: json!({"type":"object","properties":{"n":{"type":"integer","minimum":0}}}),
                 }],
                 output_schema: Some(json!({"type":"object"})),
+                max_output_tokens: None,
             },
         );
         let messages = body["messages"].as_array().unwrap();

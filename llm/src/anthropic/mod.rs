@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::http;
+use crate::output;
 use crate::retry::{self, Events, Failure, Open};
 use crate::{LlmError, Model, ModelConfig, ModelLimits, Provider, Request, Response, Result};
 
@@ -146,23 +147,31 @@ impl AnthropicClient {
                 error: f.error.scrub(self.secret()),
                 ..f
             })?;
-        let events = http::sse(
+        let events = crate::repetition::guard(http::sse(
             response,
             self.config.timeouts.idle,
             sse::Assembler::default(),
-        );
+        ));
         let secret = self.secret().map(str::to_owned);
         Ok(events
             .map(move |item| item.map_err(|e| e.scrub(secret.as_deref())))
             .boxed())
     }
 
+    /// The cap of `request`: its own or the configured one, lowered to the
+    /// model's maximum when that is known.
+    async fn cap(&self, request: &Request) -> u64 {
+        let wanted = request
+            .max_output_tokens
+            .unwrap_or(self.config.max_output_tokens);
+        match self.limits_now().await.max_output_tokens {
+            Some(limit) => wanted.min(limit),
+            None => wanted,
+        }
+    }
+
     async fn prepare(&self, request: &Request) -> Value {
-        let limits = self.limits_now().await;
-        let max_tokens = match limits.max_output_tokens {
-            Some(cap) => self.config.max_output_tokens.min(cap),
-            None => self.config.max_output_tokens,
-        };
+        let max_tokens = self.cap(request).await;
         body::body(&self.config.model, max_tokens, request)
     }
 
@@ -178,19 +187,30 @@ impl Model for AnthropicClient {
 
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
-            let body = self.prepare(&request).await;
-            retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode)).await;
+            let events =
+                retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
+            Ok(output::unshape_events(events, mode, request))
         })
     }
 
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
-            let body = self.prepare(&request).await;
-            retry::complete(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode)).await;
+            let response =
+                retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
+                    .await?;
+            Ok(output::unshape(response, mode, &request))
         })
     }
 
     fn limits(&self) -> BoxFuture<'_, ModelLimits> {
         Box::pin(self.limits_now())
+    }
+
+    fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async move { Some(self.cap(&Request::default()).await) })
     }
 }

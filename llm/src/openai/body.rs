@@ -170,6 +170,7 @@ mod tests {
                 "properties":{"a":{"type":"string"},"b":{"type":"integer"}},
                 "required":["a"]
             })),
+            max_output_tokens: None,
         };
         let body = body("qwen", "max_completion_tokens", 500, &request);
         assert_eq!(

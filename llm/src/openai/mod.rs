@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::http;
+use crate::output;
 use crate::retry::{self, Events, Failure, Open};
 use crate::{
     LlmError, Model, ModelConfig, ModelLimits, Provider, Request, Response, Result, StreamEvent,
@@ -115,7 +116,11 @@ impl OpenAiClient {
             events.push(Ok(StreamEvent::Completed(response)));
             futures::stream::iter(events).boxed()
         } else {
-            http::sse(response, timeouts.idle, stream::Assembler::default())
+            crate::repetition::guard(http::sse(
+                response,
+                timeouts.idle,
+                stream::Assembler::default(),
+            ))
         };
         let secret = self.secret().map(str::to_owned);
         Ok(events
@@ -123,11 +128,20 @@ impl OpenAiClient {
             .boxed())
     }
 
+    /// The cap of `request`: its own or the configured one, lowered to the
+    /// model's maximum when that is configured.
+    fn cap(&self, request: &Request) -> u64 {
+        let wanted = request
+            .max_output_tokens
+            .unwrap_or(self.config.max_output_tokens);
+        match self.config.limits.max_output_tokens {
+            Some(limit) => wanted.min(limit),
+            None => wanted,
+        }
+    }
+
     fn prepare(&self, request: &Request) -> Value {
-        let max_tokens = match self.config.limits.max_output_tokens {
-            Some(cap) => self.config.max_output_tokens.min(cap),
-            None => self.config.max_output_tokens,
-        };
+        let max_tokens = self.cap(request);
         body::body(
             &self.config.model,
             &self.config.max_tokens_field,
@@ -148,20 +162,31 @@ impl Model for OpenAiClient {
 
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
-            let body = self.prepare(&request);
-            retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode));
+            let events =
+                retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
+            Ok(output::unshape_events(events, mode, request))
         })
     }
 
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
-            let body = self.prepare(&request);
-            retry::complete(&self.config.retry, &self.config.model, &self.opener(&body)).await
+            let mode = self.config.output_mode(!request.tools.is_empty());
+            let body = self.prepare(&output::shape(&request, mode));
+            let response =
+                retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
+                    .await?;
+            Ok(output::unshape(response, mode, &request))
         })
     }
 
     /// Compatible servers do not report limits: only the configured ones are known.
     fn limits(&self) -> BoxFuture<'_, ModelLimits> {
         Box::pin(std::future::ready(self.config.limits))
+    }
+
+    fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(std::future::ready(Some(self.cap(&Request::default()))))
     }
 }

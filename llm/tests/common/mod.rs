@@ -54,6 +54,7 @@ pub fn request(user: &str) -> Request {
         messages: vec![Message::user(user)],
         tools: vec![read_tool()],
         output_schema: None,
+        max_output_tokens: None,
     }
 }
 

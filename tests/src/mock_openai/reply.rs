@@ -31,6 +31,8 @@ enum Kind {
         content_type: String,
         body: Vec<u8>,
     },
+    /// The turn's final answer, given the way the request asks for it.
+    Answer(Value),
 }
 
 /// One scripted answer, pushed onto a lane with [`super::MockOpenAi::push`].
@@ -46,6 +48,8 @@ pub struct OpenAiReply {
     pub(super) delay: Option<Duration>,
     pub(super) gate: Option<Gate>,
     event_delay: Option<Duration>,
+    /// The output tokens this reply takes: under a smaller cap it is cut off.
+    pub(super) needs_tokens: Option<u64>,
 }
 
 impl OpenAiReply {
@@ -59,7 +63,88 @@ impl OpenAiReply {
             delay: None,
             gate: None,
             event_delay: None,
+            needs_tokens: None,
         }
+    }
+
+    /// The turn's final answer, `value`, as a model that follows its
+    /// instructions gives it: a call to the `respond` tool when the request
+    /// offers one, else `value` as JSON text.
+    pub fn answer(value: &impl Serialize) -> Self {
+        let value = serde_json::to_value(value)
+            .unwrap_or_else(|e| panic!("OpenAiReply::answer: cannot serialise the value: {e}"));
+        Self::new(Kind::Answer(value))
+    }
+
+    /// This reply takes `tokens` output tokens: a request whose cap is
+    /// smaller gets it cut off (`finish_reason: length`, half the text, no
+    /// tool calls) and the reply stays first on its lane, as the same model
+    /// would write it again.
+    pub fn needs_tokens(mut self, tokens: u64) -> Self {
+        self.needs_tokens = Some(tokens);
+        self
+    }
+
+    /// The reply as it is sent for `request`: an answer in the form the
+    /// request asks for; under a grammar (`semantics`) no tool call.
+    pub(super) fn resolve(&self, request: &Value, semantics: super::Semantics) -> Self {
+        let mut reply = self.clone();
+        if let Kind::Answer(value) = &self.kind {
+            let offers_respond = request["tools"]
+                .as_array()
+                .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "respond"));
+            reply.kind = if offers_respond {
+                Kind::Message {
+                    text: None,
+                    calls: vec![("respond".to_owned(), value.clone())],
+                }
+            } else {
+                Kind::Message {
+                    text: Some(value.to_string()),
+                    calls: Vec::new(),
+                }
+            };
+        }
+        if semantics.forbids_tool_calls(request) && matches!(reply.kind, Kind::Message { .. }) {
+            reply = super::semantics::constrained(&reply, request);
+        }
+        reply
+    }
+
+    /// The reply cut off at the output cap: half its text (or of its first
+    /// call's arguments), no tool calls, `finish_reason: length`.
+    pub(super) fn cut(&self) -> Self {
+        let whole = match &self.kind {
+            Kind::Message { text, calls } => text
+                .clone()
+                .filter(|t| !t.is_empty())
+                .or_else(|| calls.first().map(|(_, input)| input.to_string()))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let half: String = whole.chars().take(whole.chars().count() / 2).collect();
+        let mut cut = self.with_kind_text(half);
+        cut.finish_reason = Some("length".to_owned());
+        cut
+    }
+
+    /// The text of a message reply.
+    pub(super) fn text_of(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Message { text, .. } => text.clone(),
+            _ => None,
+        }
+    }
+
+    /// This reply with only `text`, no tool calls.
+    pub(super) fn with_kind_text(&self, text: String) -> Self {
+        let mut reply = self.clone();
+        reply.kind = Kind::Message {
+            text: Some(text),
+            calls: Vec::new(),
+        };
+        reply.finish_reason = None;
+        reply
     }
 
     /// A final text answer (`finish_reason: stop`).
@@ -199,6 +284,9 @@ impl OpenAiReply {
                 error_type,
                 message,
             } => error_response(*status, error_type, message, &self.headers),
+            Kind::Answer(_) => {
+                panic!("OpenAiReply::render: an answer is resolved before it is rendered")
+            }
             Kind::StreamError {
                 error_type,
                 message,

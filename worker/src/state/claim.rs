@@ -59,6 +59,7 @@ pub(crate) async fn load(
     };
     let mut messages_of = Vec::new();
     let mut last_record = None;
+    let mut baseline = None;
     for msg in messages {
         let seq = msg
             .info()
@@ -69,6 +70,9 @@ pub(crate) async fn load(
             .map_err(|e| format!("state record {seq} is unreadable: {e}"))?;
         for message in std::mem::take(&mut record.append) {
             transcript::push(&mut messages_of, message);
+        }
+        if let Some(walk) = record.baseline.take() {
+            baseline = Some(walk);
         }
         last_record = Some(record);
     }
@@ -83,6 +87,7 @@ pub(crate) async fn load(
         last_seq,
         worker_id: last_record.worker_id,
         summons_seq: last_record.summons_seq,
+        baseline,
     }))
 }
 
@@ -91,7 +96,7 @@ pub(crate) enum Claim {
     /// No state yet: it starts from its brief (already stored).
     Fresh(StateStore, Vec<Message>),
     /// It ran before: it goes on from its records.
-    Resumed(StateStore, Restored),
+    Resumed(StateStore, Box<Restored>),
     /// It ended before: nothing to run.
     Ended,
     /// Another summons of the same Orchestrator is still in the queue, held
@@ -145,7 +150,7 @@ pub(crate) async fn claim(
                 store
                     .write(Vec::new(), &restored.snapshot, outbox, until)
                     .await
-                    .map(|()| Claim::Resumed(store, restored))
+                    .map(|()| Claim::Resumed(store, Box::new(restored)))
             }
             None => {
                 let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);

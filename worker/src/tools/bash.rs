@@ -266,7 +266,11 @@ pub(super) async fn run(ctx: &ToolContext, input: BashInput) -> ToolOutcome {
     let text = format!("{header}\n{body}");
     match end {
         End::TimedOut => ToolOutcome::error(text),
-        _ => ToolOutcome::ok(text),
+        End::Exited(status) => ToolOutcome {
+            exit_code: status.code(),
+            ..ToolOutcome::ok(text)
+        },
+        End::Cancelled => ToolOutcome::ok(text),
     }
 }
 
@@ -354,6 +358,7 @@ mod tests {
         .await;
         let root = ctx.workspace.root().display().to_string();
         assert_eq!(out.content, format!("exit code: 3\n{root}\noops\n"));
+        assert_eq!(out.exit_code, Some(3), "the evidence gets the exit code");
         assert!(
             !out.is_error,
             "a failing command is a result, not a tool error"

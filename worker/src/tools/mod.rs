@@ -46,6 +46,9 @@ pub struct ToolContext {
 pub struct ToolOutcome {
     pub content: String,
     pub is_error: bool,
+    /// For `bash`: the command's exit code, when it exited by itself. Not
+    /// shown to the model apart from `content`; it goes into the evidence.
+    pub exit_code: Option<i32>,
 }
 
 impl ToolOutcome {
@@ -54,6 +57,7 @@ impl ToolOutcome {
         Self {
             content: cap(content, MAX_RESULT_BYTES),
             is_error: false,
+            exit_code: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl ToolOutcome {
         Self {
             content: cap(content, MAX_RESULT_BYTES),
             is_error: true,
+            exit_code: None,
         }
     }
 }

@@ -1,0 +1,216 @@
+//! Unit tests of the output modes: what each asks for, what comes back.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::*;
+
+fn request() -> Request {
+    Request {
+        system: "sys".into(),
+        tools: vec![ToolSpec {
+            name: "write".into(),
+            description: "Write".into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        }],
+        output_schema: Some(json!({
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"],
+        })),
+        ..Default::default()
+    }
+}
+
+fn reply(content: Vec<Block>, stop_reason: StopReason) -> Response {
+    Response {
+        content,
+        stop_reason,
+        usage: None,
+    }
+}
+
+fn text(s: &str) -> Block {
+    Block::Text { text: s.into() }
+}
+
+fn call(name: &str, input: Value) -> Block {
+    Block::ToolUse {
+        id: "c1".into(),
+        name: name.into(),
+        input,
+    }
+}
+
+#[test]
+fn auto_keeps_tools_free_on_every_server_but_the_two_that_allow_both() {
+    use Server::*;
+    let with_tools: Vec<(Server, Mode)> =
+        [OpenAi, Anthropic, LlamaCpp, Vllm, Ollama, LmStudio, Other]
+            .into_iter()
+            .map(|s| (s, StructuredOutput::Auto.resolve(s, true)))
+            .collect();
+    assert_eq!(
+        with_tools,
+        vec![
+            (OpenAi, Mode::ResponseFormat),
+            (Anthropic, Mode::ResponseFormat),
+            (LlamaCpp, Mode::Tool),
+            (Vllm, Mode::Tool),
+            (Ollama, Mode::Tool),
+            (LmStudio, Mode::Tool),
+            (Other, Mode::Tool),
+        ]
+    );
+    for server in [OpenAi, LlamaCpp, Other] {
+        assert_eq!(
+            StructuredOutput::Auto.resolve(server, false),
+            Mode::ResponseFormat
+        );
+        assert_eq!(
+            StructuredOutput::Tool.resolve(server, false),
+            Mode::ResponseFormat
+        );
+        assert_eq!(StructuredOutput::Prompt.resolve(server, true), Mode::Prompt);
+        assert_eq!(
+            StructuredOutput::ResponseFormat.resolve(server, true),
+            Mode::ResponseFormat
+        );
+    }
+}
+
+#[test]
+fn settings_parse_and_bad_values_name_the_allowed_ones() {
+    assert_eq!(
+        "tool".parse::<StructuredOutput>().unwrap(),
+        StructuredOutput::Tool
+    );
+    let err = "json".parse::<StructuredOutput>().unwrap_err().to_string();
+    assert!(err.contains("structured_output must be \"auto\", \"response_format\", \"tool\" or \"prompt\", not \"json\""), "{err}");
+    assert_eq!("llama.cpp".parse::<Server>().unwrap(), Server::LlamaCpp);
+    let err = "tgi".parse::<Server>().unwrap_err().to_string();
+    assert!(
+        err.contains("server must be") && err.contains("\"tgi\""),
+        "{err}"
+    );
+    assert_eq!(
+        Server::detect(Provider::OpenAi, "https://api.openai.com/v1"),
+        Server::OpenAi
+    );
+    assert_eq!(
+        Server::detect(Provider::OpenAi, "http://127.0.0.1:8080/v1"),
+        Server::Other
+    );
+    assert_eq!(
+        Server::detect(Provider::Anthropic, "http://127.0.0.1:1"),
+        Server::Anthropic
+    );
+}
+
+#[test]
+fn tool_mode_asks_for_a_respond_call_and_gives_back_its_arguments_as_text() {
+    let request = request();
+    let wire = shape(&request, Mode::Tool);
+    assert_eq!(wire.output_schema, None);
+    let names: Vec<&str> = wire.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["write", RESPOND_TOOL]);
+    assert_eq!(
+        Some(&wire.tools[1].input_schema),
+        request.output_schema.as_ref()
+    );
+    assert!(
+        wire.system.starts_with("sys\n\n# Ending a turn"),
+        "{}",
+        wire.system
+    );
+    // Byte-stable: the same request gives the same wire request.
+    assert_eq!(shape(&request, Mode::Tool), wire);
+
+    let done = unshape(
+        reply(
+            vec![text("Done."), call(RESPOND_TOOL, json!({"message": "ok"}))],
+            StopReason::ToolUse,
+        ),
+        Mode::Tool,
+        &request,
+    );
+    assert_eq!(done.content, vec![text(r#"{"message":"ok"}"#)]);
+    assert_eq!(done.stop_reason, StopReason::EndTurn);
+
+    // With work still to run, the answer waits.
+    let early = unshape(
+        reply(
+            vec![
+                call("write", json!({"path": "a"})),
+                call(RESPOND_TOOL, json!({"message": "ok"})),
+            ],
+            StopReason::ToolUse,
+        ),
+        Mode::Tool,
+        &request,
+    );
+    assert_eq!(early.content, vec![call("write", json!({"path": "a"}))]);
+    assert_eq!(early.stop_reason, StopReason::ToolUse);
+}
+
+#[test]
+fn calls_written_as_text_are_taken_as_calls() {
+    let request = request();
+    let fenced = "```json\n{\"name\": \"write\", \"arguments\": {\"path\": \"a\"}}\n```";
+    let taken = unshape(
+        reply(vec![text(fenced)], StopReason::EndTurn),
+        Mode::Tool,
+        &request,
+    );
+    assert_eq!(taken.stop_reason, StopReason::ToolUse);
+    let calls: Vec<(&str, &Value)> = taken.tool_uses().map(|(_, n, i)| (n, i)).collect();
+    assert_eq!(calls, vec![("write", &json!({"path": "a"}))]);
+    assert_eq!(taken.text(), "");
+
+    let answered = unshape(
+        reply(
+            vec![text(
+                r#"{"name": "respond", "arguments": {"message": "ok"}}"#,
+            )],
+            StopReason::EndTurn,
+        ),
+        Mode::Tool,
+        &request,
+    );
+    assert_eq!(answered.text(), r#"{"message":"ok"}"#);
+
+    // Not a call: an unknown tool, extra keys, or the answer itself.
+    for other in [
+        r#"{"name": "rm", "arguments": {}}"#,
+        r#"{"name": "write", "arguments": {}, "x": 1}"#,
+        r#"{"message": "ok"}"#,
+    ] {
+        let kept = unshape(
+            reply(vec![text(other)], StopReason::EndTurn),
+            Mode::Tool,
+            &request,
+        );
+        assert_eq!(kept.content, vec![text(other)]);
+    }
+    // response_format mode never rewrites a reply.
+    let kept = unshape(
+        reply(vec![text(fenced)], StopReason::EndTurn),
+        Mode::ResponseFormat,
+        &request,
+    );
+    assert_eq!(kept.content, vec![text(fenced)]);
+}
+
+#[test]
+fn prompt_mode_puts_the_schema_in_the_system_prompt_only() {
+    let request = request();
+    let wire = shape(&request, Mode::Prompt);
+    assert_eq!(wire.output_schema, None);
+    assert_eq!(wire.tools, request.tools);
+    assert!(wire.system.contains("# Reply format"));
+    assert!(
+        wire.system.contains(r#""required":["message"]"#),
+        "{}",
+        wire.system
+    );
+}
