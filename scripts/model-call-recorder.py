@@ -150,6 +150,22 @@ class Handler(BaseHTTPRequestHandler):
             f.write(json.dumps(record) + "\n")
 
 
+def text_call(content):
+    """A tool call written out as text, `{"name": …, "arguments": {…}}`, fenced
+    or not: small models write these instead of their template's call markup,
+    and Arbiter (structured_output tool or prompt) takes them as calls."""
+    text = (content or "").strip()
+    if text.startswith("```"):
+        text = text.split("\n", 1)[-1].rsplit("```", 1)[0].strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("name"), str) and isinstance(obj.get("arguments"), dict):
+        return obj["name"]
+    return None
+
+
 def summary(path):
     calls = []
     try:
@@ -162,6 +178,11 @@ def summary(path):
     for c in calls:
         for n in c["tool_calls"]:
             names[n] = names.get(n, 0) + 1
+    text_names = {}
+    for c in calls:
+        n = text_call(c.get("content")) if c.get("tools") and not c["tool_calls"] else None
+        if n:
+            text_names[n] = text_names.get(n, 0) + 1
     finishes = {}
     for c in calls:
         finishes[str(c.get("finish_reason"))] = finishes.get(str(c.get("finish_reason")), 0) + 1
@@ -172,6 +193,8 @@ def summary(path):
         "failed_calls": sum(1 for c in calls if c.get("status") != 200),
         "tool_calls": sum(len(c["tool_calls"]) for c in calls),
         "tool_calls_by_name": names,
+        "text_tool_calls": sum(text_names.values()),
+        "text_tool_calls_by_name": text_names,
         "finish_reasons": finishes,
         "response_formats": sorted({str(c.get("response_format")) for c in calls}),
         "model_secs": round(sum(c["secs"] for c in calls), 1),
