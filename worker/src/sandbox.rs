@@ -445,6 +445,21 @@ fn resolve_hidden(paths: &[PathBuf]) -> Vec<Hidden> {
             hidden.push(hide);
         }
     }
+    // What lies inside a hidden directory is hidden with it; mounting over
+    // it again would fail, as the path no longer exists in the empty tmpfs.
+    let dirs: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|h| match h {
+            Hidden::Dir(dir) => Some(dir.clone()),
+            Hidden::File(_) => None,
+        })
+        .collect();
+    hidden.retain(|h| {
+        let path = match h {
+            Hidden::Dir(p) | Hidden::File(p) => p,
+        };
+        !dirs.iter().any(|dir| path != dir && path.starts_with(dir))
+    });
     hidden
 }
 
@@ -578,6 +593,30 @@ mod tests {
                  touch: cannot touch '{k}/x': Read-only file system\nend\n"
             )
         );
+    }
+
+    /// A config file whose directory also holds the credentials' directory
+    /// (`conf/arbiter.toml`, `conf/creds/nats.creds`): one hidden directory
+    /// covers both, and commands still run. Mounting over the inner one
+    /// again used to fail, and the worker refused to start.
+    #[tokio::test]
+    async fn secrets_in_a_directory_inside_another_hidden_one_are_hidden_with_it() {
+        let outside = outside_tmp();
+        let conf = outside.path().join("conf");
+        let creds = conf.join("creds");
+        std::fs::create_dir_all(&creds).unwrap();
+        std::fs::write(conf.join("arbiter.toml"), "").unwrap();
+        std::fs::write(creds.join("nats.creds"), "SECRET").unwrap();
+        let hidden = resolve_hidden(&[creds.clone(), conf.clone(), conf.join("arbiter.toml")]);
+        assert_eq!(hidden, vec![Hidden::Dir(conf.canonicalize().unwrap())]);
+        let (_base, ctx) = context_with(&SandboxConfig {
+            secret_files: vec![conf.join("arbiter.toml"), creds.join("nats.creds")],
+            ..Default::default()
+        });
+        let c = conf.display();
+        let line = format!("ls -A {c}; echo end");
+        let out = run(&ctx, "bash", &json!({ "command": line })).await;
+        assert_eq!(out.content, "exit code: 0\nend\n");
     }
 
     #[tokio::test]
