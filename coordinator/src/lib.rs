@@ -24,6 +24,19 @@ use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::Role;
 use arbiter_protocol::roles::NatsRole;
 
+/// The JSON Schemas of what the coordinator stores, by file stem in
+/// `docs/schemas/`: a session's state records and the pointer that stands
+/// for one too large for a message.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        ("session_state_record", schemars::schema_for!(state::Record)),
+        (
+            "session_state_pointer",
+            schemars::schema_for!(state::Pointer),
+        ),
+    ]
+}
+
 pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSOLE, Rate};
 
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.

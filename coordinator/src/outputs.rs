@@ -212,6 +212,10 @@ impl Session {
                     evidence: message.evidence.clone(),
                 }));
                 if output.expects_response {
+                    if let Some(active) = self.state.active.as_mut() {
+                        active.asked = true;
+                        active.reminded = false;
+                    }
                     let report = output.message.clone();
                     let tool_calls = message.evidence.as_ref().map(Evidence::tool_calls);
                     self.enqueue(Pending::Orchestrator {

@@ -4,14 +4,16 @@
 //! inputs acknowledged.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arbiter_bus::TraceContext;
 use arbiter_llm::structured::{self, Progress, Structured};
 use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::{
-    ArbiterDelta, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody, LogEntry,
-    OrchestratorMessage, Role, SessionStatus, VERSION, WireError, orchestrator_name, subjects,
+    ArbiterDelta, ArbiterIntent, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody,
+    LogEntry, OrchestratorMessage, Role, SessionStatus, SystemEntry, VERSION, WireError,
+    orchestrator_name, subjects,
 };
 use async_nats::jetstream;
 use chrono::Utc;
@@ -25,8 +27,14 @@ use crate::delta::MessageExtractor;
 use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
-/// Inputs a session's inbox holds before the intake waits.
-const INBOX_CAPACITY: usize = 256;
+/// Inputs a session's inbox holds. When it is full the intake never waits
+/// (that would stall every other session): it puts the message back on the
+/// server, to come again after [`PUT_BACK_DELAY`], and the session's log
+/// says so (see [`SessionHandle::offer`]).
+pub(crate) const INBOX_CAPACITY: usize = 256;
+/// How long a message put back because its session's inbox was full waits
+/// before the server delivers it again.
+pub(crate) const PUT_BACK_DELAY: Duration = Duration::from_secs(1);
 /// How often status is republished while nothing changes (consoles use it as a heartbeat).
 const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Human message ids remembered to drop redeliveries.
@@ -63,15 +71,43 @@ pub(crate) enum Input {
     },
 }
 
+impl Input {
+    /// The JetStream message the input came in, if any.
+    pub(crate) fn into_ack(self) -> Ack {
+        match self {
+            Input::Human { ack, .. } | Input::Refused { ack, .. } => ack,
+            Input::Orchestrator(_, _, ack) | Input::Malformed(_, ack) => ack,
+            Input::NoWorker { .. } => None,
+        }
+    }
+}
+
 /// Cloneable address of a session actor.
 #[derive(Clone)]
 pub(crate) struct SessionHandle {
     tx: mpsc::Sender<Input>,
+    /// Messages put back since the session last said so in its log.
+    put_back: Arc<AtomicU64>,
+}
+
+/// Why an input was not handed to its session.
+pub(crate) enum Refused {
+    /// The inbox is full: the input comes back to the caller, to put back.
+    Full(Box<Input>),
+    /// The session actor has stopped.
+    Stopped,
 }
 
 impl SessionHandle {
-    pub(crate) async fn send(&self, input: Input) -> Result<(), ()> {
-        self.tx.send(input).await.map_err(|_| ())
+    /// Hands `input` to the session without waiting.
+    pub(crate) fn offer(&self, input: Input) -> Result<(), Refused> {
+        self.tx.try_send(input).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(input) => {
+                self.put_back.fetch_add(1, Ordering::Relaxed);
+                Refused::Full(Box::new(input))
+            }
+            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+        })
     }
 }
 
@@ -122,6 +158,8 @@ pub(crate) struct Session {
     cancel: CancellationToken,
     /// The running turn is to be abandoned (the human's `/stop`).
     abandon_turn: bool,
+    /// Messages the intake put back because the inbox was full.
+    put_back: Arc<AtomicU64>,
 }
 
 /// Starts a session actor, restored from its stored records if it has any.
@@ -132,6 +170,7 @@ pub(crate) async fn spawn(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
     let mut session = Session {
         shared,
@@ -149,10 +188,11 @@ pub(crate) async fn spawn(
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
+        put_back: put_back.clone(),
     };
     session.restore().await;
     tasks.spawn(session.run(rx));
-    SessionHandle { tx }
+    SessionHandle { tx, put_back }
 }
 
 impl Session {
@@ -383,6 +423,16 @@ impl Session {
     }
 
     async fn on_input(&mut self, input: Input) {
+        let put_back = self.put_back.swap(0, Ordering::Relaxed);
+        if put_back > 0 {
+            self.log(LogBody::System(SystemEntry {
+                text: format!(
+                    "{put_back} message(s) to this session came faster than it could take \
+                     them: they were put back and come again, so they may arrive after \
+                     later ones. Nothing was lost."
+                ),
+            }));
+        }
         match input {
             Input::Human {
                 message,
@@ -553,7 +603,14 @@ impl Session {
                     role: TurnRole::Assistant,
                     text: reply.raw,
                 });
+                let intent = reply.value.intent;
                 self.route(reply.value);
+                match intent {
+                    // The human was spoken to: their answer goes on.
+                    ArbiterIntent::AddressHuman => {}
+                    ArbiterIntent::Musings => self.question_left(Ending::Musings),
+                    _ => self.question_left(Ending::Rejected),
+                }
             }
             Err(e) => {
                 // The user turn stays: it reaches the Arbiter with the next message.
@@ -561,8 +618,45 @@ impl Session {
                 self.log(LogBody::Error(ErrorEntry {
                     error: e.to_wire(Role::Arbiter),
                 }));
+                self.question_left(Ending::Failed);
             }
         }
+    }
+
+    /// After a turn: an Orchestrator that asked a question must not wait
+    /// for an answer that no turn is coming to give. When nothing is queued
+    /// for the Arbiter and its turn did not answer, a turn that only mused is
+    /// reminded once (a new turn); otherwise the human is told, once.
+    fn question_left(&mut self, ending: Ending) {
+        let Some(active) = self.state.active.as_mut() else {
+            return;
+        };
+        if !active.asked || !self.state.queue.is_empty() || self.state.hold.is_some() {
+            return;
+        }
+        let name = orchestrator_name(active.number);
+        if ending == Ending::Musings && !active.reminded {
+            active.reminded = true;
+            let text = format!(
+                "{name} asked you a question and is waiting for your answer; musings reach \
+                 nobody. Answer it (address_orchestrator), or ask the human (address_human)."
+            );
+            self.log(LogBody::System(SystemEntry { text: text.clone() }));
+            self.enqueue(Pending::System { text });
+            return;
+        }
+        active.asked = false;
+        let why = match ending {
+            Ending::Musings => "ended in musings again",
+            Ending::Rejected => "could not be carried out",
+            Ending::Failed => "failed",
+        };
+        self.log(LogBody::System(SystemEntry {
+            text: format!(
+                "{name} asked a question and is waiting for an answer, but the Arbiter's \
+                 turn {why}. Write to go on, or /stop."
+            ),
+        }));
     }
 
     async fn publish_status(&mut self, thinking: bool, changed: bool) {
@@ -616,6 +710,14 @@ impl Session {
 }
 
 /// Context used, as a percentage of the budget.
+/// How an Arbiter turn that did not answer an Orchestrator's question ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Musings,
+    Rejected,
+    Failed,
+}
+
 pub(crate) fn percent(tokens: u64, budget: u64) -> f32 {
     if budget == 0 {
         return 0.0;

@@ -31,6 +31,23 @@ pub mod workspace;
 
 pub use slots::WorkerPresence;
 
+/// The JSON Schemas of what a worker stores and answers, by file stem in
+/// `docs/schemas/`: its Orchestrators' state records (and the pointer that
+/// stands for one too large for a message) and its presence.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        (
+            "orchestrator_state_record",
+            schemars::schema_for!(state::Record),
+        ),
+        (
+            "orchestrator_state_pointer",
+            schemars::schema_for!(state::Pointer),
+        ),
+        ("worker_presence", schemars::schema_for!(WorkerPresence)),
+    ]
+}
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
