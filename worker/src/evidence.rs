@@ -170,6 +170,7 @@ mod tests {
             content: String::new(),
             is_error,
             exit_code,
+            spend: Default::default(),
         }
     }
 
