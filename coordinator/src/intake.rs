@@ -265,8 +265,11 @@ impl Registry {
         match decoded {
             Ok(message) => {
                 let session_id = message.session_id.clone();
-                self.deliver(&session_id, Input::Orchestrator(message, trace, Some(msg)))
-                    .await;
+                self.deliver(
+                    &session_id,
+                    Input::Orchestrator(Box::new(message), trace, Some(msg)),
+                )
+                .await;
             }
             Err(error) => {
                 tracing::error!(subject, %error, "malformed Orchestrator message rejected");

@@ -67,6 +67,9 @@ pub struct Config {
     pub loop_rounds: u32,
     /// Arbiter turns for one human message before the session holds; 0: no limit.
     pub max_turns_per_message: u32,
+    /// What each model's tokens cost (the built-in table unless the config
+    /// file's `[prices]` say otherwise).
+    pub prices: arbiter_llm::price::PriceTable,
 }
 
 impl Default for Config {
@@ -82,6 +85,7 @@ impl Default for Config {
             console_caps: ConsoleCaps::default(),
             loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
             max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
+            prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
 }

@@ -200,6 +200,11 @@ impl Session {
         };
         active.outputs_seen = message.seq;
         let number = active.number;
+        if let Some(spend) = message.spend {
+            self.state
+                .spend
+                .set_orchestrator(&message.orch_id, number, spend);
+        }
         self.trace = trace;
         self.changed = true;
         match message.event {

@@ -20,6 +20,7 @@ use chrono::Utc;
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::caps::Refusal;
@@ -62,7 +63,7 @@ pub(crate) enum Input {
         refusal: Refusal,
         ack: Ack,
     },
-    Orchestrator(OrchestratorMessage, TraceContext, Ack),
+    Orchestrator(Box<OrchestratorMessage>, TraceContext, Ack),
     Malformed(WireError, Ack),
     /// No worker of `pool` answered after this Orchestrator was summoned.
     NoWorker {
@@ -141,7 +142,14 @@ pub(crate) struct Session {
     pub id: String,
     pub transcript: Vec<Turn>,
     pub state: Snapshot,
+    /// The context of what the session last took (a human line, an
+    /// Orchestrator's output) or decided (a routing): what it publishes and
+    /// the spans of its next turn are children of it.
     pub trace: TraceContext,
+    /// The span of the Arbiter turn in flight (none between turns).
+    turn_span: tracing::Span,
+    /// Counts the model requests of the turn in flight.
+    meter: arbiter_llm::meter::Meter,
     /// The session's own inbox, for what its background checks find.
     pub inbox: mpsc::WeakSender<Input>,
     /// Effects decided in the current step, published after it is stored.
@@ -177,7 +185,9 @@ pub(crate) async fn spawn(
         id,
         transcript: Vec::new(),
         state: Snapshot::new(),
-        trace: TraceContext::new_root(),
+        trace: TraceContext::none(),
+        turn_span: tracing::Span::none(),
+        meter: arbiter_llm::meter::Meter::default(),
         inbox: tx.downgrade(),
         effects: Vec::new(),
         acks: Vec::new(),
@@ -353,9 +363,7 @@ impl Session {
             self.stored_turns = self.transcript.len();
             self.changed = false;
             for effect in std::mem::take(&mut self.effects) {
-                if !state::publish(&self.shared.bus, &effect, &self.trace.child(), &self.cancel)
-                    .await
-                {
+                if !state::publish(&self.shared.bus, &effect, &self.trace, &self.cancel).await {
                     return false;
                 }
             }
@@ -483,7 +491,7 @@ impl Session {
                 }
             }
             Input::Orchestrator(message, trace, ack) => {
-                self.on_orchestrator(message, trace, ack);
+                self.on_orchestrator(*message, trace, ack);
             }
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
@@ -548,51 +556,72 @@ impl Session {
         let shared = self.shared.clone();
         let session_id = self.id.clone();
         let turn = self.state.turns;
-        Box::pin(async move {
-            // The words go out as they are written; a forwarder publishes them
-            // so the model stream is never held up by NATS.
-            let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
-            let subject = subjects::session_delta(&session_id);
-            let forward = async {
-                while let Some(delta) = rx.recv().await {
-                    if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
-                        tracing::debug!(error = %e, "delta not published");
-                    }
-                }
-            };
-            let mut extractor = MessageExtractor::default();
-            let mut attempt = 0;
-            let call = structured::complete_with::<ArbiterOutput, _>(
-                shared.model.as_ref(),
-                request,
-                shared.config.schema_repairs,
-                // Moved in: the sender drops when the call ends, which ends the forwarder.
-                move |progress| match progress {
-                    Progress::Attempt(n) => {
-                        attempt = n;
-                        extractor = MessageExtractor::default();
-                    }
-                    Progress::Text(piece) => {
-                        if let Some(text) = extractor.push(piece) {
-                            let _ = tx.send(ArbiterDelta {
-                                v: VERSION,
-                                session_id: session_id.clone(),
-                                turn,
-                                attempt,
-                                intent: extractor.intent(),
-                                text,
-                                at: Utc::now(),
-                            });
+        // Every request of the turn is counted, repairs included.
+        let model = arbiter_llm::meter::Metered::new(shared.model.clone(), self.meter.clone());
+        // A turn is a span of its own, the child of what started it (in
+        // another process), not of the session's long-lived span.
+        let span = tracing::info_span!(
+            parent: None,
+            "invoke_agent",
+            otel.name = "invoke_agent arbiter",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = "arbiter",
+            session.id = %self.id,
+            arbiter.turn = i64::try_from(turn).unwrap_or(i64::MAX),
+        );
+        self.trace.adopt(&span);
+        self.turn_span = span.clone();
+        Box::pin(
+            async move {
+                // The words go out as they are written; a forwarder publishes them
+                // so the model stream is never held up by NATS.
+                let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
+                let subject = subjects::session_delta(&session_id);
+                let forward = async {
+                    while let Some(delta) = rx.recv().await {
+                        if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
+                            tracing::debug!(error = %e, "delta not published");
                         }
                     }
-                },
-            );
-            let (result, ()) = tokio::join!(call, forward);
-            result
-        })
+                };
+                let mut extractor = MessageExtractor::default();
+                let mut attempt = 0;
+                let call = structured::complete_with::<ArbiterOutput, _>(
+                    &model,
+                    request,
+                    shared.config.schema_repairs,
+                    // Moved in: the sender drops when the call ends, which ends the forwarder.
+                    move |progress| match progress {
+                        Progress::Attempt(n) => {
+                            attempt = n;
+                            extractor = MessageExtractor::default();
+                        }
+                        Progress::Text(piece) => {
+                            if let Some(text) = extractor.push(piece) {
+                                let _ = tx.send(ArbiterDelta {
+                                    v: VERSION,
+                                    session_id: session_id.clone(),
+                                    turn,
+                                    attempt,
+                                    intent: extractor.intent(),
+                                    text,
+                                    at: Utc::now(),
+                                });
+                            }
+                        }
+                    },
+                );
+                let (result, ()) = tokio::join!(call, forward);
+                result
+            }
+            .instrument(span),
+        )
     }
 
     fn finish_turn(&mut self, result: Result<Structured<ArbiterOutput>, LlmError>) {
+        // The turn's span ends with this step.
+        let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
+        self.charge_turn();
         match result {
             Ok(reply) => {
                 // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
@@ -604,6 +633,16 @@ impl Session {
                     text: reply.raw,
                 });
                 let intent = reply.value.intent;
+                let span = tracing::info_span!(
+                    parent: &turn_span,
+                    "route",
+                    otel.name = "arbiter route",
+                    session.id = %self.id,
+                    arbiter.intent = reply.value.intent.as_str(),
+                );
+                // What the decision publishes continues the trace from here.
+                self.trace = TraceContext::of(&span);
+                let _in_route = span.enter();
                 self.route(reply.value);
                 match intent {
                     // The human was spoken to: their answer goes on.
@@ -659,6 +698,19 @@ impl Session {
         }));
     }
 
+    /// Adds the model requests the turn made (those of an abandoned turn
+    /// too, once they are known) to the Arbiter's spend, stored with the step.
+    fn charge_turn(&mut self) {
+        let model = &self.shared.config.model.model;
+        for usage in self.meter.take() {
+            self.shared
+                .config
+                .prices
+                .charge(&mut self.state.spend.arbiter, model, usage.as_ref());
+        }
+        self.state.spend.sum();
+    }
+
     async fn publish_status(&mut self, thinking: bool, changed: bool) {
         let status = SessionStatus {
             v: VERSION,
@@ -686,6 +738,7 @@ impl Session {
             last_seq: self.state.log_seq,
             created_at: self.state.created_at,
             at: Utc::now(),
+            spend: self.state.spend.clone(),
         };
         let bus = &self.shared.bus;
         if changed {

@@ -109,6 +109,10 @@ pub(crate) struct Snapshot {
     /// The exchange with the active Orchestrator, as the loop guard sees it.
     #[serde(default)]
     pub exchange: crate::guard::Exchange,
+    /// What the session's model requests cost so far: its Arbiter's, and
+    /// each Orchestrator's as its last message said.
+    #[serde(default)]
+    pub spend: arbiter_protocol::SessionSpend,
 }
 
 impl Snapshot {
@@ -129,6 +133,7 @@ impl Snapshot {
             hold: None,
             turns_since_human: 0,
             exchange: crate::guard::Exchange::default(),
+            spend: arbiter_protocol::SessionSpend::default(),
         }
     }
 }

@@ -52,6 +52,7 @@ fn evidence_is_additive_on_orchestrator_output() {
     // Evidence sits on the envelope, next to the event: the event itself
     // (an `OrchestratorOutput`, `deny_unknown_fields`) is unchanged.
     let with = OrchestratorMessage {
+        spend: Default::default(),
         evidence: Some(Evidence {
             tools: vec![ToolCalls {
                 tool: "write".into(),

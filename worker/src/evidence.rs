@@ -172,6 +172,7 @@ mod tests {
             content: String::new(),
             is_error,
             exit_code,
+            spend: Default::default(),
         }
     }
 

@@ -77,6 +77,9 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
+    /// What its model requests (its subagents' included) cost so far.
+    #[serde(default)]
+    pub spend: arbiter_protocol::Spend,
 }
 
 impl Snapshot {
@@ -91,6 +94,7 @@ impl Snapshot {
             repairs: 0,
             context_tokens: 0,
             tally: Tally::default(),
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 }
