@@ -19,6 +19,7 @@ mod orchestrator;
 mod outbox;
 pub mod presence;
 pub mod prompt;
+pub mod runtime;
 pub mod sandbox;
 mod slots;
 mod state;
@@ -29,6 +30,8 @@ pub mod tools;
 mod transcript;
 pub mod workspace;
 
+pub use runtime::Runtime;
+pub use runtime::claude::ClaudeCodeConfig;
 pub use slots::WorkerPresence;
 
 use std::future::Future;
@@ -94,6 +97,11 @@ pub struct Config {
     /// Orchestrators parked at once, at most; past that, a waiting
     /// Orchestrator keeps its slot. `None`: [`PARKED_PER_SLOT`] per slot.
     pub max_parked: Option<usize>,
+    /// What runs the Orchestrators' turns. A summons that asks for another
+    /// runtime is left to a worker that runs it.
+    pub runtime: Runtime,
+    /// How the `claude-code` runtime runs the CLI.
+    pub claude_code: ClaudeCodeConfig,
 }
 
 impl Default for Config {
@@ -116,6 +124,8 @@ impl Default for Config {
             input_gap_wait: DEFAULT_INPUT_GAP_WAIT,
             park_after: Some(DEFAULT_PARK_AFTER),
             max_parked: None,
+            runtime: Runtime::Native,
+            claude_code: ClaudeCodeConfig::default(),
         }
     }
 }
@@ -160,6 +170,10 @@ pub enum Error {
     /// The tools' sandbox cannot be used; the message says what to do.
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
+    /// The runtime cannot run here (its CLI is missing or too old); the
+    /// message says what to install.
+    #[error("{0}")]
+    Runtime(String),
 }
 
 /// What every Orchestrator of this worker shares.
@@ -211,6 +225,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.workspace_root.display()
         ))
     })?;
+    if config.runtime == Runtime::ClaudeCode {
+        let version = runtime::claude::probe(&config.claude_code.bin)
+            .await
+            .map_err(Error::Runtime)?;
+        tracing::info!(cli = %config.claude_code.bin.display(), %version, "Orchestrators run on the Claude Code CLI");
+    }
     let sandbox = start_sandbox(&config).await?;
     let mut config = config;
     let model = arbiter_llm::client_for(&config.model)?;
@@ -249,7 +269,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         max_parked,
     );
     let presence = presence::start(&client, slots.clone()).await?;
-    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, "worker ready");
+    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
     let shared = Arc::new(Shared {
         bus,
         state,
@@ -324,6 +344,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                         if let Err(e) = msg.double_ack().await {
                             tracing::warn!(error = %e, "could not acknowledge the duplicate summons; it comes back and is dropped again");
                         }
+                    }
+                    None if !shared.config.runtime.offers(summon.runtime.as_deref()) => {
+                        // Left for a worker of the runtime it asks for.
+                        tracing::warn!(orch.id = %summon.orch_id, wanted = summon.runtime.as_deref().unwrap_or_default(), runtime = %shared.config.runtime, "a summons for another runtime; not claimed, handed back");
+                        let _ = msg.ack_with(AckKind::Nak(Some(shared.lease))).await;
                     }
                     None => break (summon, msg),
                 },
