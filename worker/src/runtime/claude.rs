@@ -272,9 +272,10 @@ impl ClaudeProcess {
             .env("HOME", launch.home)
             .env("CLAUDE_CONFIG_DIR", config_dir(launch.home))
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            // The CLI retries on its own; 0 reads as unset there (10 retries).
             .env(
                 "CLAUDE_CODE_MAX_RETRIES",
-                launch.model.retry.max_retries.to_string(),
+                launch.model.retry.max_retries.max(1).to_string(),
             )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
