@@ -46,6 +46,10 @@ pub struct Config {
     pub nats: arbiter_bus::NatsOptions,
     /// The worker pool summons go to.
     pub pool: String,
+    /// The runtime summoned Orchestrators must run on (`native`,
+    /// `claude-code`, `codex`), written into each summons; `None`: any
+    /// runtime the pool's workers run.
+    pub orchestrator_runtime: Option<String>,
     /// The Arbiter's model and how to reach it.
     pub model: ModelConfig,
     /// Tokens of context the Arbiter may use; what its context % is measured
@@ -77,6 +81,7 @@ impl Default for Config {
         Self {
             nats: arbiter_bus::NatsOptions::default(),
             pool: "default".into(),
+            orchestrator_runtime: None,
             model: default_model(),
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
             schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,

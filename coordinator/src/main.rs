@@ -24,6 +24,11 @@ struct Cli {
     /// Worker pool that summoned Orchestrators go to.
     #[arg(long, env = "ARBITER_POOL", default_value = "default")]
     pool: String,
+    /// The runtime summoned Orchestrators must run on: native, claude-code
+    /// or codex (default: whatever the pool's workers run). A worker of
+    /// another runtime leaves such a summons to one that runs it.
+    #[arg(long, env = "ARBITER_ORCHESTRATOR_RUNTIME")]
+    orchestrator_runtime: Option<String>,
     /// Arbiter model, written provider:model (default anthropic:claude-haiku-5-5).
     #[arg(long, env = "ARBITER_MODEL")]
     model: Option<String>,
@@ -115,6 +120,7 @@ async fn run_main() -> anyhow::Result<()> {
         prices,
         nats: cli.nats.options(),
         pool: cli.pool,
+        orchestrator_runtime: cli.orchestrator_runtime,
         model: arbiter.model,
         context_budget: arbiter.context_budget,
         schema_repairs: arbiter.schema_repairs,

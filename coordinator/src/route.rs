@@ -129,6 +129,7 @@ impl Session {
             workspace: None,
             pool: pool.clone(),
             summoned_at: Utc::now(),
+            runtime: self.shared.config.orchestrator_runtime.clone(),
         }));
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());

@@ -14,7 +14,9 @@ impl ApiKey {
     pub fn new(key: impl Into<String>) -> Self {
         Self(key.into())
     }
-    pub(crate) fn expose(&self) -> &str {
+    /// The key itself, for the one who sends it on: a client's header, or
+    /// the environment of an agent CLI the worker starts. Never log it.
+    pub fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -24,6 +24,12 @@ pub struct Summon {
     pub workspace: Option<String>,
     pub pool: String,
     pub summoned_at: DateTime<Utc>,
+    /// The runtime the Orchestrator must run on (`native`, `claude-code`,
+    /// `codex`); absent: any. A worker that runs another one does not claim
+    /// it. Text rather than an enum, so that a runtime an older worker does
+    /// not know still decodes (and is left to a worker that runs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.

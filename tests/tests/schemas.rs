@@ -121,6 +121,7 @@ fn check(example: &Example) -> Result<&'static str, String> {
             .ok_or("an empty fragment")?;
         return match key.as_str() {
             "evidence" => decode::<Evidence>(value).map(|()| "Evidence"),
+            "spend" => decode::<arbiter_protocol::Spend>(value).map(|()| "Spend"),
             other => Err(format!(
                 "a fragment of `{other}`, which no type is known for"
             )),

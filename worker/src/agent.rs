@@ -32,6 +32,8 @@ use crate::context;
 use crate::evidence::{self, Baseline};
 use crate::inputs::Input;
 use crate::outbox::Outbox;
+use crate::runtime::Runtime;
+use crate::runtime::claude::ClaudeProcess;
 use crate::slots::Seat;
 use crate::state::{EndReason, Phase, Snapshot, StateStore, WriteError};
 use crate::status::StatusHandle;
@@ -41,6 +43,7 @@ use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
 
+mod cli;
 mod waiting;
 
 use waiting::until;
@@ -98,6 +101,8 @@ pub(crate) struct Agent {
     /// The span of the turn in flight, from the input that started it to
     /// the output that ends it (none while it waits).
     turn: tracing::Span,
+    /// The Claude Code runtime's CLI process, once started.
+    cli: Option<ClaudeProcess>,
 }
 
 impl Agent {
@@ -112,7 +117,10 @@ impl Agent {
     ) -> Self {
         let mut tools = tools::specs();
         tools.push(task::spec());
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<&str> = match shared.config.runtime {
+            Runtime::Native => tools.iter().map(|t| t.name.as_str()).collect(),
+            Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
+        };
         let system = crate::prompt::orchestrator_system_prompt(&names);
         let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
         Self {
@@ -135,6 +143,7 @@ impl Agent {
             cap: None,
             grown: false,
             turn: tracing::Span::none(),
+            cli: None,
         }
     }
 
@@ -209,8 +218,23 @@ impl Agent {
         }
     }
 
-    /// One step of work: answer the last reply's tool calls, else call the model.
+    /// One step of work, on this worker's runtime.
     async fn work(&mut self) -> Result<(), Stop> {
+        match self.shared.config.runtime {
+            Runtime::Native => self.work_native().await,
+            Runtime::ClaudeCode => self.work_cli().await,
+        }
+    }
+
+    /// Ends the runtime's process, if it has one.
+    pub(crate) async fn close_runtime(&mut self) {
+        if let Some(process) = self.cli.take() {
+            process.close().await;
+        }
+    }
+
+    /// One step of the native loop: answer the last reply's tool calls, else call the model.
+    async fn work_native(&mut self) -> Result<(), Stop> {
         let pending = self.transcript.unanswered();
         if !pending.is_empty() {
             return self.run_tools(pending).await;

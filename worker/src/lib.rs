@@ -19,6 +19,7 @@ mod orchestrator;
 mod outbox;
 pub mod presence;
 pub mod prompt;
+pub mod runtime;
 pub mod sandbox;
 mod slots;
 mod state;
@@ -29,6 +30,8 @@ pub mod tools;
 mod transcript;
 pub mod workspace;
 
+pub use runtime::Runtime;
+pub use runtime::claude::ClaudeCodeConfig;
 pub use slots::WorkerPresence;
 
 /// The JSON Schemas of what a worker stores and answers, by file stem in
@@ -114,6 +117,11 @@ pub struct Config {
     /// What each model's tokens cost (the built-in table unless the config
     /// file's `[prices]` say otherwise).
     pub prices: arbiter_llm::price::PriceTable,
+    /// What runs the Orchestrators' turns. A summons that asks for another
+    /// runtime is left to a worker that runs it.
+    pub runtime: Runtime,
+    /// How the `claude-code` runtime runs the CLI.
+    pub claude_code: ClaudeCodeConfig,
 }
 
 impl Default for Config {
@@ -137,6 +145,8 @@ impl Default for Config {
             park_after: Some(DEFAULT_PARK_AFTER),
             max_parked: None,
             prices: arbiter_llm::price::PriceTable::defaults(),
+            runtime: Runtime::Native,
+            claude_code: ClaudeCodeConfig::default(),
         }
     }
 }
@@ -181,6 +191,10 @@ pub enum Error {
     /// The tools' sandbox cannot be used; the message says what to do.
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
+    /// The runtime cannot run here (its CLI is missing or too old); the
+    /// message says what to install.
+    #[error("{0}")]
+    Runtime(String),
 }
 
 /// What every Orchestrator of this worker shares.
@@ -232,6 +246,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.workspace_root.display()
         ))
     })?;
+    if config.runtime == Runtime::ClaudeCode {
+        let version = runtime::claude::probe(&config.claude_code.bin)
+            .await
+            .map_err(Error::Runtime)?;
+        tracing::info!(cli = %config.claude_code.bin.display(), %version, "Orchestrators run on the Claude Code CLI");
+    }
     let sandbox = start_sandbox(&config).await?;
     let mut config = config;
     let model = arbiter_llm::client_for(&config.model)?;
@@ -277,7 +297,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         max_parked,
     );
     let presence = presence::start(&client, slots.clone()).await?;
-    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, "worker ready");
+    tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
     let shared = Arc::new(Shared {
         bus,
         state,
@@ -352,6 +372,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                         if let Err(e) = msg.double_ack().await {
                             tracing::warn!(error = %e, "could not acknowledge the duplicate summons; it comes back and is dropped again");
                         }
+                    }
+                    None if !shared.config.runtime.offers(summon.runtime.as_deref()) => {
+                        // Left for a worker of the runtime it asks for.
+                        tracing::warn!(orch.id = %summon.orch_id, wanted = summon.runtime.as_deref().unwrap_or_default(), runtime = %shared.config.runtime, "a summons for another runtime; not claimed, handed back");
+                        let _ = msg.ack_with(AckKind::Nak(Some(shared.lease))).await;
                     }
                     None => break (summon, msg),
                 },

@@ -115,12 +115,56 @@ struct Cli {
     /// that, a waiting Orchestrator keeps its slot.
     #[arg(long, env = "ARBITER_MAX_PARKED")]
     max_parked: Option<usize>,
+    /// What runs the Orchestrators' turns: native (the project's own agent
+    /// loop) or claude-code (the Claude Code CLI, one process per
+    /// Orchestrator). Summonses that ask for another runtime are left to
+    /// workers that run it.
+    #[arg(
+        long,
+        env = "ARBITER_RUNTIME",
+        default_value = "native",
+        value_name = "native|claude-code"
+    )]
+    runtime: arbiter_worker::Runtime,
+    /// The Claude Code CLI the claude-code runtime runs.
+    #[arg(long, env = "CLAUDE_CLI_BIN", default_value = "claude")]
+    claude_bin: PathBuf,
     #[command(flatten)]
     providers: ProviderArgs,
 }
 
+/// `arbiter-worker hook post-tool-use`: what the Claude Code CLI runs after
+/// each tool call (configured by the worker through `--settings`).
+#[derive(Debug, Parser)]
+#[command(name = "arbiter-worker hook")]
+struct HookCli {
+    /// The hook event: only post-tool-use.
+    #[arg(value_parser = ["post-tool-use"])]
+    event: String,
+    /// Tokens of context the warnings are measured against.
+    #[arg(long)]
+    context_budget: u64,
+}
+
+/// Runs the hook: the CLI's hook input on stdin, the warning (if any) on stdout.
+fn run_hook() -> std::process::ExitCode {
+    use std::io::{Read as _, Write as _};
+    let cli = HookCli::parse_from(std::env::args().skip(1));
+    let mut input = String::new();
+    if std::io::stdin().read_to_string(&mut input).is_err() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    if let Some(out) = arbiter_worker::runtime::claude::hook_output(&input, cli.context_budget) {
+        let _ = writeln!(std::io::stdout(), "{out}");
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("hook") {
+        return run_hook();
+    }
     match try_main().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -223,12 +267,19 @@ async fn run_main() -> anyhow::Result<()> {
             ),
         },
         max_parked: cli.max_parked,
+        runtime: cli.runtime,
+        claude_code: arbiter_worker::ClaudeCodeConfig {
+            bin: cli.claude_bin,
+            hook_bin: None,
+        },
     };
     let shutdown = arbiter_bus::cli::shutdown_signal();
     match arbiter_worker::run(config, shutdown).await {
         Ok(()) => Ok(()),
         // It says all there is to say, on one line.
-        Err(e @ arbiter_worker::Error::Sandbox(_)) => Err(e.into()),
+        Err(e @ (arbiter_worker::Error::Sandbox(_) | arbiter_worker::Error::Runtime(_))) => {
+            Err(e.into())
+        }
         Err(e) => Err(e).context("the worker stopped"),
     }
 }

@@ -226,6 +226,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     );
     agent.begin_turn(&trace);
     let stopped = agent.run().await;
+    // The runtime's process (the CLI) ends with the loop, whatever ended it.
+    agent.close_runtime().await;
     let end = match stopped {
         Stop::Failed => End::Done(None),
         Stop::Fenced => End::Fenced,

@@ -80,6 +80,49 @@ pub(crate) struct Snapshot {
     /// What its model requests (its subagents' included) cost so far.
     #[serde(default)]
     pub spend: arbiter_protocol::Spend,
+    /// What the model calls cost, as the runtime reported it (the Claude
+    /// Code CLI's `result` lines).
+    #[serde(default, skip_serializing_if = "Cost::is_empty")]
+    pub cost: Cost,
+}
+
+/// An Orchestrator's model use: totals over its turns, and the last turn's
+/// figures as the runtime gave them. Every record carries it, so the
+/// records hold each turn's figures in turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct Cost {
+    pub turns: u64,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    /// The last turn: `{usage, model_usage, cost_usd}` from its `result` line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_turn: Option<serde_json::Value>,
+}
+
+impl Cost {
+    fn is_empty(&self) -> bool {
+        self.turns == 0
+    }
+
+    /// Adds one finished CLI turn.
+    pub(crate) fn add(&mut self, turn: &crate::runtime::claude::TurnDone) {
+        let usage = &turn.usage;
+        let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+        self.turns += 1;
+        self.cost_usd += turn.cost_usd;
+        self.input_tokens += n("input_tokens");
+        self.output_tokens += n("output_tokens");
+        self.cache_read_input_tokens += n("cache_read_input_tokens");
+        self.cache_creation_input_tokens += n("cache_creation_input_tokens");
+        self.last_turn = Some(serde_json::json!({
+            "usage": turn.usage,
+            "model_usage": turn.model_usage,
+            "cost_usd": turn.cost_usd,
+        }));
+    }
 }
 
 impl Snapshot {
@@ -95,6 +138,7 @@ impl Snapshot {
             context_tokens: 0,
             tally: Tally::default(),
             spend: arbiter_protocol::Spend::default(),
+            cost: Cost::default(),
         }
     }
 }

@@ -74,6 +74,7 @@ pub struct System {
     /// The OpenAI-compatible mock, used when [`Options::provider`] says so.
     pub openai: MockOpenAi,
     provider: Provider,
+    runtime: arbiter_worker::Runtime,
     pub bus: Bus,
     pub workspaces: tempfile::TempDir,
     shutdown: CancellationToken,
@@ -95,10 +96,13 @@ pub fn lane_of(body: &Value) -> String {
         .map_or(&Value::Null, |m| &m["content"]);
     let text = match first {
         Value::String(s) => s.clone(),
-        // Only the first block: later turns may be merged into the first message.
+        // Only the first block: later turns may be merged into the first
+        // message. The Claude Code CLI puts `<system-reminder>` blocks
+        // (its environment) before the words it was given: skipped.
         Value::Array(blocks) => blocks
-            .first()
-            .and_then(|b| b["text"].as_str())
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .find(|t| !t.starts_with("<system-reminder>"))
             .unwrap_or_default()
             .to_owned(),
         _ => String::new(),
@@ -116,6 +120,29 @@ pub fn orch_lane(brief: &str) -> String {
 
 pub fn sub_lane(prompt: &str) -> String {
     format!("{SUB_MODEL}:{prompt}")
+}
+
+/// The Claude Code CLI the tests run (`CLAUDE_CLI_BIN`, which
+/// `scripts/test` sets from `scripts/install-claude-cli`), with the
+/// worker binary as its hook.
+pub fn claude_code() -> arbiter_worker::ClaudeCodeConfig {
+    arbiter_worker::ClaudeCodeConfig {
+        bin: std::env::var_os("CLAUDE_CLI_BIN")
+            .map_or_else(|| PathBuf::from("claude"), PathBuf::from),
+        hook_bin: Some(arbiter_tests::bin("arbiter-worker")),
+    }
+}
+
+/// The path of the Claude Code CLI for tests that need it; panics with
+/// what to run when it is not set.
+pub fn claude_cli_bin() -> PathBuf {
+    match std::env::var_os("CLAUDE_CLI_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => panic!(
+            "CLAUDE_CLI_BIN is not set: run `export CLAUDE_CLI_BIN=$(scripts/install-claude-cli)` \
+             (scripts/test does this)"
+        ),
+    }
 }
 
 /// A scripted Arbiter reply.
@@ -145,6 +172,8 @@ pub struct Options {
     /// The address the nats-server and the mock models listen on (default
     /// 127.0.0.1): a host address that a test's other network namespace reaches.
     pub bind: Option<std::net::IpAddr>,
+    /// What runs the in-process workers' Orchestrators.
+    pub runtime: arbiter_worker::Runtime,
 }
 
 impl Default for Options {
@@ -158,6 +187,7 @@ impl Default for Options {
             nats_config: None,
             secure: false,
             bind: None,
+            runtime: arbiter_worker::Runtime::Native,
         }
     }
 }
@@ -217,6 +247,7 @@ impl System {
             mock,
             openai,
             provider: options.provider,
+            runtime: options.runtime,
             bus,
             workspaces,
             shutdown: CancellationToken::new(),
@@ -290,6 +321,8 @@ impl System {
             context_budget: budget,
             subagent_model: Some(self.model_config(SUB_MODEL)),
             worker_id: id.to_owned(),
+            runtime: self.runtime,
+            claude_code: claude_code(),
             ..Default::default()
         }
     }
@@ -549,6 +582,21 @@ impl System {
             .await;
         }
         status
+    }
+
+    /// Waits until worker `id` answers on its presence endpoint (it is
+    /// ready: a worker of the claude-code runtime checks its CLI first).
+    pub async fn worker_up(&self, id: &str) {
+        let subject = arbiter_worker::presence::presence_subject(id);
+        eventually(WAIT, &format!("worker {id} to be up"), || async {
+            self.bus
+                .client
+                .request(subject.clone(), "".into())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
     }
 
     pub fn workspace(&self, session: &str) -> PathBuf {

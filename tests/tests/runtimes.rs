@@ -1,0 +1,282 @@
+//! The seed flow on each Orchestrator runtime, checked the same way: the
+//! native agent loop, and the real Claude Code CLI (`CLAUDE_CLI_BIN`, from
+//! the pinned `claude-agent-sdk` wheel) against the mock Messages API. The
+//! Orchestrator's questions reach the Arbiter, notes stay notes, its work is
+//! on disk with the worker's evidence, the console's `◈ Tool (n)` follows its
+//! tools, and the next Orchestrator of the session is II.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arbiter_protocol::{OrchestratorStatus, SessionState, subjects};
+use arbiter_tests::MockReply;
+use arbiter_worker::Runtime;
+use common::*;
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+const BRIEF: &str = "Build an authentication system in src/auth/: Google and GitHub OAuth, \
+                     JWT access tokens that expire after 48 hours.";
+const BRIEF_II: &str = "Add a logout route to src/auth/.";
+
+/// How the model asks for the same things on each runtime: the native
+/// loop's tools and final JSON, or the CLI's tools (absolute paths) and its
+/// `StructuredOutput` tool.
+struct Flavor {
+    runtime: Runtime,
+    workspace: PathBuf,
+}
+
+impl Flavor {
+    fn output(&self, expects_response: bool, message: &str) -> MockReply {
+        match self.runtime {
+            Runtime::Native => orch(expects_response, message),
+            Runtime::ClaudeCode => MockReply::tool_use(
+                "StructuredOutput",
+                json!({"expects_response": expects_response, "message": message}),
+            ),
+        }
+    }
+
+    fn write(&self, path: &str, content: &str) -> MockReply {
+        match self.runtime {
+            Runtime::Native => {
+                MockReply::tool_use("write", json!({"path": path, "content": content}))
+            }
+            Runtime::ClaudeCode => MockReply::tool_use(
+                "Write",
+                json!({"file_path": self.workspace.join(path), "content": content}),
+            ),
+        }
+    }
+}
+
+/// Every Orchestrator status published, as the console receives them.
+async fn watch_statuses(sys: &System) -> Arc<Mutex<Vec<OrchestratorStatus>>> {
+    let mut sub = sys
+        .bus
+        .client
+        .subscribe(subjects::orch_status("*"))
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Ok(status) = serde_json::from_slice(&msg.payload) {
+                sink.lock().unwrap().push(status);
+            }
+        }
+    });
+    seen
+}
+
+/// What the console's status line shows for a status: `◈ Tool (n)`.
+fn tool_line(status: &OrchestratorStatus) -> Option<String> {
+    let tool = status.current_tool.as_ref()?;
+    Some(format!("◈ {tool} ({})", status.tool_count))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_flow_on_the_native_runtime() {
+    seed_flow_on(Runtime::Native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_flow_on_claude_code() {
+    claude_cli_bin();
+    seed_flow_on(Runtime::ClaudeCode).await;
+}
+
+async fn seed_flow_on(runtime: Runtime) {
+    let sys = System::start_with(Options {
+        runtime,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-seed";
+    let f = Flavor {
+        runtime,
+        workspace: sys.workspace(s),
+    };
+    sys.worker_up("worker-0").await;
+    let statuses = watch_statuses(&sys).await;
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Build me an auth system");
+    let lane = orch_lane(BRIEF);
+
+    sys.mock.push(
+        &arb,
+        arbiter("address_human", "What OAuth providers? Token expiry?"),
+    );
+    sys.send(s, "Build me an auth system").await;
+    log.wait_len(2).await;
+
+    sys.mock.push(&arb, arbiter("summon_orchestrator", BRIEF));
+    sys.mock.push(
+        &lane,
+        f.output(true, "Clarifying: shared session store or stateless?"),
+    );
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Stateless."));
+    sys.mock.push(
+        &lane,
+        f.write("src/auth/config.ts", "providers: google, github\n"),
+    );
+    sys.mock.push(
+        &lane,
+        f.output(false, "Creating provider configurations now."),
+    );
+    sys.mock
+        .push(&lane, f.write("src/auth/jwt.ts", "expiry: 48h\n"));
+    sys.mock
+        .push(&lane, f.output(true, "Complete. Auth system in src/auth/."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    sys.send(s, "Google and GitHub. 48hr tokens.").await;
+    sys.settled(s, 10).await;
+
+    // A second Orchestrator of the same session.
+    let lane_ii = orch_lane(BRIEF_II);
+    sys.mock
+        .push(&arb, arbiter("summon_orchestrator", BRIEF_II));
+    sys.mock.push(&lane_ii, f.output(true, "Logout is in."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Logout is in."));
+    sys.send(s, "Add logout too.").await;
+    let status = sys.settled(s, 15).await;
+    assert_eq!(status.state, SessionState::Idle);
+    assert_eq!(status.summoned, 2);
+
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Build me an auth system"),
+            pair("Arbiter", "What OAuth providers? Token expiry?"),
+            pair("You", "Google and GitHub. 48hr tokens."),
+            pair("Summoned Orchestrator I", BRIEF),
+            pair(
+                "Orchestrator I",
+                "Clarifying: shared session store or stateless?"
+            ),
+            pair("Arbiter → Orchestrator I", "Stateless."),
+            pair(
+                "Orchestrator I (note)",
+                "Creating provider configurations now."
+            ),
+            pair("Orchestrator I", "Complete. Auth system in src/auth/."),
+            pair("Released", "I"),
+            pair("Arbiter", "It is done."),
+            pair("You", "Add logout too."),
+            pair("Summoned Orchestrator II", BRIEF_II),
+            pair("Orchestrator II", "Logout is in."),
+            pair("Released", "II"),
+            pair("Arbiter", "Logout is in."),
+        ],
+        "on {runtime}"
+    );
+
+    // The question reached the Arbiter; the note did not start an Arbiter
+    // turn of its own, but rode with the report; the report carries what
+    // the worker saw the CLI or the loop do.
+    let asked: Vec<String> = sys
+        .mock
+        .requests_for(&arb)
+        .iter()
+        .map(|r| r.last_user_text())
+        .collect();
+    assert_eq!(asked.len(), 6, "{asked:#?}");
+    assert_eq!(
+        asked[2],
+        "Orchestrator I: Clarifying: shared session store or stateless?\n\
+         [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]"
+    );
+    assert!(
+        asked[3].contains("Creating provider configurations now.")
+            && asked[3].contains(
+                "Orchestrator I: Complete. Auth system in src/auth/.\n\
+                 [Evidence from the worker, not written by Orchestrator I: 2 tool calls (write 2), \
+                 2 files changed (created: src/auth/config.ts, src/auth/jwt.ts)]"
+            ),
+        "{}",
+        asked[3]
+    );
+    assert_eq!(asked[4], "Add logout too.");
+    assert!(asked[5].starts_with("Orchestrator II: Logout is in."));
+
+    // The work is on disk, in the session's workspace.
+    let ws = sys.workspace(s);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/auth/config.ts")).unwrap(),
+        "providers: google, github\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/auth/jwt.ts")).unwrap(),
+        "expiry: 48h\n"
+    );
+
+    // The console's tool line followed the tools: ◈ Write (1), then (2).
+    let lines: Vec<String> = statuses
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.number == 1)
+        .filter_map(tool_line)
+        .collect();
+    for want in ["◈ Write (1)", "◈ Write (2)"] {
+        assert!(lines.iter().any(|l| l == want), "{want} in {lines:?}");
+    }
+
+    // Who the mock heard from.
+    let requests = sys.mock.requests_for(&lane);
+    for request in &requests {
+        assert!(request.system_text().contains("You are an Orchestrator"));
+        assert!(
+            !request.all_text().contains("Build me an auth system"),
+            "the human's words reach I only through the Arbiter"
+        );
+        match runtime {
+            Runtime::Native => {
+                assert_eq!(request.header("x-api-key"), Some(API_KEY));
+            }
+            Runtime::ClaudeCode => {
+                assert_eq!(request.header("x-api-key"), Some(API_KEY));
+                let agent = request.header("user-agent").unwrap_or_default();
+                assert!(agent.starts_with("claude-cli/"), "{agent}");
+                let tools = request.tool_names();
+                for tool in ["Write", "Edit", "Read", "Bash", "StructuredOutput"] {
+                    assert!(tools.iter().any(|t| t == tool), "{tool} in {tools:?}");
+                }
+            }
+        }
+    }
+    if runtime == Runtime::ClaudeCode {
+        // One CLI process per Orchestrator, ended with it.
+        arbiter_tests::eventually(WAIT, "the CLI processes to end", || async {
+            cli_processes(sys.workspaces.path())
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+/// The processes running with a CLI home under `root` in their environment.
+fn cli_processes(root: &Path) -> Vec<std::ffi::OsString> {
+    let homes = root.join(".claude-code");
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let environ = String::from_utf8_lossy(&environ);
+        if environ.contains(&*homes.to_string_lossy()) {
+            left.push(entry.file_name());
+        }
+    }
+    left
+}

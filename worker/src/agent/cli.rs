@@ -1,0 +1,235 @@
+//! A turn on the Claude Code runtime: the pending user message goes to the
+//! Orchestrator's CLI process as one user line, and its `result` ends the
+//! turn. The rest is the native loop's: the input is stored before the
+//! turn, the output is validated with the same repair-then-fail rules, then
+//! stored and published with the worker's evidence (the CLI's tool calls as
+//! the stream showed them, and the workspace's files).
+
+use arbiter_llm::{Block, Message, MessageRole, structured};
+use arbiter_protocol::{ModelErrorKind, OrchestratorOutput, OrchestratorState, Role, WireError};
+
+use super::{Agent, Stop};
+use crate::runtime::claude::{ClaudeProcess, Launch, Progress, TurnDone, TurnError};
+use crate::tools::{self, ToolOutcome};
+
+impl Agent {
+    /// One turn on the CLI.
+    pub(super) async fn work_cli(&mut self) -> Result<(), Stop> {
+        self.take_inputs().await?;
+        self.status
+            .update(|s| {
+                s.state = OrchestratorState::Working;
+                s.current_tool = None;
+            })
+            .await;
+        let text = match self.transcript.messages().last() {
+            Some(last) if last.role == MessageRole::User => user_text(last),
+            // Nothing new to say (it should not happen): it carries on.
+            _ => {
+                self.transcript
+                    .push(Message::user("[system] Continue your work."));
+                "[system] Continue your work.".to_owned()
+            }
+        };
+        // Stored before the turn, so whoever goes on sends the same line.
+        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+            self.step(Vec::new()).await?;
+        }
+        let mut process = match self.cli.take() {
+            Some(process) => process,
+            None => match self.start_cli() {
+                Ok(process) => process,
+                Err(message) => {
+                    let number = self.status.get().number;
+                    return self
+                        .fail(WireError::OrchestratorFailed { number, message })
+                        .await;
+                }
+            },
+        };
+        let status = self.status.clone();
+        let budget = self.shared.config.context_budget;
+        let turn = async move {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let updates = async {
+                while let Some(progress) = rx.recv().await {
+                    match progress {
+                        Progress::Tool(name) => {
+                            status
+                                .update(|s| {
+                                    s.current_tool = Some(tools::display_name(&name));
+                                    s.tool_count += 1;
+                                })
+                                .await;
+                        }
+                        Progress::Context(tokens) => {
+                            status
+                                .update(|s| {
+                                    s.context_tokens = tokens;
+                                    s.context_pct = crate::context::percent(tokens, budget);
+                                })
+                                .await;
+                        }
+                    }
+                }
+            };
+            let run = async {
+                let done = process
+                    .turn(&text, |progress| {
+                        let _ = tx.send(progress);
+                    })
+                    .await;
+                drop(tx);
+                done
+            };
+            let (done, ()) = tokio::join!(run, updates);
+            (process, done)
+        };
+        let (process, done) = self.during(turn).await?;
+        let done = match done {
+            Ok(done) => done,
+            Err(error) => {
+                process.close().await;
+                return self.fail(turn_error(error)).await;
+            }
+        };
+        self.cli = Some(process);
+        self.after_turn(done).await
+    }
+
+    /// Starts this Orchestrator's CLI process in its workspace.
+    fn start_cli(&self) -> Result<ClaudeProcess, String> {
+        let summon_id = self.status.get().orch_id;
+        let home = self.cli_home();
+        let launch = Launch {
+            config: &self.shared.config.claude_code,
+            workspace: self.ctx.workspace.root(),
+            home: &home,
+            session_id: &summon_id,
+            resume: false,
+            model: &self.shared.config.model,
+            system_prompt: &self.system,
+            output_schema: &self.shared.output_schema,
+            context_budget: self.shared.config.context_budget,
+        };
+        tracing::info!(cli = %self.shared.config.claude_code.bin.display(), "starting the Claude Code CLI");
+        ClaudeProcess::start(&launch)
+    }
+
+    /// The Orchestrator's own `HOME` for the CLI: beside the sessions'
+    /// workspaces (outside the one its tools may write), named by its id.
+    pub(super) fn cli_home(&self) -> std::path::PathBuf {
+        self.shared
+            .config
+            .workspace_root
+            .join(crate::runtime::claude::HOMES_DIR)
+            .join(self.status.get().orch_id)
+    }
+
+    /// What a finished turn leaves: the tool calls counted, context and
+    /// cost recorded, and its output taken as the native loop takes a reply.
+    async fn after_turn(&mut self, done: TurnDone) -> Result<(), Stop> {
+        for call in &done.tools {
+            // Counted under the native names (`Write` is `write`), so the
+            // evidence reads the same whichever runtime ran the tools.
+            let name = call.name.to_lowercase();
+            let outcome = ToolOutcome {
+                content: String::new(),
+                is_error: call.is_error,
+                exit_code: (!call.is_error).then_some(0),
+                spend: arbiter_protocol::Spend::default(),
+            };
+            self.snap.tally.record(&name, &call.input, &outcome);
+            self.snap.tool_count += 1;
+        }
+        if let Some(tokens) = done.context_tokens {
+            self.snap.context_tokens = tokens;
+        }
+        self.snap.cost.add(&done);
+        // The turn counted as one request in the spend every runtime keeps,
+        // at the CLI's own price, so the console shows it the same way.
+        let n = |key: &str| done.usage[key].as_u64().unwrap_or(0);
+        self.snap.spend.record(
+            Some([
+                n("input_tokens"),
+                n("output_tokens"),
+                n("cache_creation_input_tokens"),
+                n("cache_read_input_tokens"),
+            ]),
+            Some((done.cost_usd * 1e9).round() as u64),
+        );
+        let (text, parsed) = match &done.structured {
+            Some(value) => (
+                value.to_string(),
+                serde_json::from_value::<OrchestratorOutput>(value.clone())
+                    .map_err(|e| format!("the structured output does not match the schema: {e}")),
+            ),
+            None => (
+                done.text.clone(),
+                Err(format!(
+                    "the turn ended without a StructuredOutput call; its text was: {}",
+                    done.text.chars().take(300).collect::<String>()
+                )),
+            ),
+        };
+        self.transcript.push(Message {
+            role: MessageRole::Assistant,
+            content: vec![Block::Text { text }],
+        });
+        match parsed {
+            Ok(output) => self.output(output).await,
+            Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {
+                tracing::warn!(%detail, "Orchestrator turn gave no valid output; asking again");
+                self.snap.repairs += 1;
+                self.transcript
+                    .push(Message::user(structured::repair_message(&detail)));
+                self.step(Vec::new()).await
+            }
+            Err(detail) => {
+                let error = WireError::SchemaViolation {
+                    role: Role::Orchestrator,
+                    attempts: self.snap.repairs + 1,
+                    detail,
+                };
+                self.fail(error).await
+            }
+        }
+    }
+}
+
+/// A user message's text blocks, one after another.
+fn user_text(message: &Message) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// A failed turn as the Arbiter and the human see it.
+fn turn_error(error: TurnError) -> WireError {
+    match error {
+        TurnError::Stopped(message) | TurnError::Protocol(message) => WireError::Model {
+            role: Role::Orchestrator,
+            class: ModelErrorKind::Other,
+            message,
+        },
+        TurnError::Result { status, message } => WireError::Model {
+            role: Role::Orchestrator,
+            class: match status {
+                Some(400) => ModelErrorKind::InvalidRequest,
+                Some(401) => ModelErrorKind::Authentication,
+                Some(403) => ModelErrorKind::PermissionDenied,
+                Some(429) => ModelErrorKind::RateLimited,
+                Some(529) => ModelErrorKind::Overloaded,
+                Some(_) => ModelErrorKind::Api,
+                None => ModelErrorKind::Other,
+            },
+            message,
+        },
+    }
+}

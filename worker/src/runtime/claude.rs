@@ -1,0 +1,570 @@
+//! The Claude Code CLI as an Orchestrator's runtime: one long-lived
+//! `claude -p --input-format stream-json --output-format stream-json
+//! --verbose` process per Orchestrator. The Arbiter's inputs go in as user
+//! lines; a turn ends at the `result` line, whose `structured_output` (from
+//! `--json-schema`) is the turn's `OrchestratorOutput`.
+//!
+//! The process gets a clean environment (no inherited `CLAUDE_CODE_*`, no
+//! NATS credentials): `HOME` and `CLAUDE_CONFIG_DIR` of its own, the model's
+//! base URL and key (or the user's `CLAUDE_CODE_OAUTH_TOKEN`), no user
+//! settings (`--setting-sources ""`), tools confined to the workspace (its
+//! cwd) by `--permission-mode acceptEdits` with no tool pre-approved, so a
+//! write outside the workspace is denied and nothing ever prompts.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// The oldest CLI this runtime was built and tested against.
+pub const MIN_VERSION: (u32, u32, u32) = (2, 1, 331);
+/// What to install, said whenever the CLI is missing or unusable.
+pub const INSTALL_HINT: &str = "install it with `pip install claude-agent-sdk==0.2.188` (the CLI is \
+     claude_agent_sdk/_bundled/claude; scripts/install-claude-cli does this) and point \
+     --claude-bin or CLAUDE_CLI_BIN at it";
+/// The tools the CLI's model gets. `Task` is the CLI's own subagent tool.
+pub const TOOLS: [&str; 7] = ["Read", "Write", "Edit", "Glob", "Grep", "Bash", "Task"];
+/// The tool the CLI adds for `--json-schema`; not one of the work tools.
+const STRUCTURED_OUTPUT_TOOL: &str = "StructuredOutput";
+/// The directory under the workspace root that holds each Orchestrator's
+/// `HOME` for the CLI (`<root>/.claude-code/<orch_id>`); not a session id,
+/// which cannot start with a dot.
+pub const HOMES_DIR: &str = ".claude-code";
+/// Lines of the CLI's stderr kept to say why it stopped.
+const STDERR_TAIL: usize = 20;
+/// Variables of the worker's environment the CLI may see, besides the ones
+/// set for it. Everything else (NATS credentials, `CLAUDE_CODE_*`) stays out.
+const PASSED_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
+
+/// How this worker runs the CLI (`--claude-bin`).
+#[derive(Debug, Clone)]
+pub struct ClaudeCodeConfig {
+    /// The `claude` binary.
+    pub bin: PathBuf,
+    /// The `arbiter-worker` binary the CLI runs as its `PostToolUse` hook
+    /// (`arbiter-worker hook post-tool-use`); `None`: this process's own.
+    pub hook_bin: Option<PathBuf>,
+}
+
+impl Default for ClaudeCodeConfig {
+    fn default() -> Self {
+        Self {
+            bin: PathBuf::from("claude"),
+            hook_bin: None,
+        }
+    }
+}
+
+/// Checks that `bin` runs and is recent enough; the error is one line that
+/// says what to install.
+pub async fn probe(bin: &Path) -> Result<String, String> {
+    let out = Command::new(bin)
+        .arg("--version")
+        .env_clear()
+        .envs(passed_env())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(Duration::from_secs(30), out).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "the claude-code runtime needs the Claude Code CLI, and {} was not found: {INSTALL_HINT}",
+                bin.display()
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(format!(
+                "the Claude Code CLI {} does not start ({e}): {INSTALL_HINT}",
+                bin.display()
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "the Claude Code CLI {} did not answer --version within 30 s: {INSTALL_HINT}",
+                bin.display()
+            ));
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if !out.status.success() || !text.contains("Claude Code") {
+        return Err(format!(
+            "{} is not a working Claude Code CLI (`--version` {}: {:?}): {INSTALL_HINT}",
+            bin.display(),
+            out.status,
+            text.trim()
+        ));
+    }
+    match parse_version(&version) {
+        Some(v) if v >= MIN_VERSION => Ok(version),
+        _ => {
+            let (a, b, c) = MIN_VERSION;
+            Err(format!(
+                "the Claude Code CLI {} is version {version}, older than {a}.{b}.{c}: {INSTALL_HINT}",
+                bin.display()
+            ))
+        }
+    }
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+fn passed_env() -> Vec<(String, std::ffi::OsString)> {
+    PASSED_ENV
+        .iter()
+        .filter_map(|name| std::env::var_os(name).map(|v| ((*name).to_owned(), v)))
+        .collect()
+}
+
+/// What one Orchestrator's CLI process is started with.
+pub(crate) struct Launch<'a> {
+    pub config: &'a ClaudeCodeConfig,
+    /// The session's workspace: the CLI's cwd.
+    pub workspace: &'a Path,
+    /// The Orchestrator's own `HOME` (its `CLAUDE_CONFIG_DIR` is `<home>/.claude`).
+    pub home: &'a Path,
+    /// The CLI session id (the Orchestrator's id, a UUID).
+    pub session_id: &'a str,
+    /// Go on with the stored session (`--resume`) rather than start one.
+    pub resume: bool,
+    pub model: &'a arbiter_llm::ModelConfig,
+    pub system_prompt: &'a str,
+    pub output_schema: &'a Value,
+    /// The context budget the hook's warnings are measured against.
+    pub context_budget: u64,
+}
+
+/// Where the CLI keeps `home`'s config and sessions.
+pub(crate) fn config_dir(home: &Path) -> PathBuf {
+    home.join(".claude")
+}
+
+/// The CLI's transcript of `session_id` run from `cwd`:
+/// `<config>/projects/<cwd with every non-alphanumeric character as ->/<session>.jsonl`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn transcript_path(home: &Path, cwd: &Path, session_id: &str) -> PathBuf {
+    let slug: String = cwd
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    config_dir(home)
+        .join("projects")
+        .join(slug)
+        .join(format!("{session_id}.jsonl"))
+}
+
+/// A running CLI process: one Orchestrator's session.
+pub(crate) struct ClaudeProcess {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The session's running `total_cost_usd` at the end of the last turn:
+    /// a turn's cost is the difference.
+    cost_so_far: f64,
+}
+
+/// A tool the CLI's model called in a turn, and whether it failed.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolCall {
+    pub name: String,
+    pub input: Value,
+    pub is_error: bool,
+}
+
+/// A turn that ended in a `result` line without `is_error`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TurnDone {
+    /// `structured_output`; `None` when the model never gave one.
+    pub structured: Option<Value>,
+    /// `result`: the turn's final text.
+    pub text: String,
+    pub tools: Vec<ToolCall>,
+    /// Input tokens of the turn's last request, cache included.
+    pub context_tokens: Option<u64>,
+    /// The model's window, when the CLI reported it.
+    pub context_window: Option<u64>,
+    /// The `result` line's `usage`, `modelUsage` and this turn's cost.
+    pub usage: Value,
+    pub model_usage: Value,
+    pub cost_usd: f64,
+}
+
+/// What the turn reports while it runs, for the Orchestrator's status.
+#[derive(Debug, Clone)]
+pub(crate) enum Progress {
+    /// The model called a tool (display name).
+    Tool(String),
+    /// A request filled this many tokens of context.
+    Context(u64),
+}
+
+impl ClaudeProcess {
+    /// Starts the CLI for one Orchestrator.
+    pub(crate) fn start(launch: &Launch<'_>) -> Result<Self, String> {
+        std::fs::create_dir_all(config_dir(launch.home)).map_err(|e| {
+            format!(
+                "cannot create the CLI's home {}: {e}",
+                launch.home.display()
+            )
+        })?;
+        let schema = serde_json::to_string(&without_schema_key(launch.output_schema))
+            .map_err(|e| format!("the output schema: {e}"))?;
+        let hook_bin = match &launch.config.hook_bin {
+            Some(bin) => bin.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| format!("cannot find arbiter-worker for the CLI's hook: {e}"))?,
+        };
+        let hook = format!(
+            "{} hook post-tool-use --context-budget {}",
+            shell_quote(&hook_bin.to_string_lossy()),
+            launch.context_budget
+        );
+        let settings = json!({
+            "hooks": {"PostToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": hook}]}]}
+        });
+        let mut command = Command::new(&launch.config.bin);
+        command
+            .args([
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--setting-sources",
+                "",
+                "--permission-mode",
+                "acceptEdits",
+                "--tools",
+                &TOOLS.join(","),
+                "--model",
+                &launch.model.model,
+                "--system-prompt",
+                launch.system_prompt,
+                "--json-schema",
+                &schema,
+                "--settings",
+                &settings.to_string(),
+            ])
+            .args(if launch.resume {
+                ["--resume", launch.session_id]
+            } else {
+                ["--session-id", launch.session_id]
+            })
+            .current_dir(launch.workspace)
+            .env_clear()
+            .envs(passed_env())
+            .env("HOME", launch.home)
+            .env("CLAUDE_CONFIG_DIR", config_dir(launch.home))
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            // The CLI retries on its own; 0 reads as unset there (10 retries).
+            .env(
+                "CLAUDE_CODE_MAX_RETRIES",
+                launch.model.retry.max_retries.max(1).to_string(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if launch.model.provider == arbiter_llm::Provider::Anthropic {
+            command.env("ANTHROPIC_BASE_URL", &launch.model.base_url);
+            if let Some(key) = &launch.model.api_key {
+                command.env("ANTHROPIC_API_KEY", key.expose());
+            }
+        }
+        // A subscription user's own login, passed through as it is.
+        if let Some(token) = std::env::var_os("CLAUDE_CODE_OAUTH_TOKEN") {
+            command.env("CLAUDE_CODE_OAUTH_TOKEN", token);
+        }
+        let mut child = command.spawn().map_err(|e| {
+            format!(
+                "the Claude Code CLI {} does not start: {e}",
+                launch.config.bin.display()
+            )
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("the Claude Code CLI's pipes were not opened".to_owned());
+        };
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let sink = tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(target: "claude_cli", "{line}");
+                let mut tail = sink.lock().unwrap_or_else(PoisonError::into_inner);
+                if tail.len() == STDERR_TAIL {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+        Ok(Self {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            stderr: tail,
+            cost_so_far: 0.0,
+        })
+    }
+
+    /// Sends `text` as a user line and reads until the turn's `result`.
+    /// `Err` says why the turn failed: the CLI stopped, printed something
+    /// that is not JSON, or ended the turn with `is_error`.
+    pub(crate) async fn turn(
+        &mut self,
+        text: &str,
+        mut progress: impl FnMut(Progress),
+    ) -> Result<TurnDone, TurnError> {
+        let line = json!({
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+        });
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        if let Err(e) = self.stdin.write_all(&bytes).await {
+            return Err(self.stopped(&format!("writing to it failed ({e})")).await);
+        }
+        let _ = self.stdin.flush().await;
+        let mut done = TurnDone::default();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        loop {
+            let line = match self.lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => return Err(self.stopped("it closed its output").await),
+                Err(e) => return Err(self.stopped(&format!("reading it failed ({e})")).await),
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                let shown: String = line.chars().take(200).collect();
+                return Err(TurnError::Protocol(format!(
+                    "the Claude Code CLI printed a line that is not JSON: {shown}"
+                )));
+            };
+            match event["type"].as_str().unwrap_or_default() {
+                "assistant" => {
+                    let message = &event["message"];
+                    if let Some(tokens) = context_tokens(&message["usage"]) {
+                        done.context_tokens = Some(tokens);
+                        progress(Progress::Context(tokens));
+                    }
+                    for block in message["content"].as_array().into_iter().flatten() {
+                        if block["type"] != "tool_use" {
+                            continue;
+                        }
+                        let name = block["name"].as_str().unwrap_or_default().to_owned();
+                        if name == STRUCTURED_OUTPUT_TOOL {
+                            continue;
+                        }
+                        progress(Progress::Tool(name.clone()));
+                        if let Some(id) = block["id"].as_str() {
+                            names.insert(id.to_owned(), done.tools.len());
+                        }
+                        done.tools.push(ToolCall {
+                            name,
+                            input: block["input"].clone(),
+                            is_error: false,
+                        });
+                    }
+                }
+                "user" => {
+                    for block in event["message"]["content"].as_array().into_iter().flatten() {
+                        if block["type"] == "tool_result"
+                            && block["is_error"] == true
+                            && let Some(i) =
+                                block["tool_use_id"].as_str().and_then(|id| names.get(id))
+                            && let Some(call) = done.tools.get_mut(*i)
+                        {
+                            call.is_error = true;
+                        }
+                    }
+                }
+                "result" => {
+                    let total = event["total_cost_usd"].as_f64().unwrap_or(self.cost_so_far);
+                    done.cost_usd = (total - self.cost_so_far).max(0.0);
+                    self.cost_so_far = total;
+                    done.usage = event["usage"].clone();
+                    done.model_usage = event["modelUsage"].clone();
+                    done.context_window = event["modelUsage"]
+                        .as_object()
+                        .and_then(|m| m.values().filter_map(|u| u["contextWindow"].as_u64()).max());
+                    if event["is_error"] == true {
+                        return Err(TurnError::Result {
+                            status: event["api_error_status"].as_u64().map(|s| s as u16),
+                            message: format!(
+                                "the Claude Code CLI ended the turn in an error ({}, {}): {}",
+                                event["subtype"].as_str().unwrap_or("error"),
+                                event["terminal_reason"]
+                                    .as_str()
+                                    .unwrap_or("no reason given"),
+                                event["result"].as_str().unwrap_or_default()
+                            ),
+                        });
+                    }
+                    done.text = event["result"].as_str().unwrap_or_default().to_owned();
+                    done.structured = event
+                        .get("structured_output")
+                        .filter(|v| !v.is_null())
+                        .cloned();
+                    return Ok(done);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The CLI stopped mid-turn: why, with its exit status and the end of its stderr.
+    async fn stopped(&mut self, what: &str) -> TurnError {
+        let status = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            _ => {
+                let _ = self.child.start_kill();
+                "still running; killed".to_owned()
+            }
+        };
+        // The stderr reader may still be draining.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tail: Vec<String> = self
+            .stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .cloned()
+            .collect();
+        let said = if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; it said: {}", tail.join(" | "))
+        };
+        TurnError::Stopped(format!(
+            "the Claude Code CLI stopped mid-turn: {what} ({status}){said}"
+        ))
+    }
+
+    /// Ends the process: closing stdin lets it exit; it is killed if it lingers.
+    pub(crate) async fn close(mut self) {
+        drop(self.stdin);
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Why a turn on the CLI failed.
+#[derive(Debug, Clone)]
+pub(crate) enum TurnError {
+    /// The process died, closed its output or could not be written to.
+    Stopped(String),
+    /// A line that is not JSON.
+    Protocol(String),
+    /// A `result` with `is_error: true` (`api_error_status`, when the API refused).
+    Result {
+        status: Option<u16>,
+        message: String,
+    },
+}
+
+/// The context a request filled, from an `assistant` line's usage (the
+/// `message_start` figures): input plus cache reads and writes.
+fn context_tokens(usage: &Value) -> Option<u64> {
+    let input = usage["input_tokens"].as_u64()?;
+    Some(
+        input
+            + usage["cache_read_input_tokens"].as_u64().unwrap_or(0)
+            + usage["cache_creation_input_tokens"].as_u64().unwrap_or(0),
+    )
+}
+
+/// The CLI refuses a schema that names its `$schema`.
+fn without_schema_key(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+    }
+    schema
+}
+
+/// `s` in single quotes for `sh -c`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The `PostToolUse` hook (`arbiter-worker hook post-tool-use`): reads the
+/// hook's input from the CLI (with `transcript_path`), takes the context the
+/// session's last request filled from the transcript, and returns the
+/// project's warning as additional context when it is past 70 % or 85 % of
+/// `budget`. `None`: nothing to say.
+pub fn hook_output(input: &str, budget: u64) -> Option<String> {
+    let input: Value = serde_json::from_str(input).ok()?;
+    let path = input["transcript_path"].as_str()?;
+    let transcript = std::fs::read_to_string(path).ok()?;
+    let tokens = transcript
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|entry| entry["type"] == "assistant")
+        .find_map(|entry| context_tokens(&entry["message"]["usage"]))?;
+    let warning = crate::context::orchestrator_warning(crate::context::percent(tokens, budget))?;
+    Some(
+        json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": warning}})
+            .to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_slugs() {
+        assert_eq!(parse_version("2.1.331"), Some((2, 1, 331)));
+        assert_eq!(parse_version("2.1"), None);
+        assert!(parse_version("2.1.331").unwrap() >= MIN_VERSION);
+        assert!(parse_version("2.0.999").unwrap() < MIN_VERSION);
+        assert_eq!(
+            transcript_path(Path::new("/h"), Path::new("/srv/ws.x_y z"), "abc"),
+            PathBuf::from("/h/.claude/projects/-srv-ws-x-y-z/abc.jsonl")
+        );
+    }
+
+    #[test]
+    fn the_hook_warns_from_the_transcripts_last_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let line = |input: u64| {
+            json!({"type": "assistant", "message": {"usage": {"input_tokens": input, "cache_read_input_tokens": 10}}})
+                .to_string()
+        };
+        std::fs::write(&path, format!("{}\n{}\n", line(10), line(740))).unwrap();
+        let input = json!({"transcript_path": path, "hook_event_name": "PostToolUse"}).to_string();
+        let out = hook_output(&input, 1000).unwrap();
+        assert!(out.contains(crate::context::NOTICE_MARK), "{out}");
+        assert!(out.contains("75%"), "{out}");
+        std::fs::write(&path, format!("{}\n", line(100))).unwrap();
+        assert_eq!(hook_output(&input, 1000), None);
+    }
+}
