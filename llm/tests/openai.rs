@@ -217,8 +217,9 @@ async fn a_server_that_ignores_stream_gets_a_whole_completion_read() {
 #[tokio::test]
 async fn any_base_url_and_no_key_for_local_servers() {
     let mock = MockOpenAi::start().await;
-    // Without /v1: the client adds it.
-    let mut config = config(Provider::OpenAi, MODEL, &mock.base_url().replace("/v1", ""));
+    // A server mounted under another path than /v1: the base is used as given.
+    let base = format!("http://{}/custom-mount", mock.addr());
+    let mut config = config(Provider::OpenAi, MODEL, &base);
     config.api_key = None;
     config.max_tokens_field = "max_tokens".into();
     let client = OpenAiClient::new(config).unwrap();
@@ -422,4 +423,25 @@ async fn a_silent_stream_times_out() {
     );
     let err = client.complete(request("go")).await.unwrap_err();
     assert!(matches!(err, LlmError::Timeout(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_base_url_without_v1_is_not_completed_and_a_404_says_so() {
+    let mock = MockOpenAi::start().await;
+    // The server's API is under /v1, but the base leaves it out: nothing is
+    // inserted, and the error names the URL asked and the likely fix.
+    let base = mock.base_url().replace("/v1", "");
+    let client = OpenAiClient::new(config(Provider::OpenAi, MODEL, &base)).unwrap();
+    mock.push(MODEL, OpenAiReply::text("never"));
+    let error = client
+        .complete(request("hi"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("POST {base}/chat/completions")),
+        "{error}"
+    );
+    assert!(error.contains("usually want it to end in /v1"), "{error}");
+    assert!(mock.requests_for(MODEL).is_empty());
 }

@@ -109,6 +109,9 @@ impl MockOpenAi {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            // A server mounted under another path (a proxy's): the client
+            // must use the base URL as given.
+            .route("/custom-mount/chat/completions", post(completions))
             .fallback(|| async {
                 reply::error_response(404, "not_found_error", "mock: no such endpoint", &[])
             })

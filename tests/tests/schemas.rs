@@ -2,8 +2,9 @@
 //! the record it describes: the wire messages (`arbiter-protocol`), the
 //! session state records (`arbiter-coordinator`), the Orchestrator state
 //! records and presence (`arbiter-worker`). This test regenerates them and
-//! fails when a checked-in file differs, and decodes every JSON example of
-//! `docs/protocol.md` with the type its section documents.
+//! fails when a checked-in file differs; and every JSON example of
+//! `docs/protocol.md` must decode with the type its section documents and
+//! validate against that type's checked-in schema (with `jsonschema`).
 //!
 //! Regenerate with `UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test schemas`.
 
@@ -154,8 +155,76 @@ fn check(example: &Example) -> Result<&'static str, String> {
     }
 }
 
+/// The checked-in schema a type's examples must validate against (the
+/// file, and the definition inside it for a part of a message).
+fn schema_of(ty: &str) -> serde_json::Value {
+    let (file, def) = match ty {
+        "Evidence" => ("orchestrator_message", Some("Evidence")),
+        "WorkerPresence" => ("worker_presence", None),
+        other => {
+            let snake: String = other
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let lower = c.to_ascii_lowercase();
+                    if c.is_ascii_uppercase() && i > 0 {
+                        vec!['_', lower]
+                    } else {
+                        vec![lower]
+                    }
+                })
+                .collect();
+            return read_schema(&snake);
+        }
+    };
+    let schema = read_schema(file);
+    match def {
+        // Only the definition: the message's own keywords do not apply.
+        Some(def) => serde_json::json!({
+            "$schema": schema["$schema"],
+            "$ref": format!("#/$defs/{def}"),
+            "$defs": schema["$defs"],
+        }),
+        None => schema,
+    }
+}
+
+fn read_schema(stem: &str) -> serde_json::Value {
+    let path = repo().join(format!("docs/schemas/{stem}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// Validates an example against the checked-in schema of its type.
+fn validate(ty: &str, example: &Example) -> Result<(), String> {
+    let text = example.text.trim();
+    let value: serde_json::Value = if text.starts_with('{') {
+        serde_json::from_str(text).map_err(|e| e.to_string())?
+    } else {
+        let wrapped: serde_json::Value =
+            serde_json::from_str(&format!("{{{text}}}")).map_err(|e| e.to_string())?;
+        wrapped
+            .as_object()
+            .and_then(|o| o.values().next().cloned())
+            .unwrap_or_default()
+    };
+    let schema = schema_of(ty);
+    let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| e.to_string())
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "does not validate against the schema of {ty}: {}",
+            errors.join("; ")
+        ))
+    }
+}
+
 #[test]
-fn every_json_example_of_the_protocol_decodes_with_its_type() {
+fn every_json_example_of_the_protocol_decodes_and_validates_against_its_schema() {
     let examples = examples(&repo().join("docs/protocol.md"));
     assert!(
         examples.len() >= 11,
@@ -165,7 +234,7 @@ fn every_json_example_of_the_protocol_decodes_with_its_type() {
     let mut failures = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for example in &examples {
-        match check(example) {
+        match check(example).and_then(|ty| validate(ty, example).map(|()| ty)) {
             Ok(ty) => {
                 seen.insert(ty);
             }

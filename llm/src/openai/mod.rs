@@ -51,14 +51,33 @@ impl OpenAiClient {
         &self.config
     }
 
-    /// `{base}/chat/completions` when the base already ends in `/v1` (as
-    /// `OPENAI_BASE_URL` usually does), else `{base}/v1/chat/completions`.
+    /// `{base}/chat/completions`: the base URL is used as given (with its
+    /// `/v1`, as `OPENAI_BASE_URL` is written), since servers mount the API
+    /// under different paths (`…/api/v1`, `…/openai`); nothing is inserted.
     fn url(&self) -> String {
-        let base = self.config.base_url.trim_end_matches('/');
-        if base.ends_with("/v1") {
-            format!("{base}/chat/completions")
-        } else {
-            format!("{base}/v1/chat/completions")
+        format!(
+            "{}/chat/completions",
+            self.config.base_url.trim_end_matches('/')
+        )
+    }
+
+    /// A 404 names the URL that was asked, and says the base is used as given.
+    fn hint_not_found(&self, error: LlmError) -> LlmError {
+        match error {
+            LlmError::Api {
+                status: 404,
+                message,
+                retryable,
+            } => LlmError::Api {
+                status: 404,
+                message: format!(
+                    "{message} (POST {}: the base URL is used as given; \
+                     OpenAI-compatible servers usually want it to end in /v1)",
+                    without_credentials(&self.url())
+                ),
+                retryable,
+            },
+            other => other,
         }
     }
 
@@ -82,7 +101,7 @@ impl OpenAiClient {
         let response = http::send(request, timeouts.request)
             .await
             .map_err(|f| Failure {
-                error: f.error.scrub(self.secret()),
+                error: self.hint_not_found(f.error.scrub(self.secret())),
                 ..f
             })?;
         let is_json = response
@@ -188,5 +207,17 @@ impl Model for OpenAiClient {
 
     fn output_cap(&self) -> BoxFuture<'_, Option<u64>> {
         Box::pin(std::future::ready(Some(self.cap(&Request::default()))))
+    }
+}
+
+/// A URL with any user and password left out, for an error message.
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        Err(_) => url.to_owned(),
     }
 }

@@ -12,10 +12,11 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use arbiter_llm::ToolSpec;
+use arbiter_llm::schema;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -50,22 +51,17 @@ pub(super) fn spec() -> ToolSpec {
             DEFAULT_TIMEOUT.as_secs(),
             MAX_TIMEOUT.as_secs()
         ),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command line to run."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": format!("Timeout in milliseconds. Default {}, at most {}.", DEFAULT_TIMEOUT.as_millis(), MAX_TIMEOUT.as_millis())}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<BashInput>(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The `bash` tool's input; its JSON Schema is the tool's input schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct BashInput {
+    /// The command line to run.
     command: String,
+    #[schemars(extend("description" = format!("Timeout in milliseconds. Default {}, at most {}.", DEFAULT_TIMEOUT.as_millis(), MAX_TIMEOUT.as_millis())))]
     timeout_ms: Option<u64>,
 }
 

@@ -5,8 +5,9 @@
 use std::fmt::Write as _;
 
 use arbiter_llm::ToolSpec;
+use arbiter_llm::schema;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::ToolOutcome;
 use crate::workspace::Workspace;
@@ -30,16 +31,7 @@ pub(super) fn read_spec() -> ToolSpec {
              how to read on; lines longer than {READ_MAX_LINE_CHARS} characters are cut. \
              Binary files and directories are refused (use `glob` to list a directory)."
         ),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based). Default 1."},
-                "limit": {"type": "integer", "minimum": 1, "description": format!("Number of lines to read. Default {READ_DEFAULT_LINES}.")}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<ReadInput>(),
     }
 }
 
@@ -50,15 +42,7 @@ pub(super) fn write_spec() -> ToolSpec {
                       parent directories are created. To change part of an existing file, \
                       prefer `edit`."
             .into(),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace."},
-                "content": {"type": "string", "description": "The whole new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<WriteInput>(),
     }
 }
 
@@ -70,41 +54,43 @@ pub(super) fn edit_spec() -> ToolSpec {
                       exactly once, unless `replace_all` is true; otherwise the edit is refused \
                       with the number of matches and nothing changes. Read the file first."
             .into(),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the workspace."},
-                "old_string": {"type": "string", "description": "The exact text to replace; include enough context to make it unique."},
-                "new_string": {"type": "string", "description": "The text to put in its place."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of exactly one. Default false."}
-            },
-            "required": ["path", "old_string", "new_string"],
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<EditInput>(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The `read` tool's input; its JSON Schema is the tool's input schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReadInput {
+    /// File path, relative to the workspace.
     path: String,
+    /// First line to read (1-based). Default 1.
     offset: Option<usize>,
+    #[schemars(extend("description" = format!("Number of lines to read. Default {READ_DEFAULT_LINES}.")))]
     limit: Option<usize>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The `write` tool's input.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct WriteInput {
+    /// File path, relative to the workspace.
     path: String,
+    /// The whole new content of the file.
     content: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// The `edit` tool's input.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EditInput {
+    /// File path, relative to the workspace.
     path: String,
+    /// The exact text to replace; include enough context to make it unique.
     old_string: String,
+    /// The text to put in its place.
     new_string: String,
+    /// Replace every occurrence instead of exactly one. Default false.
     #[serde(default)]
     replace_all: bool,
 }

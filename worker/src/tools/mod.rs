@@ -212,11 +212,74 @@ pub(crate) mod tests {
     fn specs_match_the_tool_names() {
         let names: Vec<String> = specs().into_iter().map(|s| s.name).collect();
         assert_eq!(names, BASIC_TOOLS);
-        for spec in specs() {
+        for spec in specs().into_iter().chain([task::spec()]) {
             assert_eq!(spec.input_schema["type"], "object", "{}", spec.name);
             assert_eq!(spec.input_schema["additionalProperties"], false);
         }
         assert_eq!(display_name("edit"), "Edit");
+    }
+
+    /// The input schemas come from the input types (schemars): every field
+    /// the type takes is a property with the description the model reads,
+    /// and exactly the fields without a default are required.
+    #[test]
+    fn input_schemas_come_from_the_input_types() {
+        let schema = |name: &str| {
+            specs()
+                .into_iter()
+                .chain([task::spec()])
+                .find(|s| s.name == name)
+                .map(|s| s.input_schema)
+                .unwrap()
+        };
+        let cases = [
+            ("read", vec!["path"], vec!["path", "offset", "limit"]),
+            ("write", vec!["path", "content"], vec!["path", "content"]),
+            (
+                "edit",
+                vec!["path", "old_string", "new_string"],
+                vec!["path", "old_string", "new_string", "replace_all"],
+            ),
+            ("bash", vec!["command"], vec!["command", "timeout_ms"]),
+            ("glob", vec![], vec!["pattern", "path"]),
+            (
+                "grep",
+                vec!["pattern"],
+                vec!["pattern", "path", "glob", "case_insensitive", "max_matches"],
+            ),
+            ("task", vec!["prompt"], vec!["description", "prompt"]),
+        ];
+        for (name, required, all) in cases {
+            let schema = schema(name);
+            let mut got_required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            got_required.sort_unstable();
+            let mut want = required.clone();
+            want.sort_unstable();
+            assert_eq!(got_required, want, "{name}: {schema}");
+            let props = schema["properties"].as_object().unwrap();
+            let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            let mut want = all.clone();
+            want.sort_unstable();
+            assert_eq!(names, want, "{name}");
+            for (prop, body) in props {
+                let description = body["description"].as_str().unwrap_or_default();
+                assert!(!description.is_empty(), "{name}.{prop} has no description");
+            }
+        }
+        // Descriptions built at run time carry over.
+        let read = schema("read");
+        assert!(
+            read["properties"]["limit"]["description"]
+                .as_str()
+                .unwrap()
+                .contains(&files::READ_DEFAULT_LINES.to_string())
+        );
+        // A call the schema allows parses into the type.
+        assert!(parse::<files::ReadInput>("read", &json!({"path": "a.txt", "offset": 2})).is_ok());
     }
 
     #[test]

@@ -8,11 +8,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use arbiter_llm::ToolSpec;
+use arbiter_llm::schema;
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
 use regex::{Regex, RegexBuilder};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{ToolContext, ToolOutcome};
 use crate::workspace::Workspace;
@@ -39,14 +40,7 @@ pub(super) fn glob_spec() -> ToolSpec {
              `*.{{js,ts}}`). Files ignored by .gitignore are skipped. At most \
              {GLOB_MAX_RESULTS} paths."
         ),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Glob pattern, e.g. `**/*.rs`. Omit to list the directory."},
-                "path": {"type": "string", "description": "Directory to list or search, relative to the workspace. Default: the workspace root."}
-            },
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<GlobInput>(),
     }
 }
 
@@ -62,36 +56,34 @@ pub(super) fn grep_spec() -> ToolSpec {
              {GREP_DEFAULT_MATCHES} lines unless `max_matches` says otherwise (up to \
              {GREP_MAX_MATCHES})."
         ),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Regular expression to find, e.g. `fn\\s+main`."},
-                "path": {"type": "string", "description": "Directory or file to search, relative to the workspace. Default: the workspace root."},
-                "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`."},
-                "case_insensitive": {"type": "boolean", "description": "Ignore case. Default false."},
-                "max_matches": {"type": "integer", "minimum": 1, "description": "Most matching lines to return."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        }),
+        input_schema: schema::for_model::<GrepInput>(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The `glob` tool's input; its JSON Schema is the tool's input schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GlobInput {
+    /// Glob pattern, e.g. `**/*.rs`. Omit to list the directory.
     pattern: Option<String>,
+    /// Directory to list or search, relative to the workspace. Default: the workspace root.
     path: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The `grep` tool's input.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GrepInput {
+    /// Regular expression to find, e.g. `fn\s+main`.
     pattern: String,
+    /// Directory or file to search, relative to the workspace. Default: the workspace root.
     path: Option<String>,
+    /// Only search files matching this glob, e.g. `*.rs`.
     glob: Option<String>,
+    /// Ignore case. Default false.
     #[serde(default)]
     case_insensitive: bool,
+    /// Most matching lines to return.
     max_matches: Option<usize>,
 }
 

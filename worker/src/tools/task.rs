@@ -3,7 +3,6 @@
 
 use arbiter_llm::ToolSpec;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The tool's model-facing name.
 pub const NAME: &str = "task";
@@ -19,22 +18,17 @@ pub fn spec() -> ToolSpec {
                       final report comes back to you; none of its tool traffic does. Use one \
                       task per item of work, and a separate task to verify work done."
             .into(),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "description": {"type": "string", "description": "A short title for the work (3 to 8 words), for progress displays."},
-                "prompt": {"type": "string", "description": "The complete, self-contained instruction for the subagent."}
-            },
-            "required": ["prompt"],
-            "additionalProperties": false
-        }),
+        input_schema: arbiter_llm::schema::for_model::<TaskInput>(),
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The `task` tool's input; its JSON Schema is the tool's input schema.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskInput {
+    /// A short title for the work (3 to 8 words), for progress displays.
     #[serde(default)]
     pub description: Option<String>,
+    /// The complete, self-contained instruction for the subagent.
     pub prompt: String,
 }
