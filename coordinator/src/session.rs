@@ -161,7 +161,11 @@ pub(crate) async fn spawn(
         abandon_turn: false,
     };
     session.restore().await;
-    tasks.spawn(session.run(rx));
+    tasks.spawn(async move {
+        arbiter_bus::metrics::session_live(1);
+        session.run(rx).await;
+        arbiter_bus::metrics::session_live(-1);
+    });
     SessionHandle { tx }
 }
 
