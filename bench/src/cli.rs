@@ -50,12 +50,12 @@ pub struct RoleArgs {
 /// Which parts to run and how hard. The defaults take about three minutes.
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
-    /// Parts to run, comma separated: baseline, saturation, levels, start, memory, anatomy.
+    /// Parts to run, comma separated: baseline, saturation, levels, start, memory, anatomy, otel.
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -136,6 +136,9 @@ pub enum Phase {
     Start,
     Memory,
     Anatomy,
+    /// Routing overhead at 100 sessions with OpenTelemetry export on, to a
+    /// local OTLP receiver, against the same level with export off.
+    Otel,
 }
 
 impl RunOptions {

@@ -41,18 +41,26 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Coordinator(_) | Command::Worker(_)) => "info,async_nats=warn",
         _ => "arbiter_bench=info,arbiter_bus=error,warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    match cli.command {
+    // The children export when the benchmark gives them an OTLP endpoint
+    // (the otel phase), as the real binaries do.
+    let service = match cli.command {
+        Some(Command::Coordinator(_)) => "arbiter-coordinator",
+        Some(Command::Worker(_)) => "arbiter-worker",
+        _ => "arbiter-bench",
+    };
+    let telemetry = arbiter_bus::telemetry::init(
+        service,
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| default_filter.into()),
+        std::io::stderr,
+        std::io::stderr().is_terminal(),
+    );
+    let result = match cli.command {
         Some(Command::Coordinator(args)) => roles::coordinator(args).await,
         Some(Command::Worker(args)) => roles::worker(args).await,
         Some(Command::Run(options)) => run::run(options).await,
         None => run::run(cli.run).await,
-    }
+    };
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    result
 }

@@ -142,13 +142,25 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn spawn(name: &str, args: &[String], log_dir: &Path) -> anyhow::Result<Proc> {
+    /// `otlp`: the OTLP endpoint it exports traces and metrics to; `None`:
+    /// export off, whatever the benchmark's own environment says.
+    pub fn spawn(
+        name: &str,
+        args: &[String],
+        log_dir: &Path,
+        otlp: Option<&str>,
+    ) -> anyhow::Result<Proc> {
         let exe = std::env::current_exe().context("finding the benchmark's own binary")?;
         let log = log_dir.join(format!("{name}.log"));
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let started = Instant::now();
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        if let Some(endpoint) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

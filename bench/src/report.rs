@@ -39,6 +39,9 @@ pub struct Report {
     pub start: Option<Start>,
     pub memory: Option<Memory>,
     pub anatomy: Vec<String>,
+    /// The otel phase: the level with export off, with export on, and the
+    /// spans the receiver took.
+    pub otel: Option<(Level, Level, u64)>,
 }
 
 fn header(title: &str) {
@@ -75,6 +78,7 @@ impl Report {
             start: None,
             memory: None,
             anatomy: Vec::new(),
+            otel: None,
         }
     }
 
@@ -277,6 +281,49 @@ impl Report {
     }
 }
 
+/// The summed p50 of the three hops: the routing overhead of one tick.
+fn tick_p50(level: &Level) -> std::time::Duration {
+    level.hops.iter().map(Latency::p50).sum()
+}
+
+/// How much slower export on is than off, in percent of off.
+fn otel_change(off: &Level, on: &Level) -> f64 {
+    let off = tick_p50(off).as_secs_f64();
+    let on = tick_p50(on).as_secs_f64();
+    if off > 0.0 {
+        100.0 * (on - off) / off
+    } else {
+        0.0
+    }
+}
+
+impl Report {
+    pub fn print_otel(&self) {
+        let Some((off, on, spans)) = &self.otel else {
+            return;
+        };
+        header(&format!(
+            "OpenTelemetry export, {} sessions: off, then on to a local OTLP receiver",
+            count(u64::from(off.sessions))
+        ));
+        for (i, name) in HOPS.iter().enumerate() {
+            row(&format!("{name}, export off"), &off.hops[i]);
+            row(&format!("{name}, export on"), &on.hops[i]);
+        }
+        println!(
+            "  one tick (three hops, p50 summed): off {} on {} ({:+.1} %); spans received {}",
+            micros(tick_p50(off)),
+            micros(tick_p50(on)),
+            otel_change(off, on),
+            count(*spans),
+        );
+        println!(
+            "  CPU with export on, share of one core: {}",
+            cpu_line(&on.cpu)
+        );
+    }
+}
+
 /// Each target with what was measured and whether it was met.
 pub fn targets(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
@@ -292,6 +339,18 @@ pub fn targets(report: &Report) -> Vec<String> {
                 hop.len() > 0 && hop.p99() <= HOP_P99,
             ));
         }
+    }
+    if let Some((off, on, _)) = &report.otel {
+        let change = otel_change(off, on);
+        lines.push(line(
+            &format!(
+                "routing overhead at {} sessions, export on vs off",
+                count(u64::from(off.sessions))
+            ),
+            format!("{change:+.1} %"),
+            "≤ +10 %",
+            on.hops[0].len() > 0 && change <= 10.0,
+        ));
     }
     if let Some(s) = &report.saturation {
         lines.push(line(

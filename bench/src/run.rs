@@ -22,6 +22,8 @@ use crate::{machine, timeline};
 /// What every phase shares.
 pub struct Ctx {
     pub opts: RunOptions,
+    /// The OTLP endpoint the next systems' children export to (the otel phase).
+    pub otlp: std::sync::Mutex<Option<String>>,
     pub mock: MockAnthropic,
     pub recorder: Arc<Recorder>,
     dir: PathBuf,
@@ -39,6 +41,11 @@ impl Ctx {
         self.recorder.reset()?;
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let otlp = self
+            .otlp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         System::start(
             &self.mock,
             &self.recorder,
@@ -47,6 +54,7 @@ impl Ctx {
                 workers: workers.max(1),
                 slots_per_worker,
                 dir: &dir,
+                otlp: otlp.as_deref(),
             },
         )
         .await
@@ -77,6 +85,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     mock.set_responder(move |request| responder.respond(request));
     let ctx = Ctx {
         opts,
+        otlp: std::sync::Mutex::new(None),
         mock,
         recorder,
         dir,
@@ -130,10 +139,39 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         report.anatomy = timeline::explain(&level.samples, &level.events);
         report.print_anatomy();
     }
+    if ctx.opts.has(Phase::Otel) {
+        report.otel = Some(otel(&ctx).await?);
+        report.print_otel();
+    }
     report.load_after = machine::load();
     report.print_summary();
     Ok(())
 }
+
+/// Routing overhead at [`OTEL_SESSIONS`] sessions with export off and then
+/// on, to a local OTLP receiver that decodes every export, back to back on
+/// fresh systems so that both see the same machine. Also the spans received.
+async fn otel(ctx: &Ctx) -> anyhow::Result<(Level, Level, u64)> {
+    let measure = Duration::from_secs(ctx.opts.duration);
+    let rate = ctx.opts.rate;
+    tracing::info!("otel: {OTEL_SESSIONS} sessions, export off then on");
+    let off = levels::run(ctx, OTEL_SESSIONS, rate, measure, false).await?;
+    let receiver = arbiter_tests::OtlpReceiver::start().await;
+    let set = |endpoint: Option<String>| {
+        *ctx.otlp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = endpoint;
+    };
+    set(Some(receiver.endpoint()));
+    let on = levels::run(ctx, OTEL_SESSIONS, rate, measure, false).await;
+    set(None);
+    let on = on?;
+    let spans = receiver.spans().len() as u64;
+    Ok((off, on, spans))
+}
+
+/// The level the export-on figure is measured at.
+pub const OTEL_SESSIONS: u32 = 100;
 
 /// The server's own latencies, idle, on a server started for them alone.
 async fn baseline(ctx: &Ctx) -> anyhow::Result<Baseline> {

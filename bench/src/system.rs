@@ -34,6 +34,8 @@ pub struct Shape<'a> {
     pub workers: usize,
     pub slots_per_worker: usize,
     pub dir: &'a Path,
+    /// The OTLP endpoint the children export to; `None`: export off.
+    pub otlp: Option<&'a str>,
 }
 
 impl System {
@@ -52,6 +54,7 @@ impl System {
             "coordinator",
             &roles::coordinator_args(nats.url(), &llm),
             shape.dir,
+            shape.otlp,
         )?;
         let mut workers = Vec::new();
         for i in 0..shape.workers {
@@ -63,7 +66,12 @@ impl System {
                 &root,
                 &format!("bench-worker-{i}"),
             );
-            workers.push(Proc::spawn(&format!("worker-{i}"), &args, shape.dir)?);
+            workers.push(Proc::spawn(
+                &format!("worker-{i}"),
+                &args,
+                shape.dir,
+                shape.otlp,
+            )?);
         }
         let mut system = System {
             nats,

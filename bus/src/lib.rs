@@ -8,6 +8,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
+pub mod metrics;
 pub mod seq;
 pub mod setup;
 pub mod telemetry;

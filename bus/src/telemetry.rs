@@ -170,6 +170,7 @@ impl Telemetry {
         }
         if let Some(metrics) = &metrics {
             opentelemetry::global::set_meter_provider(metrics.clone());
+            crate::metrics::switch_on();
         }
         Self {
             traces,

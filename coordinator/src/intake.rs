@@ -201,6 +201,7 @@ impl Registry {
             ack(&msg).await;
             return;
         };
+        arbiter_bus::metrics::hop(&msg, "console→coordinator");
         let trace = TraceContext::from_headers(msg.headers.as_ref());
         let rejected = |error: WireError| {
             tracing::error!(subject, %error, "malformed human message rejected");
@@ -250,6 +251,7 @@ impl Registry {
     async fn on_orchestrator(&mut self, msg: jetstream::Message) {
         let subject = msg.subject.to_string();
         let subject = subject.as_str();
+        arbiter_bus::metrics::hop(&msg, "worker→coordinator");
         let trace = TraceContext::from_headers(msg.headers.as_ref());
         let decoded = decode::<OrchestratorMessage>(subject, &msg.payload).and_then(|m| {
             let subject_orch = subjects::id_of(subject, "orch", "out");

@@ -140,7 +140,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.pool
         )));
     }
-    let model = arbiter_llm::client_for(&config.model)?;
+    let model = arbiter_llm::client_for_role(&config.model, Some(arbiter_protocol::Role::Arbiter))?;
     let mut config = config;
     config.context_budget =
         arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;

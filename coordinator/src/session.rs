@@ -201,7 +201,11 @@ pub(crate) async fn spawn(
         put_back: put_back.clone(),
     };
     session.restore().await;
-    tasks.spawn(session.run(rx));
+    tasks.spawn(async move {
+        arbiter_bus::metrics::session_live(1);
+        session.run(rx).await;
+        arbiter_bus::metrics::session_live(-1);
+    });
     SessionHandle { tx, put_back }
 }
 

@@ -104,13 +104,21 @@ pub async fn collect(mut events: BoxStream<'static, Result<StreamEvent>>) -> Res
 }
 
 /// Builds the client a model configuration names, with a span around
-/// every request (see [`telemetry`]).
+/// every request and its metrics (see [`telemetry`]).
 pub fn client_for(config: &ModelConfig) -> Result<Arc<dyn Model>> {
+    client_for_role(config, None)
+}
+
+/// [`client_for`], for `role`: its metrics carry the role.
+pub fn client_for_role(
+    config: &ModelConfig,
+    role: Option<arbiter_protocol::Role>,
+) -> Result<Arc<dyn Model>> {
     let client: Arc<dyn Model> = match config.provider {
         Provider::Anthropic => Arc::new(AnthropicClient::new(config.clone())?),
         Provider::OpenAi => Arc::new(OpenAiClient::new(config.clone())?),
     };
-    Ok(Arc::new(telemetry::Traced::new(client, config)))
+    Ok(Arc::new(telemetry::Traced::new(client, config, role)))
 }
 
 /// The context budget a role can really use: the configured budget, lowered

@@ -6,9 +6,15 @@
 //! headers never reach a span.
 //!
 //! The spans are plain `tracing` spans: when a process exports nothing they
-//! cost what any span costs.
+//! cost what any span costs. The same requests feed the conventions'
+//! metrics, `gen_ai.client.token.usage` (by token type, model and role) and
+//! `gen_ai.client.operation.duration`, and `arbiter.model.errors` by kind.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram};
 
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
@@ -27,17 +33,71 @@ pub struct Traced {
     provider: &'static str,
     model: String,
     capture: bool,
+    /// The attributes of its metrics.
+    labels: Arc<[KeyValue]>,
+}
+
+struct Instruments {
+    tokens: Histogram<u64>,
+    duration: Histogram<f64>,
+    errors: Counter<u64>,
+}
+
+fn instruments() -> &'static Instruments {
+    static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = opentelemetry::global::meter("arbiter");
+        Instruments {
+            tokens: meter
+                .u64_histogram("gen_ai.client.token.usage")
+                .with_description("Tokens used per model request, by token type")
+                .with_unit("{token}")
+                .with_boundaries(vec![
+                    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
+                    1048576.0, 4194304.0,
+                ])
+                .build(),
+            duration: meter
+                .f64_histogram("gen_ai.client.operation.duration")
+                .with_description("Duration of model requests")
+                .with_unit("s")
+                .with_boundaries(vec![
+                    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92,
+                ])
+                .build(),
+            errors: meter
+                .u64_counter("arbiter.model.errors")
+                .with_description("Failed model requests, by kind")
+                .with_unit("{request}")
+                .build(),
+        }
+    })
 }
 
 impl Traced {
-    pub fn new(inner: Arc<dyn Model>, config: &ModelConfig) -> Self {
+    pub fn new(
+        inner: Arc<dyn Model>,
+        config: &ModelConfig,
+        role: Option<arbiter_protocol::Role>,
+    ) -> Self {
         let capture =
             std::env::var(CAPTURE_CONTENT_ENV).is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let provider = provider_name(config.provider);
+        let mut labels = vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", provider),
+            KeyValue::new("gen_ai.request.model", config.model.clone()),
+        ];
+        if let Some(role) = role {
+            labels.push(KeyValue::new("arbiter.role", role_name(role)));
+        }
         Self {
             inner,
-            provider: provider_name(config.provider),
+            provider,
             model: config.model.clone(),
             capture,
+            labels: labels.into(),
         }
     }
 
@@ -71,8 +131,44 @@ impl Traced {
         span
     }
 
-    fn finish(&self, span: &tracing::Span, result: &Result<Response, LlmError>) {
+    fn finish(&self, span: &tracing::Span, result: &Result<Response, LlmError>, start: Instant) {
         record(span, result.as_ref(), &self.model, self.capture);
+        measure(&self.labels, result.as_ref(), start);
+    }
+}
+
+fn role_name(role: arbiter_protocol::Role) -> &'static str {
+    match role {
+        arbiter_protocol::Role::Arbiter => "arbiter",
+        arbiter_protocol::Role::Orchestrator => "orchestrator",
+        arbiter_protocol::Role::Subagent => "subagent",
+    }
+}
+
+/// The metrics of one request.
+fn measure(labels: &[KeyValue], result: Result<&Response, &LlmError>, start: Instant) {
+    let m = instruments();
+    let seconds = start.elapsed().as_secs_f64();
+    match result {
+        Ok(response) => {
+            m.duration.record(seconds, labels);
+            if let Some(usage) = response.usage {
+                for (kind, tokens) in [
+                    ("input", usage.total_input()),
+                    ("output", usage.output_tokens),
+                ] {
+                    let mut with = labels.to_vec();
+                    with.push(KeyValue::new("gen_ai.token.type", kind));
+                    m.tokens.record(tokens, &with);
+                }
+            }
+        }
+        Err(e) => {
+            let mut with = labels.to_vec();
+            with.push(KeyValue::new("error.type", error_type(e)));
+            m.duration.record(seconds, &with);
+            m.errors.add(1, &with);
+        }
     }
 }
 
@@ -156,12 +252,15 @@ impl Model for Traced {
         let span = self.span(&request);
         let model = self.model.clone();
         let capture = self.capture;
+        let labels = self.labels.clone();
+        let start = Instant::now();
         Box::pin(
             async move {
                 let events = match self.inner.stream(request).await {
                     Ok(events) => events,
                     Err(e) => {
                         record(&tracing::Span::current(), Err(&e), &model, capture);
+                        measure(&labels, Err(&e), start);
                         return Err(e);
                     }
                 };
@@ -172,8 +271,12 @@ impl Model for Traced {
                         match &event {
                             Ok(StreamEvent::Completed(response)) => {
                                 record(&span, Ok(response), &model, capture);
+                                measure(&labels, Ok(response), start);
                             }
-                            Err(e) => record(&span, Err(e), &model, capture),
+                            Err(e) => {
+                                record(&span, Err(e), &model, capture);
+                                measure(&labels, Err(e), start);
+                            }
                             Ok(_) => {}
                         }
                         event
@@ -190,10 +293,11 @@ impl Model for Traced {
 
     fn complete(&self, request: Request) -> BoxFuture<'_, crate::Result<Response>> {
         let span = self.span(&request);
+        let start = Instant::now();
         Box::pin(
             async move {
                 let result = self.inner.complete(request).await;
-                self.finish(&tracing::Span::current(), &result);
+                self.finish(&tracing::Span::current(), &result, start);
                 result
             }
             .instrument(span),

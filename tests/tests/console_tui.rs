@@ -444,7 +444,8 @@ async fn an_orchestrators_status_shows_while_it_works() {
     let screen = console
         .wait("Orchestrator I at work after one tool call", |screen| {
             screen.contains("· Orchestrator I summoned.")
-                && screen.contains("Orchestrator I ─")
+                // Its cost beside its bar: the mock model has no price.
+                && screen.contains("Orchestrator I · cost unknown ─")
                 && screen.contains("working")
                 && (screen.contains("◇ 1 tool call") || screen.contains("(1)"))
         })
@@ -460,7 +461,7 @@ async fn an_orchestrators_status_shows_while_it_works() {
             "Awaiting your command.",
         ])
         .await;
-    console.wait_gone("Orchestrator I ─").await;
+    console.wait_gone("Orchestrator I · cost unknown ─").await;
     console.type_keys(CTRL_C);
     let (success, raw, screen) = console.exit().await;
     assert!(success, "{raw}");

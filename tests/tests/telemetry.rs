@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use arbiter_tests::otlp::ReceivedSpan;
+use arbiter_tests::otlp::{Attr, ReceivedPoint, ReceivedSpan};
 use arbiter_tests::{MockAnthropic, MockReply, NatsServer, OtlpReceiver, bin};
 use common::{API_KEY, ARBITER_MODEL, ORCH_MODEL, SUB_MODEL, arbiter, lane_of, orch};
 use pretty_assertions::assert_eq;
@@ -363,6 +363,87 @@ async fn one_human_line_is_one_trace_across_the_three_binaries() {
     for log in [&console_log, &coordinator_log, &worker_log] {
         assert!(!log.contains("OpenTelemetry"), "no export trouble: {log}");
     }
+
+    // The metrics, on the same pipeline (cumulative: the last point of a
+    // series is its total). The conventions' token histogram, by type and role:
+    let points = receiver.points();
+    let last = |service: &str, metric: &str, attrs: &[(&str, &str)]| -> ReceivedPoint {
+        points
+            .iter()
+            .rev()
+            .find(|p| {
+                p.service == service
+                    && p.metric == metric
+                    && attrs
+                        .iter()
+                        .all(|(k, v)| p.attributes.get(*k).and_then(Attr::as_str) == Some(*v))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no {metric} {attrs:?} from {service}: {points:#?}"))
+    };
+    let orch_input = last(
+        "arbiter-worker",
+        "gen_ai.client.token.usage",
+        &[
+            ("gen_ai.request.model", ORCH_MODEL),
+            ("gen_ai.token.type", "input"),
+            ("arbiter.role", "orchestrator"),
+        ],
+    );
+    let want_input: u64 = expected
+        .iter()
+        .filter(|(m, _)| m.as_str() == ORCH_MODEL)
+        .map(|(_, [i, _, w, r])| i + w + r)
+        .sum();
+    assert_eq!(
+        (orch_input.value, orch_input.sum),
+        (3.0, Some(want_input as f64))
+    );
+    let sub_output = last(
+        "arbiter-worker",
+        "gen_ai.client.token.usage",
+        &[
+            ("gen_ai.request.model", SUB_MODEL),
+            ("gen_ai.token.type", "output"),
+            ("arbiter.role", "subagent"),
+        ],
+    );
+    assert_eq!(sub_output.sum, Some(71.0));
+    let arbiter_calls = last(
+        "arbiter-coordinator",
+        "gen_ai.client.operation.duration",
+        &[
+            ("gen_ai.request.model", ARBITER_MODEL),
+            ("arbiter.role", "arbiter"),
+        ],
+    );
+    assert_eq!(arbiter_calls.value, 2.0);
+    // Tool calls by tool and outcome.
+    for tool in ["write", "task"] {
+        let calls = last(
+            "arbiter-worker",
+            "arbiter.tool.calls",
+            &[("gen_ai.tool.name", tool), ("arbiter.outcome", "ok")],
+        );
+        assert_eq!(calls.value, 1.0, "{tool}");
+    }
+    // Routing latency per hop, each hop measured where its message is taken.
+    for (service, hop, count) in [
+        ("arbiter-coordinator", "console→coordinator", 1.0),
+        ("arbiter-worker", "coordinator→worker", 1.0),
+        ("arbiter-coordinator", "worker→coordinator", 1.0),
+    ] {
+        let hops = last(service, "arbiter.routing.duration", &[("arbiter.hop", hop)]);
+        assert_eq!(hops.value, count, "{hop}");
+    }
+    // Live sessions and Orchestrators, and the summons queue.
+    last("arbiter-coordinator", "arbiter.sessions.live", &[]);
+    last("arbiter-worker", "arbiter.orchestrators.live", &[]);
+    last(
+        "arbiter-worker",
+        "arbiter.summons.pending",
+        &[("arbiter.pool", "default")],
+    );
 }
 
 /// An OTLP endpoint that refuses connections: the conversation goes on as

@@ -325,6 +325,7 @@ impl Agent {
                 .instrument(span.clone());
             let outcome = self.during(call).await?;
             tools::record(&span, &outcome);
+            arbiter_bus::metrics::tool_call(&name, outcome.is_error);
             self.snap.spend = self.snap.spend.plus(&outcome.spend);
             let spend = self.snap.spend;
             self.status.update(|s| s.spend = spend).await;

@@ -171,6 +171,7 @@ async fn read_from(
             }
             continue;
         }
+        arbiter_bus::metrics::hop(&msg, "coordinator→orchestrator");
         match arbiter_bus::decode::<OrchestratorInput>(&subject, &msg.payload) {
             Ok(input) => {
                 let input = Input {

@@ -254,11 +254,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     let sandbox = start_sandbox(&config).await?;
     let mut config = config;
-    let model = arbiter_llm::client_for(&config.model)?;
+    let model =
+        arbiter_llm::client_for_role(&config.model, Some(arbiter_protocol::Role::Orchestrator))?;
     config.context_budget =
         arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
-    let subagent_model =
-        arbiter_llm::client_for(config.subagent_model.as_ref().unwrap_or(&config.model))?;
+    let subagent_model = arbiter_llm::client_for_role(
+        config.subagent_model.as_ref().unwrap_or(&config.model),
+        Some(arbiter_protocol::Role::Subagent),
+    )?;
     let subagent = SubagentRole {
         context_budget: arbiter_llm::context_budget(
             subagent_model.as_ref(),
@@ -357,6 +360,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 },
                 fetched = fetch_one(&consumer) => fetched,
             };
+            if arbiter_bus::metrics::on()
+                && let Ok(info) = consumer.get_info().await
+            {
+                // What waits in the pool after this fetch (exported only).
+                arbiter_bus::metrics::summons_pending(&shared.config.pool, info.num_pending);
+            }
             match fetched {
                 Ok(Some((summon, msg))) => match leases.get(&summon.orch_id) {
                     // Its lease ran out while this worker still runs it (a
@@ -415,6 +424,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if msg.info().is_ok_and(|info| info.delivered > 1) {
             tracing::info!(orch.id = %summon.orch_id, "summons delivered again: taking the Orchestrator over");
         }
+        arbiter_bus::metrics::hop(&msg, "coordinator→worker");
         let trace = arbiter_bus::TraceContext::from_headers(msg.headers.as_ref());
         let held = lease::Lease::start(msg, shared.lease / 3);
         let summoned = orchestrator::Summoned {

@@ -56,7 +56,9 @@ pub(crate) struct Summoned {
 pub(crate) async fn run(shared: Arc<Shared>, summoned: Summoned, shutdown: CancellationToken) {
     let summon = &summoned.summon;
     let span = tracing::info_span!("orchestrator", orch.id = %summon.orch_id, session.id = %summon.session_id, number = summon.number);
-    run_inner(shared, summoned, shutdown).instrument(span).await
+    arbiter_bus::metrics::orchestrator_live(1);
+    run_inner(shared, summoned, shutdown).instrument(span).await;
+    arbiter_bus::metrics::orchestrator_live(-1);
 }
 
 async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: CancellationToken) {

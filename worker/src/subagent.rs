@@ -127,6 +127,7 @@ async fn work(
                 .instrument(span.clone())
                 .await;
             tools::record(&span, &outcome);
+            arbiter_bus::metrics::tool_call(&name, outcome.is_error);
             results.push(Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,

@@ -1,0 +1,113 @@
+//! The metrics Arbiter's processes record, on the OpenTelemetry meter set
+//! up by [`crate::telemetry`]. With export off the meter is the SDK's no-op:
+//! recording costs a call that does nothing. Model metrics
+//! (`gen_ai.client.*`) are recorded by `arbiter_llm::telemetry`.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_nats::jetstream;
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, UpDownCounter};
+
+/// Set when a meter provider exports: work done only to measure (a
+/// request to the server) is skipped otherwise.
+static ON: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn switch_on() {
+    ON.store(true, Ordering::Relaxed);
+}
+
+/// Whether metrics are exported.
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+struct Instruments {
+    sessions: UpDownCounter<i64>,
+    orchestrators: UpDownCounter<i64>,
+    hop: Histogram<f64>,
+    tool_calls: Counter<u64>,
+    summons_pending: Gauge<u64>,
+}
+
+fn instruments() -> &'static Instruments {
+    static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = opentelemetry::global::meter("arbiter");
+        Instruments {
+            sessions: meter
+                .i64_up_down_counter("arbiter.sessions.live")
+                .with_description("Sessions whose actor runs in this coordinator")
+                .with_unit("{session}")
+                .build(),
+            orchestrators: meter
+                .i64_up_down_counter("arbiter.orchestrators.live")
+                .with_description("Orchestrators running on this worker")
+                .with_unit("{orchestrator}")
+                .build(),
+            hop: meter
+                .f64_histogram("arbiter.routing.duration")
+                .with_description(
+                    "From a message's arrival at the NATS server to its taking by its reader, per hop",
+                )
+                .with_unit("s")
+                .with_boundaries(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ])
+                .build(),
+            tool_calls: meter
+                .u64_counter("arbiter.tool.calls")
+                .with_description("Tool calls by tool and outcome")
+                .with_unit("{call}")
+                .build(),
+            summons_pending: meter
+                .u64_gauge("arbiter.summons.pending")
+                .with_description("Summons of the pool waiting for a worker")
+                .with_unit("{summons}")
+                .build(),
+        }
+    })
+}
+
+/// A session actor started (+1) or ended (-1).
+pub fn session_live(delta: i64) {
+    instruments().sessions.add(delta, &[]);
+}
+
+/// An Orchestrator started (+1) or stopped (-1) on this worker.
+pub fn orchestrator_live(delta: i64) {
+    instruments().orchestrators.add(delta, &[]);
+}
+
+/// One hop of the routing: from when the server stored `msg` to now, when
+/// its reader takes it. `hop` names it (`console→coordinator`, …).
+pub fn hop(msg: &jetstream::Message, hop: &'static str) {
+    let Ok(info) = msg.info() else {
+        return;
+    };
+    let stored = info.published;
+    let now = time::OffsetDateTime::now_utc();
+    let seconds = (now - stored).as_seconds_f64().max(0.0);
+    instruments()
+        .hop
+        .record(seconds, &[KeyValue::new("arbiter.hop", hop)]);
+}
+
+/// One tool call and whether its result was an error.
+pub fn tool_call(tool: &str, is_error: bool) {
+    instruments().tool_calls.add(
+        1,
+        &[
+            KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+            KeyValue::new("arbiter.outcome", if is_error { "error" } else { "ok" }),
+        ],
+    );
+}
+
+/// The summons of `pool` waiting for a worker.
+pub fn summons_pending(pool: &str, pending: u64) {
+    instruments()
+        .summons_pending
+        .record(pending, &[KeyValue::new("arbiter.pool", pool.to_owned())]);
+}
