@@ -138,6 +138,47 @@ async fn context_warnings_reach_the_cli_model_through_its_hook() {
         texts[2]
     );
     assert!(texts[2].contains("Report to the Arbiter now"));
+
+    // The turn's usage and cost, from the CLI's `result` line, are in the
+    // Orchestrator's records: the three requests' figures added up.
+    let orch_id = log
+        .bodies()
+        .iter()
+        .find_map(|b| match b {
+            LogBody::Summoned(s) => Some(s.orch_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let record = last_state_record(&sys, &orch_id).await;
+    let cost = &record["snapshot"]["cost"];
+    assert_eq!(cost["turns"], 1, "{cost}");
+    assert_eq!(cost["input_tokens"], 140_000 + 175_000 + 100, "{cost}");
+    assert_eq!(cost["cache_read_input_tokens"], 10_000, "{cost}");
+    assert_eq!(cost["output_tokens"], 60, "{cost}");
+    assert!(cost["cost_usd"].as_f64().unwrap() > 0.0, "{cost}");
+    assert_eq!(
+        cost["last_turn"]["usage"]["input_tokens"], 315_100,
+        "{cost}"
+    );
+    assert!(
+        cost["last_turn"]["model_usage"]["mock-orch"]["costUSD"].is_number(),
+        "{cost}"
+    );
+}
+
+/// The last state record an Orchestrator's worker stored, as JSON.
+async fn last_state_record(sys: &System, orch_id: &str) -> Value {
+    let stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let msg = stream
+        .get_last_raw_message_by_subject(&arbiter_protocol::subjects::orch_state(orch_id))
+        .await
+        .unwrap();
+    serde_json::from_slice(&msg.payload).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,4 +463,138 @@ async fn a_summons_for_claude_code_is_left_to_a_worker_that_runs_it() {
             .header("user-agent")
             .is_some_and(|a| a.starts_with("claude-cli/"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_orchestrator_moves_to_another_worker_with_its_session() {
+    let cli = claude_cli_bin();
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let roots = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let worker = |id: &str, root: &Path| {
+        sys.worker_process_with(
+            id,
+            1,
+            &[
+                ("ARBITER_RUNTIME", "claude-code".as_ref()),
+                ("CLAUDE_CLI_BIN", cli.as_os_str()),
+                ("ARBITER_WORKSPACE_ROOT", root.as_os_str()),
+            ],
+        )
+    };
+    let mut a = worker("worker-a", roots[0].path());
+    sys.worker_up("worker-a").await;
+    let s = "s-move";
+    let brief = "Move with me.";
+    let lane = orch_lane(brief);
+    let arb = arbiter_lane(&format!("start {s}"));
+    let ws_a = roots[0].path().join(s);
+    let ws_b = roots[1].path().join(s);
+    // Turn 1 on worker A: a file, then a question.
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_a.join("one.txt"), "content": "1\n"}),
+        ),
+    );
+    sys.mock
+        .push(&lane, output(true, "One is written. Go on to two?"));
+    // Turn 2 starts on A and is held at the model until A is gone.
+    let hold = Gate::new();
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_a.join("two.txt"), "content": "2\n"}),
+        )
+        .gated(hold.clone()),
+    );
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Yes, go on."));
+    sys.mock.wait_for_requests(&lane, 3, WAIT).await;
+
+    // Worker A's host dies: the worker and its CLI, kill -9.
+    let cli_a = cli_pids(roots[0].path());
+    assert_eq!(cli_a.len(), 1, "one CLI process for the Orchestrator");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &a.id().unwrap().to_string()])
+        .status();
+    for pid in cli_a {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    a.wait().await.unwrap();
+    hold.open();
+
+    // The workspace is restored under another root; B resumes there.
+    copy_dir(&ws_a, &ws_b);
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_b.join("two.txt"), "content": "2\n"}),
+        ),
+    );
+    sys.mock.push(&lane, output(true, "Two is written."));
+    let _b = worker("worker-b", roots[1].path());
+    log.wait_for(
+        "the report from the resumed session",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Two is written."),
+    )
+    .await;
+
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 5, "{:?}", sys.mock.lane_counts());
+    let resumed = &requests[3];
+    // The same CLI session, from B's workspace, with the earlier turns.
+    let orch_id = match &log.bodies()[1] {
+        LogBody::Summoned(summoned) => summoned.orch_id.clone(),
+        other => panic!("expected the summons, got {other:?}"),
+    };
+    assert_eq!(
+        resumed.header("x-claude-code-session-id"),
+        Some(orch_id.as_str())
+    );
+    let text = resumed.all_text();
+    assert!(text.contains("One is written. Go on to two?"), "{text}");
+    assert!(text.contains("Yes, go on."), "{text}");
+    assert!(
+        text.contains(&ws_b.to_string_lossy().into_owned()),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws_b.join("two.txt")).unwrap(),
+        "2\n"
+    );
+    // One Orchestrator throughout: I, never II.
+    let numbers: Vec<u32> = log
+        .bodies()
+        .iter()
+        .filter_map(|b| match b {
+            LogBody::Orchestrator(o) => Some(o.number),
+            LogBody::Summoned(s) => Some(s.number),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(numbers, vec![1, 1, 1]);
+}
+
+/// Copies a directory tree (the workspace, restored on another host).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }

@@ -69,6 +69,8 @@ pub(crate) struct Start {
     pub seat: Seat,
     /// The workspace walk its outputs' evidence compares against.
     pub baseline: Baseline,
+    /// The CLI's session transcript as stored (claude-code runtime).
+    pub cli_transcript: Option<String>,
 }
 
 pub(crate) struct Agent {
@@ -99,6 +101,11 @@ pub(crate) struct Agent {
     grown: bool,
     /// The Claude Code runtime's CLI process, once started.
     cli: Option<ClaudeProcess>,
+    /// The CLI's session transcript as restored from the records, until the
+    /// CLI is started from it.
+    cli_restored: Option<String>,
+    /// Bytes of the CLI's transcript file stored in the records so far.
+    cli_stored: usize,
 }
 
 impl Agent {
@@ -138,6 +145,8 @@ impl Agent {
             baseline: start.baseline,
             cap: None,
             grown: false,
+            cli_stored: start.cli_transcript.as_ref().map_or(0, String::len),
+            cli_restored: start.cli_transcript,
             cli: None,
         }
     }

@@ -167,7 +167,22 @@ pub(crate) struct Record {
     /// none): in the first record written after the walk, and no other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Baseline>,
+    /// What the Claude Code CLI's session transcript grew by since the
+    /// last record that carried it (claude-code runtime only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_transcript: Option<CliTranscript>,
     pub at: DateTime<Utc>,
+}
+
+/// A piece of the CLI's session transcript (`<session>.jsonl`), which the
+/// CLI only appends to: the records' pieces in order make the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CliTranscript {
+    /// The bytes added since the last piece (the whole file when `reset`).
+    pub append: String,
+    /// The file did not start with what was stored: this piece is all of it.
+    #[serde(default)]
+    pub reset: bool,
 }
 
 /// What the subject holds instead of a record too large for one message:
@@ -200,6 +215,8 @@ pub(crate) struct Restored {
     pub summons_seq: u64,
     /// The workspace walk its outputs compare against, if one was stored.
     pub baseline: Option<Baseline>,
+    /// The CLI's session transcript as stored (claude-code runtime).
+    pub cli_transcript: Option<String>,
 }
 
 /// Why a record was not stored.
@@ -297,6 +314,8 @@ pub(crate) struct StateStore {
     inline_limit: usize,
     /// A workspace walk to store with the next record.
     baseline: Option<Baseline>,
+    /// A piece of the CLI's transcript to store with the next record.
+    cli_transcript: Option<CliTranscript>,
 }
 
 impl StateStore {
@@ -326,6 +345,7 @@ impl StateStore {
             last_seq,
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
             baseline: None,
+            cli_transcript: None,
         }
     }
 
@@ -333,6 +353,11 @@ impl StateStore {
     /// that takes the Orchestrator over compares against the same walk.
     pub(crate) fn keep_baseline(&mut self, baseline: Baseline) {
         self.baseline = Some(baseline);
+    }
+
+    /// Stores a piece of the CLI's transcript with the next record.
+    pub(crate) fn keep_cli_transcript(&mut self, piece: CliTranscript) {
+        self.cli_transcript = Some(piece);
     }
 
     pub(crate) fn fence(&self) -> Fence {
@@ -364,6 +389,7 @@ impl StateStore {
             snapshot: snapshot.clone(),
             outbox,
             baseline: self.baseline.clone(),
+            cli_transcript: self.cli_transcript.clone(),
             at: Utc::now(),
         };
         let msg_id = format!("{}:state:{}:{}", self.orch_id, self.rev, self.lease);
@@ -403,6 +429,7 @@ impl StateStore {
                 Ok(seq) => {
                     self.last_seq = seq;
                     self.baseline = None;
+                    self.cli_transcript = None;
                     return Ok(());
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
@@ -411,6 +438,7 @@ impl StateStore {
                         Ok(Some((seq, id))) if id == msg_id => {
                             self.last_seq = seq;
                             self.baseline = None;
+                            self.cli_transcript = None;
                             return Ok(());
                         }
                         // An earlier write of this lease that was given up on
