@@ -24,6 +24,8 @@ pub struct Ctx {
     pub opts: RunOptions,
     pub mock: MockAnthropic,
     pub recorder: Arc<Recorder>,
+    /// The workers' runtime for the systems started from now on.
+    pub runtime: std::sync::Mutex<arbiter_worker::Runtime>,
     dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
 }
@@ -37,6 +39,10 @@ impl Ctx {
         slots_per_worker: usize,
     ) -> anyhow::Result<System> {
         self.recorder.reset()?;
+        let runtime = *self
+            .runtime
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         System::start(
@@ -47,6 +53,8 @@ impl Ctx {
                 workers: workers.max(1),
                 slots_per_worker,
                 dir: &dir,
+                runtime,
+                claude_bin: self.opts.claude_bin.as_deref(),
             },
         )
         .await
@@ -79,6 +87,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         opts,
         mock,
         recorder,
+        runtime: std::sync::Mutex::new(arbiter_worker::Runtime::Native),
         dir,
         _temp: temp,
     };
@@ -129,6 +138,9 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         let level: Level = levels::run(&ctx, 1, rate, Duration::from_secs(5), true).await?;
         report.anatomy = timeline::explain(&level.samples, &level.events);
         report.print_anatomy();
+    }
+    if ctx.opts.has(Phase::Runtimes) {
+        crate::runtimes::run(&ctx).await?;
     }
     report.load_after = machine::load();
     report.print_summary();

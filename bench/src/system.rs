@@ -34,6 +34,8 @@ pub struct Shape<'a> {
     pub workers: usize,
     pub slots_per_worker: usize,
     pub dir: &'a Path,
+    pub runtime: arbiter_worker::Runtime,
+    pub claude_bin: Option<&'a Path>,
 }
 
 impl System {
@@ -62,6 +64,8 @@ impl System {
                 shape.slots_per_worker,
                 &root,
                 &format!("bench-worker-{i}"),
+                shape.runtime,
+                shape.claude_bin,
             );
             workers.push(Proc::spawn(&format!("worker-{i}"), &args, shape.dir)?);
         }
