@@ -598,3 +598,65 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_nothing_outside_the_workspace_and_not_its_key() {
+    let sys = claude_system(1).await;
+    let s = "s-read";
+    let brief = "Look around.";
+    let lane = orch_lane(brief);
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET\n").unwrap();
+    let calls = [
+        ("Read", json!({"file_path": secret})),
+        (
+            "Grep",
+            json!({"pattern": "TOPSECRET", "path": outside.path()}),
+        ),
+        (
+            "Bash",
+            json!({"command": format!("cat {}", secret.display())}),
+        ),
+        ("Bash", json!({"command": "echo $ANTHROPIC_API_KEY"})),
+        ("Bash", json!({"command": "cat /proc/self/environ"})),
+    ];
+    for (tool, input) in &calls {
+        sys.mock
+            .push(&lane, MockReply::tool_use(*tool, input.clone()));
+    }
+    sys.mock.push(&lane, output(true, "Looked."));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Looked."),
+    )
+    .await;
+    // What each call returned to the model: a refusal, never the file or the key.
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), calls.len() + 1);
+    for request in &requests[1..] {
+        let returned = request.last_user_text();
+        assert!(
+            !returned.contains("TOPSECRET") && !returned.contains(API_KEY),
+            "{returned}"
+        );
+    }
+    let LogBody::Orchestrator(report) = log
+        .bodies()
+        .into_iter()
+        .find(|b| matches!(b, LogBody::Orchestrator(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let failed: u64 = report
+        .evidence
+        .unwrap()
+        .tools
+        .iter()
+        .map(|t| t.failed)
+        .sum();
+    assert_eq!(failed, calls.len() as u64);
+}
