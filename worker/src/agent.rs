@@ -268,7 +268,10 @@ impl Agent {
             None => structured::parse::<OrchestratorOutput>(&response.text()),
         };
         match parsed {
-            Ok(output) => self.output(output).await,
+            Ok(output) => {
+                self.snap.cost.turns += 1;
+                self.output(output).await
+            }
             Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {
                 tracing::warn!(%detail, "Orchestrator reply rejected; asking again");
                 self.snap.repairs += 1;
@@ -464,6 +467,9 @@ impl Agent {
             Ok(response) => response,
             Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
         };
+        if let Some(usage) = &response.usage {
+            self.snap.cost.add_call(usage);
+        }
         if let Some(tokens) = context::tokens_of(&response) {
             self.snap.context_tokens = tokens;
             let budget = self.shared.config.context_budget;

@@ -76,8 +76,9 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
-    /// What the model calls cost, as the runtime reported it (the Claude
-    /// Code CLI's `result` lines).
+    /// What the model calls used and cost, as the runtime reported it:
+    /// tokens on both runtimes, the price from the Claude Code CLI's
+    /// `result` lines.
     #[serde(default, skip_serializing_if = "Cost::is_empty")]
     pub cost: Cost,
 }
@@ -100,7 +101,17 @@ pub(crate) struct Cost {
 
 impl Cost {
     fn is_empty(&self) -> bool {
-        self.turns == 0
+        self.turns == 0 && self.input_tokens == 0 && self.output_tokens == 0
+    }
+
+    /// Adds one model call of the native runtime (its tokens; the turn is
+    /// counted when it ends in an output). No price: the native runtime
+    /// has no price table.
+    pub(crate) fn add_call(&mut self, usage: &arbiter_llm::Usage) {
+        self.input_tokens += usage.input_tokens;
+        self.output_tokens += usage.output_tokens;
+        self.cache_read_input_tokens += usage.cache_read_input_tokens;
+        self.cache_creation_input_tokens += usage.cache_creation_input_tokens;
     }
 
     /// Adds one finished CLI turn.
