@@ -586,6 +586,57 @@ async fn a_cli_orchestrator_moves_to_another_worker_with_its_session() {
     assert_eq!(numbers, vec![1, 1, 1]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_cli_orchestrator_gives_its_process_back_and_resumes() {
+    claude_cli_bin();
+    let mut sys = System::start_with(Options {
+        runtime: Runtime::ClaudeCode,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.worker_config("worker-0", 1, 200_000);
+    config.park_after = Some(Duration::from_millis(500));
+    sys.spawn_worker_with(config);
+    sys.worker_up("worker-0").await;
+    // The Arbiter's turn on the question waits for its scripted answer
+    // until the Orchestrator has parked.
+    sys.mock.set_reply_wait(Duration::from_secs(30));
+    let s = "s-park";
+    let brief = "Ask, then wait.";
+    let lane = orch_lane(brief);
+    let arb = arbiter_lane(&format!("start {s}"));
+    sys.mock.push(&lane, output(true, "Which colour?"));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the question",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Which colour?"),
+    )
+    .await;
+    // Parked: no CLI process is left running for it.
+    eventually(WAIT, "the parked Orchestrator's CLI to end", || async {
+        cli_pids(sys.workspaces.path()).is_empty().then_some(())
+    })
+    .await;
+    // The Arbiter's answer (its turn has waited for it) brings the same session back.
+    sys.mock.push(&lane, output(true, "Blue it is."));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Blue."));
+    log.wait_for(
+        "the answer after the park",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Blue it is."),
+    )
+    .await;
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 2);
+    let text = requests[1].all_text();
+    assert!(
+        text.contains("Which colour?") && text.contains("Blue."),
+        "{text}"
+    );
+}
+
 /// Copies a directory tree (the workspace, restored on another host).
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
