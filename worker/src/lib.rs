@@ -34,6 +34,23 @@ pub use runtime::Runtime;
 pub use runtime::claude::ClaudeCodeConfig;
 pub use slots::WorkerPresence;
 
+/// The JSON Schemas of what a worker stores and answers, by file stem in
+/// `docs/schemas/`: its Orchestrators' state records (and the pointer that
+/// stands for one too large for a message) and its presence.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        (
+            "orchestrator_state_record",
+            schemars::schema_for!(state::Record),
+        ),
+        (
+            "orchestrator_state_pointer",
+            schemars::schema_for!(state::Pointer),
+        ),
+        ("worker_presence", schemars::schema_for!(WorkerPresence)),
+    ]
+}
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -102,6 +119,9 @@ pub struct Config {
     pub runtime: Runtime,
     /// How the `claude-code` runtime runs the CLI.
     pub claude_code: ClaudeCodeConfig,
+    /// What each model's tokens cost (the built-in table unless the config
+    /// file's `[prices]` say otherwise).
+    pub prices: arbiter_llm::price::PriceTable,
 }
 
 impl Default for Config {
@@ -126,6 +146,7 @@ impl Default for Config {
             max_parked: None,
             runtime: Runtime::Native,
             claude_code: ClaudeCodeConfig::default(),
+            prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
 }
@@ -244,6 +265,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.subagent_context_budget,
         )
         .await,
+        model_name: config
+            .subagent_model
+            .as_ref()
+            .unwrap_or(&config.model)
+            .model
+            .clone(),
+        prices: config.prices.clone(),
         model: subagent_model,
         max_calls: config.subagent_max_calls,
     };
@@ -387,8 +415,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if msg.info().is_ok_and(|info| info.delivered > 1) {
             tracing::info!(orch.id = %summon.orch_id, "summons delivered again: taking the Orchestrator over");
         }
+        let trace = arbiter_bus::TraceContext::from_headers(msg.headers.as_ref());
         let held = lease::Lease::start(msg, shared.lease / 3);
         let summoned = orchestrator::Summoned {
+            trace,
             registered: leases.register(&summon.orch_id, held.clone()),
             slot: slots.occupy(permit, &summon.orch_id),
             lease: held,

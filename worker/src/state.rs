@@ -35,7 +35,7 @@ const INLINE_LIMIT: usize = 900 * 1024;
 const HEADROOM: usize = 64 * 1024;
 
 /// Where an Orchestrator stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 pub(crate) enum Phase {
     /// Calling the model or running tools.
@@ -46,7 +46,7 @@ pub(crate) enum Phase {
     Ended { reason: EndReason },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EndReason {
     Released,
@@ -55,7 +55,8 @@ pub(crate) enum EndReason {
 }
 
 /// Everything about an Orchestrator except its transcript.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorSnapshot")]
 pub(crate) struct Snapshot {
     #[serde(flatten)]
     pub phase: Phase,
@@ -76,17 +77,19 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
-    /// What the model calls used and cost, as the runtime reported it:
-    /// tokens on both runtimes, the price from the Claude Code CLI's
-    /// `result` lines.
+    /// The Claude Code CLI's own figures of each turn (claude-code runtime;
+    /// `spend` holds the tokens and cost of both runtimes).
     #[serde(default, skip_serializing_if = "Cost::is_empty")]
     pub cost: Cost,
+    /// What its model requests (its subagents' included) cost so far.
+    #[serde(default)]
+    pub spend: arbiter_protocol::Spend,
 }
 
-/// An Orchestrator's model use: totals over its turns, and the last turn's
-/// figures as the runtime gave them. Every record carries it, so the
-/// records hold each turn's figures in turn.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// An Orchestrator's model use as the Claude Code CLI reported it: totals
+/// over its turns, and the last turn's figures as the CLI gave them. Every
+/// record carries it, so the records hold each turn's figures in turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Cost {
     pub turns: u64,
     pub cost_usd: f64,
@@ -101,17 +104,7 @@ pub(crate) struct Cost {
 
 impl Cost {
     fn is_empty(&self) -> bool {
-        self.turns == 0 && self.input_tokens == 0 && self.output_tokens == 0
-    }
-
-    /// Adds one model call of the native runtime (its tokens; the turn is
-    /// counted when it ends in an output). No price: the native runtime
-    /// has no price table.
-    pub(crate) fn add_call(&mut self, usage: &arbiter_llm::Usage) {
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
-        self.cache_read_input_tokens += usage.cache_read_input_tokens;
-        self.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+        self.turns == 0
     }
 
     /// Adds one finished CLI turn.
@@ -145,12 +138,14 @@ impl Snapshot {
             context_tokens: 0,
             tally: Tally::default(),
             cost: Cost::default(),
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 }
 
 /// One stored step of an Orchestrator.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorStateRecord")]
 pub(crate) struct Record {
     #[serde(default = "arbiter_protocol::version")]
     pub v: u32,
@@ -187,7 +182,7 @@ pub(crate) struct Record {
 
 /// A piece of the CLI's session transcript (`<session>.jsonl`), which the
 /// CLI only appends to: the records' pieces in order make the file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct CliTranscript {
     /// The bytes added since the last piece (the whole file when `reset`).
     pub append: String,
@@ -198,8 +193,9 @@ pub(crate) struct CliTranscript {
 
 /// What the subject holds instead of a record too large for one message:
 /// where in the object store the whole record is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Pointer {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorStatePointer")]
+pub(crate) struct Pointer {
     #[serde(default = "arbiter_protocol::version")]
     v: u32,
     orch_id: String,

@@ -198,6 +198,7 @@ impl Agent {
                 content: String::new(),
                 is_error: call.is_error,
                 exit_code: (!call.is_error).then_some(0),
+                spend: Default::default(),
             };
             self.snap.tally.record(&name, &call.input, &outcome);
             self.snap.tool_count += 1;
@@ -206,6 +207,20 @@ impl Agent {
             self.snap.context_tokens = tokens;
         }
         self.snap.cost.add(&done);
+        // The turn's tokens and price in the same place as a native
+        // Orchestrator's requests (a CLI turn counts as one request).
+        let n = |key: &str| done.usage[key].as_u64().unwrap_or(0);
+        self.snap.spend.record(
+            Some([
+                n("input_tokens"),
+                n("output_tokens"),
+                n("cache_creation_input_tokens"),
+                n("cache_read_input_tokens"),
+            ]),
+            Some((done.cost_usd * 1e9).round() as u64),
+        );
+        let spend = self.snap.spend;
+        self.status.update(|s| s.spend = spend).await;
         let (text, parsed) = match &done.structured {
             Some(value) => (
                 value.to_string(),
