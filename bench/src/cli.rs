@@ -45,12 +45,19 @@ pub struct RoleArgs {
     pub workspace_root: PathBuf,
     #[arg(long, default_value = "bench-worker")]
     pub worker_id: String,
+    /// The worker's runtime: native or claude-code.
+    #[arg(long, default_value = "native")]
+    pub runtime: arbiter_worker::Runtime,
+    /// The Claude Code CLI (claude-code runtime).
+    #[arg(long)]
+    pub claude_bin: Option<PathBuf>,
 }
 
 /// Which parts to run and how hard. The defaults take about three minutes.
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
-    /// Parts to run, comma separated: baseline, saturation, levels, start, memory, anatomy, otel.
+    /// Parts to run, comma separated: baseline, saturation, levels, start,
+    /// memory, anatomy, otel, runtimes (each runtime side by side; not by default).
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
@@ -123,6 +130,21 @@ pub struct RunOptions {
     /// the tests.
     #[arg(long, env = "ARBITER_BENCH_NATS_CONFIG")]
     pub nats_config: Option<PathBuf>,
+    /// Runtimes compared side by side in the `runtimes` part, comma separated.
+    #[arg(
+        long,
+        env = "ARBITER_BENCH_RUNTIMES",
+        value_delimiter = ',',
+        default_value = "native,claude-code"
+    )]
+    pub runtimes: Vec<arbiter_worker::Runtime>,
+    /// Orchestrators started per runtime in the `runtimes` part (each
+    /// claude-code one is a CLI process of about 200 MB).
+    #[arg(long, env = "ARBITER_BENCH_RUNTIME_SESSIONS", default_value_t = 6)]
+    pub runtime_sessions: u32,
+    /// The Claude Code CLI for the claude-code runtime (`scripts/install-claude-cli`).
+    #[arg(long, env = "CLAUDE_CLI_BIN")]
+    pub claude_bin: Option<PathBuf>,
     /// Keep the children's logs and the server's store here instead of a temp dir.
     #[arg(long, env = "ARBITER_BENCH_KEEP")]
     pub keep: Option<PathBuf>,
@@ -139,6 +161,7 @@ pub enum Phase {
     /// Routing overhead at 100 sessions with OpenTelemetry export on, to a
     /// local OTLP receiver, against the same level with export off.
     Otel,
+    Runtimes,
 }
 
 impl RunOptions {

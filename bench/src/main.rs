@@ -22,6 +22,7 @@ mod procs;
 mod report;
 mod roles;
 mod run;
+mod runtimes;
 mod saturation;
 mod start;
 mod system;

@@ -297,9 +297,11 @@ impl Recorder {
 
     fn orchestrator(&self, request: &RecordedRequest, arrived: Instant) -> MockReply {
         self.orch_requests.fetch_add(1, Ordering::Relaxed);
+        // The Claude Code CLI ends a turn with its StructuredOutput tool.
+        let cli = request.tool_names().iter().any(|t| t == "StructuredOutput");
         let first = first_user_text(request);
         let session = first.strip_prefix("brief ").unwrap_or(&first);
-        if request.messages().len() == 1 {
+        if !request.messages().iter().any(|m| m["role"] == "assistant") {
             let mut st = self.lock();
             let st = &mut *st;
             if let Some(from) = st.summon_replied.remove(session) {
@@ -319,13 +321,13 @@ impl Recorder {
                     .start_from_publish
                     .record(arrived.saturating_duration_since(from));
             }
-            return orchestrator("ready");
+            return orchestrator(cli, "ready");
         }
         let index = session_index(session);
         let last = request.last_user_text();
         let relays: Vec<u64> = numbers_after(&last, "relay ").collect();
         if let Some(&k) = relays.iter().max() {
-            let reply = orchestrator(&format!("done {k}"));
+            let reply = orchestrator(cli, &format!("done {k}"));
             let mut st = self.lock();
             let st = &mut *st;
             for &k in &relays {
@@ -345,9 +347,9 @@ impl Recorder {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            return orchestrator("worked").gated(gate);
+            return orchestrator(cli, "worked").gated(gate);
         }
-        orchestrator("ok")
+        orchestrator(cli, "ok")
     }
 }
 
@@ -362,8 +364,13 @@ fn arbiter(intent: &str, message: &str) -> MockReply {
     MockReply::json(&json!({"intent": intent, "message": message}))
 }
 
-fn orchestrator(message: &str) -> MockReply {
-    MockReply::json(&json!({"expects_response": true, "message": message}))
+fn orchestrator(cli: bool, message: &str) -> MockReply {
+    let output = json!({"expects_response": true, "message": message});
+    if cli {
+        MockReply::tool_use("StructuredOutput", output)
+    } else {
+        MockReply::json(&output)
+    }
 }
 
 /// The text of the first user message (its first text block).
@@ -373,9 +380,11 @@ fn first_user_text(request: &RecordedRequest) -> String {
     };
     match &first["content"] {
         serde_json::Value::String(s) => s.clone(),
+        // The Claude Code CLI puts `<system-reminder>` blocks first.
         serde_json::Value::Array(blocks) => blocks
-            .first()
-            .and_then(|b| b["text"].as_str())
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .find(|t| !t.starts_with("<system-reminder>"))
             .unwrap_or_default()
             .to_owned(),
         _ => String::new(),

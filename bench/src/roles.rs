@@ -42,6 +42,14 @@ pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
         workspace_root: args.workspace_root.clone(),
         model: model(&args, ORCH_MODEL),
         worker_id: args.worker_id.clone(),
+        runtime: args.runtime,
+        claude_code: arbiter_worker::ClaudeCodeConfig {
+            bin: args.claude_bin.clone().unwrap_or_else(|| "claude".into()),
+            // The hook is the worker binary's; it sits beside this one.
+            hook_bin: std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.join("arbiter-worker"))),
+        },
         ..arbiter_worker::Config::default()
     };
     arbiter_worker::run(config, stopped())
@@ -84,8 +92,10 @@ pub fn worker_args(
     slots: usize,
     workspace_root: &std::path::Path,
     worker_id: &str,
+    runtime: arbiter_worker::Runtime,
+    claude_bin: Option<&std::path::Path>,
 ) -> Vec<String> {
-    vec![
+    let mut args = vec![
         "worker".into(),
         "--nats-url".into(),
         nats_url.into(),
@@ -97,5 +107,11 @@ pub fn worker_args(
         workspace_root.display().to_string(),
         "--worker-id".into(),
         worker_id.into(),
-    ]
+        "--runtime".into(),
+        runtime.name().into(),
+    ];
+    if let Some(bin) = claude_bin {
+        args.extend(["--claude-bin".into(), bin.display().to_string()]);
+    }
+    args
 }

@@ -26,6 +26,8 @@ pub struct Ctx {
     pub otlp: std::sync::Mutex<Option<String>>,
     pub mock: MockAnthropic,
     pub recorder: Arc<Recorder>,
+    /// The workers' runtime for the systems started from now on.
+    pub runtime: std::sync::Mutex<arbiter_worker::Runtime>,
     dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
 }
@@ -39,6 +41,10 @@ impl Ctx {
         slots_per_worker: usize,
     ) -> anyhow::Result<System> {
         self.recorder.reset()?;
+        let runtime = *self
+            .runtime
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let otlp = self
@@ -55,6 +61,8 @@ impl Ctx {
                 slots_per_worker,
                 dir: &dir,
                 otlp: otlp.as_deref(),
+                runtime,
+                claude_bin: self.opts.claude_bin.as_deref(),
             },
         )
         .await
@@ -88,6 +96,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         otlp: std::sync::Mutex::new(None),
         mock,
         recorder,
+        runtime: std::sync::Mutex::new(arbiter_worker::Runtime::Native),
         dir,
         _temp: temp,
     };
@@ -142,6 +151,9 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     if ctx.opts.has(Phase::Otel) {
         report.otel = Some(otel(&ctx).await?);
         report.print_otel();
+    }
+    if ctx.opts.has(Phase::Runtimes) {
+        crate::runtimes::run(&ctx).await?;
     }
     report.load_after = machine::load();
     report.print_summary();

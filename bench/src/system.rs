@@ -36,6 +36,8 @@ pub struct Shape<'a> {
     pub dir: &'a Path,
     /// The OTLP endpoint the children export to; `None`: export off.
     pub otlp: Option<&'a str>,
+    pub runtime: arbiter_worker::Runtime,
+    pub claude_bin: Option<&'a Path>,
 }
 
 impl System {
@@ -65,6 +67,8 @@ impl System {
                 shape.slots_per_worker,
                 &root,
                 &format!("bench-worker-{i}"),
+                shape.runtime,
+                shape.claude_bin,
             );
             workers.push(Proc::spawn(
                 &format!("worker-{i}"),

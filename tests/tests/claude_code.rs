@@ -138,6 +138,47 @@ async fn context_warnings_reach_the_cli_model_through_its_hook() {
         texts[2]
     );
     assert!(texts[2].contains("Report to the Arbiter now"));
+
+    // The turn's usage and cost, from the CLI's `result` line, are in the
+    // Orchestrator's records: the three requests' figures added up.
+    let orch_id = log
+        .bodies()
+        .iter()
+        .find_map(|b| match b {
+            LogBody::Summoned(s) => Some(s.orch_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let record = last_state_record(&sys, &orch_id).await;
+    let cost = &record["snapshot"]["cost"];
+    assert_eq!(cost["turns"], 1, "{cost}");
+    assert_eq!(cost["input_tokens"], 140_000 + 175_000 + 100, "{cost}");
+    assert_eq!(cost["cache_read_input_tokens"], 10_000, "{cost}");
+    assert_eq!(cost["output_tokens"], 60, "{cost}");
+    assert!(cost["cost_usd"].as_f64().unwrap() > 0.0, "{cost}");
+    assert_eq!(
+        cost["last_turn"]["usage"]["input_tokens"], 315_100,
+        "{cost}"
+    );
+    assert!(
+        cost["last_turn"]["model_usage"]["mock-orch"]["costUSD"].is_number(),
+        "{cost}"
+    );
+}
+
+/// The last state record an Orchestrator's worker stored, as JSON.
+async fn last_state_record(sys: &System, orch_id: &str) -> Value {
+    let stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let msg = stream
+        .get_last_raw_message_by_subject(&arbiter_protocol::subjects::orch_state(orch_id))
+        .await
+        .unwrap();
+    serde_json::from_slice(&msg.payload).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,4 +463,251 @@ async fn a_summons_for_claude_code_is_left_to_a_worker_that_runs_it() {
             .header("user-agent")
             .is_some_and(|a| a.starts_with("claude-cli/"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_orchestrator_moves_to_another_worker_with_its_session() {
+    let cli = claude_cli_bin();
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let roots = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let worker = |id: &str, root: &Path| {
+        sys.worker_process_with(
+            id,
+            1,
+            &[
+                ("ARBITER_RUNTIME", "claude-code".as_ref()),
+                ("CLAUDE_CLI_BIN", cli.as_os_str()),
+                ("ARBITER_WORKSPACE_ROOT", root.as_os_str()),
+            ],
+        )
+    };
+    let mut a = worker("worker-a", roots[0].path());
+    sys.worker_up("worker-a").await;
+    let s = "s-move";
+    let brief = "Move with me.";
+    let lane = orch_lane(brief);
+    let arb = arbiter_lane(&format!("start {s}"));
+    let ws_a = roots[0].path().join(s);
+    let ws_b = roots[1].path().join(s);
+    // Turn 1 on worker A: a file, then a question.
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_a.join("one.txt"), "content": "1\n"}),
+        ),
+    );
+    sys.mock
+        .push(&lane, output(true, "One is written. Go on to two?"));
+    // Turn 2 starts on A and is held at the model until A is gone.
+    let hold = Gate::new();
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_a.join("two.txt"), "content": "2\n"}),
+        )
+        .gated(hold.clone()),
+    );
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Yes, go on."));
+    sys.mock.wait_for_requests(&lane, 3, WAIT).await;
+
+    // Worker A's host dies: the worker and its CLI, kill -9.
+    let cli_a = cli_pids(roots[0].path());
+    assert_eq!(cli_a.len(), 1, "one CLI process for the Orchestrator");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &a.id().unwrap().to_string()])
+        .status();
+    for pid in cli_a {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    a.wait().await.unwrap();
+    hold.open();
+
+    // The workspace is restored under another root; B resumes there.
+    copy_dir(&ws_a, &ws_b);
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws_b.join("two.txt"), "content": "2\n"}),
+        ),
+    );
+    sys.mock.push(&lane, output(true, "Two is written."));
+    let _b = worker("worker-b", roots[1].path());
+    log.wait_for(
+        "the report from the resumed session",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Two is written."),
+    )
+    .await;
+
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 5, "{:?}", sys.mock.lane_counts());
+    let resumed = &requests[3];
+    // The same CLI session, from B's workspace, with the earlier turns.
+    let orch_id = match &log.bodies()[1] {
+        LogBody::Summoned(summoned) => summoned.orch_id.clone(),
+        other => panic!("expected the summons, got {other:?}"),
+    };
+    assert_eq!(
+        resumed.header("x-claude-code-session-id"),
+        Some(orch_id.as_str())
+    );
+    let text = resumed.all_text();
+    assert!(text.contains("One is written. Go on to two?"), "{text}");
+    assert!(text.contains("Yes, go on."), "{text}");
+    assert!(
+        text.contains(&ws_b.to_string_lossy().into_owned()),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws_b.join("two.txt")).unwrap(),
+        "2\n"
+    );
+    // One Orchestrator throughout: I, never II.
+    let numbers: Vec<u32> = log
+        .bodies()
+        .iter()
+        .filter_map(|b| match b {
+            LogBody::Orchestrator(o) => Some(o.number),
+            LogBody::Summoned(s) => Some(s.number),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(numbers, vec![1, 1, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_cli_orchestrator_gives_its_process_back_and_resumes() {
+    claude_cli_bin();
+    let mut sys = System::start_with(Options {
+        runtime: Runtime::ClaudeCode,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.worker_config("worker-0", 1, 200_000);
+    config.park_after = Some(Duration::from_millis(500));
+    sys.spawn_worker_with(config);
+    sys.worker_up("worker-0").await;
+    // The Arbiter's turn on the question waits for its scripted answer
+    // until the Orchestrator has parked.
+    sys.mock.set_reply_wait(Duration::from_secs(30));
+    let s = "s-park";
+    let brief = "Ask, then wait.";
+    let lane = orch_lane(brief);
+    let arb = arbiter_lane(&format!("start {s}"));
+    sys.mock.push(&lane, output(true, "Which colour?"));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the question",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Which colour?"),
+    )
+    .await;
+    // Parked: no CLI process is left running for it.
+    eventually(WAIT, "the parked Orchestrator's CLI to end", || async {
+        cli_pids(sys.workspaces.path()).is_empty().then_some(())
+    })
+    .await;
+    // The Arbiter's answer (its turn has waited for it) brings the same session back.
+    sys.mock.push(&lane, output(true, "Blue it is."));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Blue."));
+    log.wait_for(
+        "the answer after the park",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Blue it is."),
+    )
+    .await;
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 2);
+    let text = requests[1].all_text();
+    assert!(
+        text.contains("Which colour?") && text.contains("Blue."),
+        "{text}"
+    );
+}
+
+/// Copies a directory tree (the workspace, restored on another host).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_nothing_outside_the_workspace_and_not_its_key() {
+    let sys = claude_system(1).await;
+    let s = "s-read";
+    let brief = "Look around.";
+    let lane = orch_lane(brief);
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET\n").unwrap();
+    let calls = [
+        ("Read", json!({"file_path": secret})),
+        (
+            "Grep",
+            json!({"pattern": "TOPSECRET", "path": outside.path()}),
+        ),
+        (
+            "Bash",
+            json!({"command": format!("cat {}", secret.display())}),
+        ),
+        ("Bash", json!({"command": "echo $ANTHROPIC_API_KEY"})),
+        ("Bash", json!({"command": "cat /proc/self/environ"})),
+    ];
+    for (tool, input) in &calls {
+        sys.mock
+            .push(&lane, MockReply::tool_use(*tool, input.clone()));
+    }
+    sys.mock.push(&lane, output(true, "Looked."));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Looked."),
+    )
+    .await;
+    // What each call returned to the model: a refusal, never the file or the key.
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), calls.len() + 1);
+    for request in &requests[1..] {
+        let returned = request.last_user_text();
+        assert!(
+            !returned.contains("TOPSECRET") && !returned.contains(API_KEY),
+            "{returned}"
+        );
+    }
+    let LogBody::Orchestrator(report) = log
+        .bodies()
+        .into_iter()
+        .find(|b| matches!(b, LogBody::Orchestrator(_)))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let failed: u64 = report
+        .evidence
+        .unwrap()
+        .tools
+        .iter()
+        .map(|t| t.failed)
+        .sum();
+    assert_eq!(failed, calls.len() as u64);
 }

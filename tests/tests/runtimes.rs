@@ -231,6 +231,33 @@ async fn seed_flow_on(runtime: Runtime) {
         assert!(lines.iter().any(|l| l == want), "{want} in {lines:?}");
     }
 
+    // Its model use is in its records the same way on both runtimes: the
+    // tokens the mock reported.
+    let orch_id = log
+        .bodies()
+        .iter()
+        .find_map(|b| match b {
+            arbiter_protocol::LogBody::Summoned(s) if s.number == 1 => Some(s.orch_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let stream = sys
+        .bus
+        .js
+        .get_stream(subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let last = stream
+        .get_last_raw_message_by_subject(&subjects::orch_state(&orch_id))
+        .await
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&last.payload).unwrap();
+    let spend = &record["snapshot"]["spend"];
+    // Five model calls (question; write, note; write, report) of 100 input
+    // and 20 output tokens each (the mock's default).
+    assert_eq!(spend["input_tokens"], 500, "{spend}");
+    assert_eq!(spend["output_tokens"], 100, "{spend}");
+
     // Who the mock heard from.
     let requests = sys.mock.requests_for(&lane);
     for request in &requests {

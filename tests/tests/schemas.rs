@@ -160,6 +160,7 @@ fn check(example: &Example) -> Result<&'static str, String> {
 fn schema_of(ty: &str) -> serde_json::Value {
     let (file, def) = match ty {
         "Evidence" => ("orchestrator_message", Some("Evidence")),
+        "Spend" => ("orchestrator_message", Some("Spend")),
         "WorkerPresence" => ("worker_presence", None),
         other => {
             let snake: String = other

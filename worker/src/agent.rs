@@ -70,6 +70,8 @@ pub(crate) struct Start {
     pub seat: Seat,
     /// The workspace walk its outputs' evidence compares against.
     pub baseline: Baseline,
+    /// The CLI's session transcript as stored (claude-code runtime).
+    pub cli_transcript: Option<String>,
 }
 
 pub(crate) struct Agent {
@@ -98,11 +100,16 @@ pub(crate) struct Agent {
     cap: Option<u64>,
     /// A reply of this turn was cut off and the cap raised already.
     grown: bool,
+    /// The Claude Code runtime's CLI process, once started.
+    cli: Option<ClaudeProcess>,
+    /// The CLI's session transcript as restored from the records, until the
+    /// CLI is started from it.
+    cli_restored: Option<String>,
+    /// Bytes of the CLI's transcript file stored in the records so far.
+    cli_stored: usize,
     /// The span of the turn in flight, from the input that started it to
     /// the output that ends it (none while it waits).
     turn: tracing::Span,
-    /// The Claude Code runtime's CLI process, once started.
-    cli: Option<ClaudeProcess>,
 }
 
 impl Agent {
@@ -142,8 +149,10 @@ impl Agent {
             baseline: start.baseline,
             cap: None,
             grown: false,
-            turn: tracing::Span::none(),
+            cli_stored: start.cli_transcript.as_ref().map_or(0, String::len),
+            cli_restored: start.cli_transcript,
             cli: None,
+            turn: tracing::Span::none(),
         }
     }
 

@@ -114,14 +114,14 @@ pub struct Config {
     /// Orchestrators parked at once, at most; past that, a waiting
     /// Orchestrator keeps its slot. `None`: [`PARKED_PER_SLOT`] per slot.
     pub max_parked: Option<usize>,
-    /// What each model's tokens cost (the built-in table unless the config
-    /// file's `[prices]` say otherwise).
-    pub prices: arbiter_llm::price::PriceTable,
     /// What runs the Orchestrators' turns. A summons that asks for another
     /// runtime is left to a worker that runs it.
     pub runtime: Runtime,
     /// How the `claude-code` runtime runs the CLI.
     pub claude_code: ClaudeCodeConfig,
+    /// What each model's tokens cost (the built-in table unless the config
+    /// file's `[prices]` say otherwise).
+    pub prices: arbiter_llm::price::PriceTable,
 }
 
 impl Default for Config {
@@ -144,9 +144,9 @@ impl Default for Config {
             input_gap_wait: DEFAULT_INPUT_GAP_WAIT,
             park_after: Some(DEFAULT_PARK_AFTER),
             max_parked: None,
-            prices: arbiter_llm::price::PriceTable::defaults(),
             runtime: Runtime::Native,
             claude_code: ClaudeCodeConfig::default(),
+            prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
 }

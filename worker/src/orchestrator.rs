@@ -79,10 +79,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         stopper.token(),
     )
     .await;
-    let (mut store, transcript, snapshot, replay, baseline) = match claim {
+    let (mut store, transcript, snapshot, replay, baseline, cli_transcript) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
-            (store, transcript, Snapshot::new(), Vec::new(), None)
+            (store, transcript, Snapshot::new(), Vec::new(), None, None)
         }
         Ok(Some(Claim::Resumed(store, restored))) => {
             tracing::info!(from = %restored.worker_id, rev = restored.rev, messages = restored.transcript.len(), "Orchestrator resumed from its stored state");
@@ -92,6 +92,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 restored.snapshot,
                 restored.outbox,
                 restored.baseline,
+                restored.cli_transcript,
             )
         }
         Ok(Some(Claim::Ended)) => {
@@ -216,6 +217,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         store,
         seat: Seat::new(slot),
         baseline,
+        cli_transcript,
     };
     let mut agent = Agent::new(
         shared.clone(),
@@ -266,6 +268,13 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     match end {
         End::Done(control) => {
             tracing::info!("Orchestrator ended");
+            // The CLI's home (claude-code runtime): its session is in the records.
+            let home = shared
+                .config
+                .workspace_root
+                .join(crate::runtime::claude::HOMES_DIR)
+                .join(&summon.orch_id);
+            let _ = tokio::fs::remove_dir_all(home).await;
             // The stopped status goes out before the slot is taken by
             // another, so status never shows more Orchestrators than slots.
             stop_status(&status, heartbeat).await;

@@ -77,18 +77,18 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
+    /// The Claude Code CLI's own figures of each turn (claude-code runtime;
+    /// `spend` holds the tokens and cost of both runtimes).
+    #[serde(default, skip_serializing_if = "Cost::is_empty")]
+    pub cost: Cost,
     /// What its model requests (its subagents' included) cost so far.
     #[serde(default)]
     pub spend: arbiter_protocol::Spend,
-    /// What the model calls cost, as the runtime reported it (the Claude
-    /// Code CLI's `result` lines).
-    #[serde(default, skip_serializing_if = "Cost::is_empty")]
-    pub cost: Cost,
 }
 
-/// An Orchestrator's model use: totals over its turns, and the last turn's
-/// figures as the runtime gave them. Every record carries it, so the
-/// records hold each turn's figures in turn.
+/// An Orchestrator's model use as the Claude Code CLI reported it: totals
+/// over its turns, and the last turn's figures as the CLI gave them. Every
+/// record carries it, so the records hold each turn's figures in turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Cost {
     pub turns: u64,
@@ -137,8 +137,8 @@ impl Snapshot {
             repairs: 0,
             context_tokens: 0,
             tally: Tally::default(),
-            spend: arbiter_protocol::Spend::default(),
             cost: Cost::default(),
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 }
@@ -173,7 +173,22 @@ pub(crate) struct Record {
     /// none): in the first record written after the walk, and no other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Baseline>,
+    /// What the Claude Code CLI's session transcript grew by since the
+    /// last record that carried it (claude-code runtime only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_transcript: Option<CliTranscript>,
     pub at: DateTime<Utc>,
+}
+
+/// A piece of the CLI's session transcript (`<session>.jsonl`), which the
+/// CLI only appends to: the records' pieces in order make the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct CliTranscript {
+    /// The bytes added since the last piece (the whole file when `reset`).
+    pub append: String,
+    /// The file did not start with what was stored: this piece is all of it.
+    #[serde(default)]
+    pub reset: bool,
 }
 
 /// What the subject holds instead of a record too large for one message:
@@ -207,6 +222,8 @@ pub(crate) struct Restored {
     pub summons_seq: u64,
     /// The workspace walk its outputs compare against, if one was stored.
     pub baseline: Option<Baseline>,
+    /// The CLI's session transcript as stored (claude-code runtime).
+    pub cli_transcript: Option<String>,
 }
 
 /// Why a record was not stored.
@@ -304,6 +321,8 @@ pub(crate) struct StateStore {
     inline_limit: usize,
     /// A workspace walk to store with the next record.
     baseline: Option<Baseline>,
+    /// A piece of the CLI's transcript to store with the next record.
+    cli_transcript: Option<CliTranscript>,
 }
 
 impl StateStore {
@@ -333,6 +352,7 @@ impl StateStore {
             last_seq,
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
             baseline: None,
+            cli_transcript: None,
         }
     }
 
@@ -340,6 +360,11 @@ impl StateStore {
     /// that takes the Orchestrator over compares against the same walk.
     pub(crate) fn keep_baseline(&mut self, baseline: Baseline) {
         self.baseline = Some(baseline);
+    }
+
+    /// Stores a piece of the CLI's transcript with the next record.
+    pub(crate) fn keep_cli_transcript(&mut self, piece: CliTranscript) {
+        self.cli_transcript = Some(piece);
     }
 
     pub(crate) fn fence(&self) -> Fence {
@@ -371,6 +396,7 @@ impl StateStore {
             snapshot: snapshot.clone(),
             outbox,
             baseline: self.baseline.clone(),
+            cli_transcript: self.cli_transcript.clone(),
             at: Utc::now(),
         };
         let msg_id = format!("{}:state:{}:{}", self.orch_id, self.rev, self.lease);
@@ -410,6 +436,7 @@ impl StateStore {
                 Ok(seq) => {
                     self.last_seq = seq;
                     self.baseline = None;
+                    self.cli_transcript = None;
                     return Ok(());
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
@@ -418,6 +445,7 @@ impl StateStore {
                         Ok(Some((seq, id))) if id == msg_id => {
                             self.last_seq = seq;
                             self.baseline = None;
+                            self.cli_transcript = None;
                             return Ok(());
                         }
                         // An earlier write of this lease that was given up on

@@ -9,7 +9,8 @@ use arbiter_llm::{Block, Message, MessageRole, structured};
 use arbiter_protocol::{ModelErrorKind, OrchestratorOutput, OrchestratorState, Role, WireError};
 
 use super::{Agent, Stop};
-use crate::runtime::claude::{ClaudeProcess, Launch, Progress, TurnDone, TurnError};
+use crate::runtime::claude::{self, ClaudeProcess, Launch, Progress, TurnDone, TurnError};
+use crate::state::CliTranscript;
 use crate::tools::{self, ToolOutcome};
 
 impl Agent {
@@ -37,7 +38,7 @@ impl Agent {
         }
         let mut process = match self.cli.take() {
             Some(process) => process,
-            None => match self.start_cli() {
+            None => match self.start_cli().await {
                 Ok(process) => process,
                 Err(message) => {
                     let number = self.status.get().number;
@@ -94,25 +95,85 @@ impl Agent {
             }
         };
         self.cli = Some(process);
+        self.keep_cli_transcript().await;
         self.after_turn(done).await
     }
 
-    /// Starts this Orchestrator's CLI process in its workspace.
-    fn start_cli(&self) -> Result<ClaudeProcess, String> {
+    /// The CLI's transcript file of this Orchestrator, on this worker.
+    fn cli_transcript_path(&self) -> std::path::PathBuf {
+        claude::transcript_path(
+            &self.cli_home(),
+            self.ctx.workspace.root(),
+            &self.status.get().orch_id,
+        )
+    }
+
+    /// Keeps what the CLI's transcript grew by this turn, for the next
+    /// record: a worker that takes the Orchestrator over resumes from it.
+    async fn keep_cli_transcript(&mut self) {
+        let path = self.cli_transcript_path();
+        let file = match tokio::fs::read(&path).await {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %path.display(), "the CLI's transcript is unreadable; not stored this turn");
+                return;
+            }
+        };
+        let piece = match file.get(self.cli_stored..) {
+            Some([]) => return,
+            Some(added) => CliTranscript {
+                append: String::from_utf8_lossy(added).into_owned(),
+                reset: false,
+            },
+            // Shorter than what was stored: the whole of it, afresh.
+            None => CliTranscript {
+                append: String::from_utf8_lossy(&file).into_owned(),
+                reset: true,
+            },
+        };
+        self.cli_stored = file.len();
+        self.store.keep_cli_transcript(piece);
+    }
+
+    /// Starts this Orchestrator's CLI process in its workspace: a new
+    /// session, or the stored one resumed (its transcript written back
+    /// where the CLI looks for it, under this workspace's path).
+    async fn start_cli(&mut self) -> Result<ClaudeProcess, String> {
         let summon_id = self.status.get().orch_id;
         let home = self.cli_home();
+        let path = self.cli_transcript_path();
+        if let Some(stored) = self.cli_restored.take() {
+            let written = async {
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir).await?;
+                }
+                tokio::fs::write(&path, stored.as_bytes()).await
+            };
+            written.await.map_err(|e| {
+                format!(
+                    "cannot restore the CLI's session transcript to {}: {e}",
+                    path.display()
+                )
+            })?;
+            self.cli_stored = stored.len();
+            tracing::info!(
+                bytes = stored.len(),
+                "the CLI's session restored from the records"
+            );
+        }
+        let resume = tokio::fs::try_exists(&path).await.unwrap_or(false);
         let launch = Launch {
             config: &self.shared.config.claude_code,
             workspace: self.ctx.workspace.root(),
             home: &home,
             session_id: &summon_id,
-            resume: false,
+            resume,
             model: &self.shared.config.model,
             system_prompt: &self.system,
             output_schema: &self.shared.output_schema,
             context_budget: self.shared.config.context_budget,
         };
-        tracing::info!(cli = %self.shared.config.claude_code.bin.display(), "starting the Claude Code CLI");
+        tracing::info!(cli = %self.shared.config.claude_code.bin.display(), resume, "starting the Claude Code CLI");
         ClaudeProcess::start(&launch)
     }
 
@@ -137,7 +198,7 @@ impl Agent {
                 content: String::new(),
                 is_error: call.is_error,
                 exit_code: (!call.is_error).then_some(0),
-                spend: arbiter_protocol::Spend::default(),
+                spend: Default::default(),
             };
             self.snap.tally.record(&name, &call.input, &outcome);
             self.snap.tool_count += 1;
@@ -146,8 +207,8 @@ impl Agent {
             self.snap.context_tokens = tokens;
         }
         self.snap.cost.add(&done);
-        // The turn counted as one request in the spend every runtime keeps,
-        // at the CLI's own price, so the console shows it the same way.
+        // The turn's tokens and price in the same place as a native
+        // Orchestrator's requests (a CLI turn counts as one request).
         let n = |key: &str| done.usage[key].as_u64().unwrap_or(0);
         self.snap.spend.record(
             Some([
@@ -158,6 +219,8 @@ impl Agent {
             ]),
             Some((done.cost_usd * 1e9).round() as u64),
         );
+        let spend = self.snap.spend;
+        self.status.update(|s| s.spend = spend).await;
         let (text, parsed) = match &done.structured {
             Some(value) => (
                 value.to_string(),

@@ -75,6 +75,9 @@ impl Agent {
         // Said before the slot goes, so status never shows more at work than slots.
         self.status.update(|s| s.parked = true).await;
         self.seat.give_back();
+        // A CLI runtime's process goes too (its session is on disk and in the
+        // records); the next turn resumes it.
+        self.close_runtime().await;
         true
     }
 

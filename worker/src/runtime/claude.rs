@@ -154,7 +154,6 @@ pub(crate) fn config_dir(home: &Path) -> PathBuf {
 
 /// The CLI's transcript of `session_id` run from `cwd`:
 /// `<config>/projects/<cwd with every non-alphanumeric character as ->/<session>.jsonl`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn transcript_path(home: &Path, cwd: &Path, session_id: &str) -> PathBuf {
     let slug: String = cwd
         .to_string_lossy()
@@ -514,26 +513,52 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// The `PostToolUse` hook (`arbiter-worker hook post-tool-use`): reads the
-/// hook's input from the CLI (with `transcript_path`), takes the context the
-/// session's last request filled from the transcript, and returns the
-/// project's warning as additional context when it is past 70 % or 85 % of
-/// `budget`. `None`: nothing to say.
+/// hook's input from the CLI (`transcript_path`, `tool_use_id`), takes the
+/// context that the request which asked for this tool call filled (its
+/// usage, from the CLI's transcript), and returns the project's warning as
+/// additional context when it is past 70 % or 85 % of `budget`. `None`:
+/// nothing to say.
+///
+/// The CLI may write that request's entry to its transcript a moment after
+/// the hook starts, so the hook waits for it up to [`HOOK_WAIT`], then
+/// takes the last request it finds.
 pub fn hook_output(input: &str, budget: u64) -> Option<String> {
     let input: Value = serde_json::from_str(input).ok()?;
     let path = input["transcript_path"].as_str()?;
-    let transcript = std::fs::read_to_string(path).ok()?;
-    let tokens = transcript
-        .lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|entry| entry["type"] == "assistant")
-        .find_map(|entry| context_tokens(&entry["message"]["usage"]))?;
+    let tool_use_id = input["tool_use_id"].as_str().unwrap_or_default();
+    let deadline = std::time::Instant::now() + HOOK_WAIT;
+    let tokens = loop {
+        let transcript = std::fs::read_to_string(path).unwrap_or_default();
+        let entries: Vec<Value> = transcript
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|entry| entry["type"] == "assistant")
+            .collect();
+        let asked = entries.iter().rev().find(|entry| {
+            entry["message"]["content"]
+                .as_array()
+                .is_some_and(|blocks| blocks.iter().any(|b| b["id"] == tool_use_id))
+        });
+        if let Some(tokens) = asked.and_then(|e| context_tokens(&e["message"]["usage"])) {
+            break tokens;
+        }
+        if std::time::Instant::now() >= deadline {
+            break entries
+                .iter()
+                .rev()
+                .find_map(|e| context_tokens(&e["message"]["usage"]))?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let warning = crate::context::orchestrator_warning(crate::context::percent(tokens, budget))?;
     Some(
         json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": warning}})
             .to_string(),
     )
 }
+
+/// How long the hook waits for its tool call's request in the transcript.
+const HOOK_WAIT: Duration = Duration::from_secs(3);
 
 #[cfg(test)]
 mod tests {
@@ -552,19 +577,33 @@ mod tests {
     }
 
     #[test]
-    fn the_hook_warns_from_the_transcripts_last_request() {
+    fn the_hook_warns_from_the_request_that_asked_for_the_tool() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let line = |input: u64| {
-            json!({"type": "assistant", "message": {"usage": {"input_tokens": input, "cache_read_input_tokens": 10}}})
+        let line = |id: &str, input: u64| {
+            json!({"type": "assistant", "message": {
+                "content": [{"type": "tool_use", "id": id, "name": "Write", "input": {}}],
+                "usage": {"input_tokens": input, "cache_read_input_tokens": 10}}})
+            .to_string()
+        };
+        let hook = |id: &str| {
+            json!({"transcript_path": path, "hook_event_name": "PostToolUse", "tool_use_id": id})
                 .to_string()
         };
-        std::fs::write(&path, format!("{}\n{}\n", line(10), line(740))).unwrap();
-        let input = json!({"transcript_path": path, "hook_event_name": "PostToolUse"}).to_string();
-        let out = hook_output(&input, 1000).unwrap();
+        // The request that asked for the tool call counts, not a later one.
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{}\n{}\n",
+                line("t1", 10),
+                line("t2", 740),
+                line("t3", 900)
+            ),
+        )
+        .unwrap();
+        let out = hook_output(&hook("t2"), 1000).unwrap();
         assert!(out.contains(crate::context::NOTICE_MARK), "{out}");
         assert!(out.contains("75%"), "{out}");
-        std::fs::write(&path, format!("{}\n", line(100))).unwrap();
-        assert_eq!(hook_output(&input, 1000), None);
+        assert_eq!(hook_output(&hook("t1"), 1000), None);
     }
 }

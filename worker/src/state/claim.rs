@@ -60,6 +60,7 @@ pub(crate) async fn load(
     let mut messages_of = Vec::new();
     let mut last_record = None;
     let mut baseline = None;
+    let mut cli_transcript: Option<String> = None;
     for msg in messages {
         let seq = msg
             .info()
@@ -73,6 +74,12 @@ pub(crate) async fn load(
         }
         if let Some(walk) = record.baseline.take() {
             baseline = Some(walk);
+        }
+        if let Some(piece) = record.cli_transcript.take() {
+            match &mut cli_transcript {
+                Some(file) if !piece.reset => file.push_str(&piece.append),
+                _ => cli_transcript = Some(piece.append),
+            }
         }
         last_record = Some(record);
     }
@@ -88,6 +95,7 @@ pub(crate) async fn load(
         worker_id: last_record.worker_id,
         summons_seq: last_record.summons_seq,
         baseline,
+        cli_transcript,
     }))
 }
 
