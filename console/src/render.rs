@@ -165,6 +165,7 @@ mod tests {
                 expects_response: false,
                 text: "Halfway.".into(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 4,
@@ -172,6 +173,7 @@ mod tests {
                 expects_response: true,
                 text: "Which one?".into(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Musing(MusingEntry {
                 text: "Hmm.".into(),
@@ -265,6 +267,7 @@ mod tests {
                 expects_response: true,
                 text: text(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 1,
@@ -272,6 +275,7 @@ mod tests {
                 expects_response: false,
                 text: text(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Musing(MusingEntry { text: text() }),
             LogBody::Summoned(SummonedEntry {
@@ -351,6 +355,7 @@ mod tests {
             expects_response,
             text: text.into(),
             evidence,
+            handoff: None,
         })
     }
 

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Evidence, OrchestratorOutput, WireError};
+use crate::{Evidence, Handoff, OrchestratorOutput, PriorHandoff, WireError};
 
 /// `summon.<pool>`: start a new Orchestrator. Taken by exactly one worker of the pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -24,6 +24,11 @@ pub struct Summon {
     pub workspace: Option<String>,
     pub pool: String,
     pub summoned_at: DateTime<Utc>,
+    /// The predecessor's handoff packet, carried as it was written: the
+    /// worker puts it beside the brief in the first user message. Absent
+    /// when there is none (and from older coordinators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<PriorHandoff>,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.
@@ -74,6 +79,11 @@ pub struct OrchestratorMessage {
     /// workers and on `failed` events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Evidence>,
+    /// The Orchestrator's handoff packet, when its output carried one. The
+    /// worker moves it here out of the `output` event, whose keys are fixed,
+    /// so that older readers ignore it. Boxed: it is large next to the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<Handoff>>,
     pub sent_at: DateTime<Utc>,
 }
 

@@ -46,6 +46,7 @@ impl Outbox {
             seq,
             event,
             evidence,
+            handoff: None,
             sent_at: Utc::now(),
         }
     }

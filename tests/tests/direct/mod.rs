@@ -58,6 +58,7 @@ pub async fn summon_as(
         workspace: workspace.map(str::to_owned),
         pool: pool.into(),
         summoned_at: chrono::Utc::now(),
+        handoff: None,
     };
     sys.bus
         .publish_js(

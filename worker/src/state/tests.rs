@@ -27,6 +27,7 @@ fn summon(orch_id: &str) -> Summon {
         workspace: None,
         pool: "default".into(),
         summoned_at: Utc::now(),
+        handoff: None,
     }
 }
 
