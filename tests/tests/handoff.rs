@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod direct;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -292,4 +293,90 @@ async fn a_packet_that_fails_its_schema_is_repaired_then_fails_visibly() {
         told.starts_with("System: Orchestrator I has stopped and is no longer active"),
         "{told}"
     );
+}
+
+/// kill -9 of the worker while the predecessor writes its packet (its model
+/// call in flight): another worker takes the Orchestrator over and makes the
+/// call again; the packet is stored and reported once, and still reaches the
+/// successor word for word. The log has no gap and no double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_its_orchestrator_hands_off_loses_and_doubles_nothing() {
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-handoff-kill";
+    let log = sys.watch_log(s).await;
+    let human = "Hand off through a crash.";
+    let arb = arbiter_lane(human);
+    let (first, second) = (brief_of(1), brief_of(2));
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &first));
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &second));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    let lane = orch_lane(&first);
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("bash", json!({"command": "echo one"})),
+    );
+    // The first worker dies waiting for the packet.
+    let never = arbiter_tests::Gate::new();
+    sys.mock
+        .push(&lane, report("T1 built.", &packet(1)).gated(never.clone()));
+    sys.mock.push(&lane, report("T1 built.", &packet(1)));
+    sys.mock
+        .push(&orch_lane(&second), report("T2 built.", &packet(2)));
+
+    let mut w1 = sys.worker_process("w1", 2);
+    direct::worker_ready(&sys, "w1").await;
+    sys.send(s, human).await;
+    sys.mock.wait_for_requests(&lane, 2, WAIT).await;
+    let _w2 = sys.worker_process("w2", 2);
+    direct::worker_ready(&sys, "w2").await;
+    w1.start_kill().unwrap();
+    w1.wait().await.unwrap();
+
+    let successor = sys
+        .mock
+        .wait_for_requests(&orch_lane(&second), 1, WAIT)
+        .await;
+    let carried = successor[0].messages()[0]["content"][1]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let typed: Handoff = serde_json::from_value(packet(1)).unwrap();
+    assert!(
+        carried.ends_with(&format!("\n{}", typed.verbatim())),
+        "{carried}"
+    );
+    sys.settled(s, 8).await;
+    never.open();
+    // The call that was to bring the packet was made again by w2, once.
+    assert_eq!(sys.mock.requests_for(&lane).len(), 3);
+    let entries = log.entries();
+    assert_eq!(
+        entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=8).collect::<Vec<u64>>()
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", human),
+            pair("Summoned Orchestrator I", &first),
+            pair("Orchestrator I", "T1 built."),
+            pair("Released", "I"),
+            pair("Summoned Orchestrator II", &second),
+            pair("Orchestrator II", "T2 built."),
+            pair("Released", "II"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    // The packet was logged once, with the report.
+    let packets = log
+        .bodies()
+        .into_iter()
+        .filter(|b| matches!(b, LogBody::Orchestrator(o) if o.handoff.is_some()))
+        .count();
+    assert_eq!(packets, 2);
 }
