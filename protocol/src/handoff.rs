@@ -99,6 +99,16 @@ impl Handoff {
     /// The one line the Arbiter reads of Orchestrator `number`'s packet:
     /// counts and open ids, never the packet itself.
     pub fn compact_line(&self, number: u32) -> String {
+        format!(
+            "[Handoff of {}: {}; it goes verbatim to the next Orchestrator you summon]",
+            orchestrator_name(number),
+            self.counts()
+        )
+    }
+
+    /// `1 done, 2 open (T2, T3), 1 decision, 0 open questions`: what the
+    /// Arbiter and the consoles show of a packet.
+    pub fn counts(&self) -> String {
         let open: Vec<&str> = self.open.iter().map(|o| o.id.trim()).collect();
         let open = if open.is_empty() {
             String::new()
@@ -106,9 +116,7 @@ impl Handoff {
             format!(" ({})", open.join(", "))
         };
         format!(
-            "[Handoff of {}: {} done, {} open{open}, {} decision{}, {} open question{}; it goes \
-             verbatim to the next Orchestrator you summon]",
-            orchestrator_name(number),
+            "{} done, {} open{open}, {} decision{}, {} open question{}",
             self.done.len(),
             self.open.len(),
             self.decisions.len(),
