@@ -380,3 +380,75 @@ async fn a_worker_killed_while_its_orchestrator_hands_off_loses_and_doubles_noth
         .count();
     assert_eq!(packets, 2);
 }
+
+/// At 70 % the Orchestrator sends a note with its packet as it stands (the
+/// notice asks for it). The coordinator keeps it, so when the Orchestrator
+/// then fails before its final report, the successor the Arbiter summons
+/// still starts from that packet: nothing of the thread is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_packet_sent_at_70_percent_readies_the_successor_if_the_predecessor_dies() {
+    let sys = System::start_with(Options {
+        orch_context_budget: BUDGET,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-handoff-early";
+    let log = sys.watch_log(s).await;
+    let human = "Survive a failure.";
+    let arb = arbiter_lane(human);
+    let (first, second) = (brief_of(1), brief_of(2));
+    let lane = orch_lane(&first);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &first));
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &second));
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("bash", json!({"command": "echo one"})).usage(720, 10, 0, 0),
+    );
+    let early = packet(1);
+    sys.mock.push(
+        &lane,
+        MockReply::json(
+            &json!({"expects_response": false, "message": "Readying my successor.",
+                                "handoff": early}),
+        )
+        .usage(740, 10, 0, 0),
+    );
+    sys.mock.push(
+        &lane,
+        MockReply::http_error(400, "invalid_request_error", "prompt is too long"),
+    );
+    sys.mock
+        .push(&orch_lane(&second), orch(true, "Picked up at T2."));
+    sys.send(s, human).await;
+
+    let asked = sys.mock.requests_for(&lane);
+    let successor = sys
+        .mock
+        .wait_for_requests(&orch_lane(&second), 1, WAIT)
+        .await;
+    // The notice after the 72 % call asked for the early packet.
+    assert!(
+        sys.mock.requests_for(&lane)[1]
+            .last_user_text()
+            .contains("carrying your `handoff` packet as it stands"),
+        "{asked:?}"
+    );
+    let typed: Handoff = serde_json::from_value(early).unwrap();
+    let carried = successor[0].messages()[0]["content"][1]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        carried.ends_with(&format!("\n{}", typed.verbatim())),
+        "{carried}"
+    );
+    // The Arbiter was told of the failure, and read no packet.
+    let told = sys.mock.requests_for(&arb)[1].last_user_text();
+    assert!(told.contains("Orchestrator I has stopped"), "{told}");
+    assert!(!told.contains("reason-only-in-the-packet"), "{told}");
+    log.wait_for(
+        "the successor's report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.number == 2),
+    )
+    .await;
+}

@@ -41,7 +41,9 @@ pub fn orchestrator_warning(pct: f32) -> Option<String> {
     } else if pct >= WARN_PCT {
         Some(format!(
             "{NOTICE_MARK}: {pct:.0}% of your context is used. Bring the current thread of work \
-             to a close, take on nothing large, and prepare to hand off."
+             to a close, take on nothing large, and prepare to hand off. If you have not sent \
+             one since this notice first came, send a note (expects_response false) carrying \
+             your `handoff` packet as it stands, so that your successor can be readied."
         ))
     } else {
         None

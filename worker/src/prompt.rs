@@ -43,7 +43,7 @@ A report that ends your stretch of the work (the critical warning, or the work i
 - `decisions`: each as `{{"decision", "why"}}`;
 - `questions`: questions still open, as plain strings;
 - `next_step`: the next concrete step.
-Keep the ids of the items you were given (e.g. "T3"); give new items new ids. No item may be dropped: every item you were given is either done or open. Keep `message` itself to a sentence or two. Once past the critical warning, every reply must carry the handoff.
+At the first warning, send one note (expects_response false) with the packet as it stands: the coordinator keeps the latest packet, so your successor is readied even if you stop before your final report. Keep the ids of the items you were given (e.g. "T3"); give new items new ids. No item may be dropped: every item you were given is either done or open. Keep `message` itself to a sentence or two. Once past the critical warning, every reply must carry the handoff.
 
 If your first message carries a handoff packet from your predecessor, take it as the state of the work: its open items are yours, its decisions stand unless the Arbiter says otherwise, and its next step is where you begin."#,
         tools = tools.join(", ")
