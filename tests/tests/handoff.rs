@@ -452,3 +452,74 @@ async fn the_packet_sent_at_70_percent_readies_the_successor_if_the_predecessor_
     )
     .await;
 }
+
+/// kill -9 of the coordinator after it stored a packet and while the
+/// Arbiter decides on the successor: the restarted coordinator reads the
+/// packet back from its records, runs the turn again, and the successor
+/// gets the packet verbatim; the log has no gap and no double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_between_a_packet_and_its_summons_still_carries_it() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-handoff-coordinator-kill";
+    let log = sys.watch_log(s).await;
+    let human = "Hand off across a coordinator crash.";
+    let arb = arbiter_lane(human);
+    let (first, second) = (brief_of(1), brief_of(2));
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &first));
+    let never = arbiter_tests::Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("summon_orchestrator", &second).gated(never.clone()),
+    );
+    sys.mock.push(&arb, arbiter("summon_orchestrator", &second));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "It is done."));
+    sys.mock
+        .push(&orch_lane(&first), report("T1 built.", &packet(1)));
+    sys.mock.push(&orch_lane(&second), orch(true, "T2 built."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, human).await;
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    let _coordinator = sys.coordinator_process();
+
+    let successor = sys
+        .mock
+        .wait_for_requests(&orch_lane(&second), 1, WAIT)
+        .await;
+    let typed: Handoff = serde_json::from_value(packet(1)).unwrap();
+    let carried = successor[0].messages()[0]["content"][1]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        carried.ends_with(&format!("\n{}", typed.verbatim())),
+        "{carried}"
+    );
+    sys.settled(s, 8).await;
+    never.open();
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=8).collect::<Vec<u64>>()
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", human),
+            pair("Summoned Orchestrator I", &first),
+            pair("Orchestrator I", "T1 built."),
+            pair("Released", "I"),
+            pair("Summoned Orchestrator II", &second),
+            pair("Orchestrator II", "T2 built."),
+            pair("Released", "II"),
+            pair("Arbiter", "It is done."),
+        ]
+    );
+    assert_eq!(sys.mock.requests_for(&orch_lane(&second)).len(), 1);
+}
