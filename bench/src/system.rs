@@ -203,7 +203,7 @@ pub fn human_message(
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());
-    TraceContext::new_root().inject(&mut headers);
+    TraceContext::none().inject(&mut headers);
     let payload = serde_json::to_vec(&message)?;
     Ok((subjects::session_human(session), headers, payload.into()))
 }

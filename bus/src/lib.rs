@@ -1,6 +1,7 @@
 //! NATS plumbing shared by the Arbiter binaries: connecting, declaring the
 //! streams and buckets (idempotently), publishing protocol messages with
-//! their `Nats-Msg-Id` and W3C trace context, and decoding them strictly.
+//! their `Nats-Msg-Id` and trace context, decoding them strictly, and the
+//! OpenTelemetry pipeline every binary shares (`telemetry`).
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -9,6 +10,7 @@ pub mod cli;
 pub mod connect;
 pub mod seq;
 pub mod setup;
+pub mod telemetry;
 mod trace;
 
 use std::time::Duration;

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{Connection, NatsOptions, Reach};
@@ -100,15 +101,17 @@ impl Feed {
             let error = match connected.await.ok().flatten() {
                 None => "not connected to NATS yet".to_owned(),
                 Some(bus) => {
+                    let span = crate::line_span(&message.session_id, &message_id);
                     let sent = tokio::time::timeout(
                         SEND_TIMEOUT,
                         bus.publish_js(
                             subjects::session_human_from(&message.session_id, &identity),
                             &message_id,
-                            &TraceContext::new_root(),
+                            &TraceContext::of(&span),
                             &message,
                         ),
                     )
+                    .instrument(span)
                     .await;
                     match sent {
                         Ok(Ok(())) => return,
@@ -536,7 +539,7 @@ mod tests {
         bus.publish_js(
             subjects::session_log(session_id),
             "late-1",
-            &TraceContext::new_root(),
+            &TraceContext::none(),
             &entry,
         )
         .await

@@ -158,6 +158,18 @@ fn resume_hint(session_id: &str) -> String {
 /// Where the full-screen console logs when no `--log-file` is given:
 /// `$XDG_STATE_HOME/arbiter/console.log`, else `~/.local/state/arbiter/console.log`,
 /// else `arbiter-console.log` in the temporary directory.
+/// The span of one line the human sent: the root of its trace.
+pub(crate) fn line_span(session_id: &str, message_id: &str) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "human_line",
+        otel.name = "console human line",
+        otel.kind = "producer",
+        session.id = %session_id,
+        message.id = %message_id,
+    )
+}
+
 pub fn default_log_file() -> std::path::PathBuf {
     let state = std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())

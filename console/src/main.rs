@@ -121,7 +121,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         (None, true) => Some(arbiter_console::default_log_file()),
         (None, false) => None,
     };
-    let _guard = init_tracing(log_file.as_deref())?;
+    let (telemetry, _guard) = init_tracing(log_file.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -149,24 +149,29 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
     // Tokio reads stdin on a blocking thread that cannot be interrupted; waiting
     // for it would hang after Ctrl-C until the next Enter.
     runtime.shutdown_background();
+    // The spans of the lines sent go out before the process ends.
+    telemetry.shutdown();
     Ok(result?)
 }
 
-/// Logs to `file` (appending) when given, else to stderr. The guard flushes
-/// the file on drop.
-fn init_tracing(file: Option<&Path>) -> anyhow::Result<Option<WorkerGuard>> {
+/// Logs to `file` (appending) when given, else to stderr, and exports spans
+/// when the `OTEL_*` variables ask for it. The guard flushes the file on drop.
+fn init_tracing(
+    file: Option<&Path>,
+) -> anyhow::Result<(arbiter_bus::telemetry::Telemetry, Option<WorkerGuard>)> {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| match file {
             Some(_) => "info,async_nats=warn".into(),
             None => "warn".into(),
         });
     let Some(path) = file else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .init();
-        return Ok(None);
+        let telemetry = arbiter_bus::telemetry::init(
+            "arbiter-console",
+            filter,
+            std::io::stderr,
+            std::io::stderr().is_terminal(),
+        );
+        return Ok((telemetry, None));
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -178,12 +183,8 @@ fn init_tracing(file: Option<&Path>) -> anyhow::Result<Option<WorkerGuard>> {
         .open(path)
         .with_context(|| format!("cannot open the log file {}", path.display()))?;
     let (writer, guard) = tracing_appender::non_blocking(file);
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(false)
-        .init();
-    Ok(Some(guard))
+    let telemetry = arbiter_bus::telemetry::init("arbiter-console", filter, writer, false);
+    Ok((telemetry, Some(guard)))
 }
 
 /// Completes on Ctrl-C, SIGTERM or SIGHUP (the terminal went away). In the

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{NatsOptions, Reach};
@@ -320,14 +321,16 @@ where
             sent_at: Utc::now(),
         };
         self.progress.sending(&message_id);
+        let span = crate::line_span(self.session_id, &message_id);
         let sent = self
             .bus
             .publish_js(
                 subjects::session_human_from(self.session_id, &self.config.identity),
                 &message_id,
-                &TraceContext::new_root(),
+                &TraceContext::of(&span),
                 &message,
             )
+            .instrument(span)
             .await;
         if let Err(e) = sent {
             self.progress.not_sent(&message_id);

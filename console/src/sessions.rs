@@ -95,6 +95,8 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
         "STATE",
         "ORCHESTRATOR",
         "SUMMONED",
+        "TOKENS",
+        "COST",
         "LAST ACTIVITY",
     ]
     .map(str::to_owned);
@@ -122,6 +124,8 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
             state,
             active,
             s.summoned.to_string(),
+            s.spend.total.tokens().to_string(),
+            s.spend.total.cost_text(),
             at,
         ]);
     }
@@ -164,6 +168,7 @@ mod tests {
 
     fn status(id: &str, state: SessionState, at: DateTime<Utc>) -> SessionStatus {
         SessionStatus {
+            spend: Default::default(),
             v: 1,
             session_id: id.into(),
             state,
@@ -200,13 +205,22 @@ mod tests {
             orch_id: "o1".into(),
             number: 1,
         });
+        busy.spend.total = arbiter_protocol::Spend {
+            requests: 3,
+            input_tokens: 1000,
+            output_tokens: 200,
+            cost_nanos: 12_345_678,
+            ..Default::default()
+        };
+        // A request on a model with no price: its tokens, its cost unknown.
+        working.spend.total.record(Some([900, 20, 0, 0]), None);
         assert_eq!(
             table(&[busy, working, old], now),
             [
-                "SESSION       STATE                ORCHESTRATOR      SUMMONED  LAST ACTIVITY",
-                "s-busy        thinking (2 queued)  Orchestrator III  3         2026-11-22 11:59:18 UTC (42 s ago)",
-                "s-work        working              Orchestrator I    1         2026-11-22 11:59:57 UTC (just now)",
-                "0193a1b2-old  idle                 -                 0         2026-11-22 07:00:00 UTC (5 h ago)",
+                "SESSION       STATE                ORCHESTRATOR      SUMMONED  TOKENS  COST          LAST ACTIVITY",
+                "s-busy        thinking (2 queued)  Orchestrator III  3         1200    $0.0123       2026-11-22 11:59:18 UTC (42 s ago)",
+                "s-work        working              Orchestrator I    1         920     cost unknown  2026-11-22 11:59:57 UTC (just now)",
+                "0193a1b2-old  idle                 -                 0         0       $0.0000       2026-11-22 07:00:00 UTC (5 h ago)",
             ]
         );
     }

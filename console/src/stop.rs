@@ -46,7 +46,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
     bus.publish_js(
         subjects::session_human_from(session_id, identity),
         &message_id,
-        &TraceContext::new_root(),
+        &TraceContext::none(),
         &message,
     )
     .await?;

@@ -271,6 +271,7 @@ mod tests {
 
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {
+            spend: Default::default(),
             v: 1,
             session_id: "s".into(),
             state,
@@ -290,6 +291,7 @@ mod tests {
 
     fn orch(id: &str, state: OrchestratorState) -> OrchestratorStatus {
         OrchestratorStatus {
+            spend: Default::default(),
             v: 1,
             session_id: "s".into(),
             orch_id: id.into(),

@@ -54,7 +54,7 @@ impl Coordinator {
                 .publish_js(
                     subjects::session_log(&entry.session_id),
                     &id,
-                    &TraceContext::new_root(),
+                    &TraceContext::none(),
                     entry,
                 )
                 .await
@@ -163,6 +163,7 @@ fn arbiter(text: &str) -> LogBody {
 
 fn idle_status(session_id: &str, last_seq: u64) -> SessionStatus {
     SessionStatus {
+        spend: Default::default(),
         v: VERSION,
         session_id: session_id.to_owned(),
         state: SessionState::Idle,

@@ -71,6 +71,7 @@ impl Scene {
 
     fn session(&mut self, state: SessionState, pct: f32, active: bool) -> &mut Self {
         let status = SessionStatus {
+            spend: Default::default(),
             v: 1,
             session_id: SESSION.into(),
             state,
@@ -96,6 +97,7 @@ impl Scene {
         tool: Option<&str>,
     ) -> &mut Self {
         let status = OrchestratorStatus {
+            spend: Default::default(),
             v: 1,
             session_id: SESSION.into(),
             orch_id: ORCH.into(),

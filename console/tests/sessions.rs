@@ -27,6 +27,7 @@ async fn sessions(args: &[&str]) -> Output {
 fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
     let at = Utc::now() - age;
     SessionStatus {
+        spend: Default::default(),
         v: VERSION,
         session_id: id.into(),
         state,
@@ -94,12 +95,17 @@ async fn lists_sessions_newest_first() {
             "STATE",
             "ORCHESTRATOR",
             "SUMMONED",
+            "TOKENS",
+            "COST",
             "LAST ACTIVITY"
         ]
     );
-    assert_eq!(rows[1][..4], ["s-busy", "thinking", "Orchestrator II", "2"]);
+    assert_eq!(
+        rows[1][..6],
+        ["s-busy", "thinking", "Orchestrator II", "2", "0", "$0.0000"]
+    );
     // 20 s old when stored; the process may take a moment on a busy machine.
-    let age = rows[1][4]
+    let age = rows[1][6]
         .rsplit_once(" UTC (")
         .and_then(|(_, ago)| ago.strip_suffix(" s ago)"))
         .and_then(|secs| secs.parse::<u32>().ok());
@@ -107,8 +113,8 @@ async fn lists_sessions_newest_first() {
         age.is_some_and(|secs| (20..=25).contains(&secs)),
         "expected `<time> UTC (N s ago)` with N from 20 to 25: {stdout}"
     );
-    assert_eq!(rows[2][..4], ["s-old", "idle", "-", "0"]);
-    assert!(rows[2][4].ends_with("(3 h ago)"), "{stdout}");
+    assert_eq!(rows[2][..6], ["s-old", "idle", "-", "0", "0", "$0.0000"]);
+    assert!(rows[2][6].ends_with("(3 h ago)"), "{stdout}");
 
     let json = sessions(&["--json", "--nats-url", nats.url()]).await;
     assert!(json.status.success(), "{json:?}");

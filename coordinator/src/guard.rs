@@ -27,14 +27,14 @@ const SAME_ENOUGH: f64 = 0.8;
 const COMPARED_CHARS: usize = 4000;
 
 /// Why the session holds, and what waits for the human.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Hold {
     pub reason: String,
     pub waiting: VecDeque<Pending>,
 }
 
 /// What the guard remembers of the exchange with the active Orchestrator.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Exchange {
     /// The Arbiter's last two messages to the Orchestrator, newest last.
     pub to_orchestrator: VecDeque<String>,

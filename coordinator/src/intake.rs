@@ -15,7 +15,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::{Input, SessionHandle};
+use crate::session::{Input, Refused, SessionHandle};
 use crate::state;
 use crate::{Error, Result, Shared};
 
@@ -148,13 +148,33 @@ impl Registry {
         }
     }
 
+    /// Hands `input` to its session without waiting: a session whose inbox
+    /// is full must not stall the others. Its message goes back to the
+    /// server, to come again; the session's log says so.
     async fn deliver(&mut self, session_id: &str, input: Input) {
         let handle = self.handle(session_id).await;
-        if handle.send(input).await.is_err() {
-            tracing::error!(
+        match handle.offer(input) {
+            Ok(()) => {}
+            Err(Refused::Full(input)) => {
+                tracing::warn!(
+                    session.id = session_id,
+                    "session inbox full; message put back"
+                );
+                if matches!(*input, Input::Human { .. }) {
+                    // Admitted but not taken: it is admitted again when it comes back.
+                    self.shared.caps.taken(session_id);
+                }
+                if let Some(msg) = input.into_ack() {
+                    let delay = Some(crate::session::PUT_BACK_DELAY);
+                    if let Err(e) = msg.ack_with(AckKind::Nak(delay)).await {
+                        tracing::warn!(error = %e, "could not put a message back; it comes again after the ack wait");
+                    }
+                }
+            }
+            Err(Refused::Stopped) => tracing::error!(
                 session.id = session_id,
                 "session actor has stopped; input dropped"
-            );
+            ),
         }
     }
 
@@ -245,8 +265,11 @@ impl Registry {
         match decoded {
             Ok(message) => {
                 let session_id = message.session_id.clone();
-                self.deliver(&session_id, Input::Orchestrator(message, trace, Some(msg)))
-                    .await;
+                self.deliver(
+                    &session_id,
+                    Input::Orchestrator(Box::new(message), trace, Some(msg)),
+                )
+                .await;
             }
             Err(error) => {
                 tracing::error!(subject, %error, "malformed Orchestrator message rejected");

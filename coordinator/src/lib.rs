@@ -24,6 +24,19 @@ use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::Role;
 use arbiter_protocol::roles::NatsRole;
 
+/// The JSON Schemas of what the coordinator stores, by file stem in
+/// `docs/schemas/`: a session's state records and the pointer that stands
+/// for one too large for a message.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        ("session_state_record", schemars::schema_for!(state::Record)),
+        (
+            "session_state_pointer",
+            schemars::schema_for!(state::Pointer),
+        ),
+    ]
+}
+
 pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSOLE, Rate};
 
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
@@ -54,6 +67,9 @@ pub struct Config {
     pub loop_rounds: u32,
     /// Arbiter turns for one human message before the session holds; 0: no limit.
     pub max_turns_per_message: u32,
+    /// What each model's tokens cost (the built-in table unless the config
+    /// file's `[prices]` say otherwise).
+    pub prices: arbiter_llm::price::PriceTable,
 }
 
 impl Default for Config {
@@ -69,6 +85,7 @@ impl Default for Config {
             console_caps: ConsoleCaps::default(),
             loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
             max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
+            prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
 }

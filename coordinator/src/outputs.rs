@@ -200,6 +200,11 @@ impl Session {
         };
         active.outputs_seen = message.seq;
         let number = active.number;
+        if let Some(spend) = message.spend {
+            self.state
+                .spend
+                .set_orchestrator(&message.orch_id, number, spend);
+        }
         self.trace = trace;
         self.changed = true;
         match message.event {
@@ -225,6 +230,10 @@ impl Session {
                     handoff,
                 }));
                 if output.expects_response {
+                    if let Some(active) = self.state.active.as_mut() {
+                        active.asked = true;
+                        active.reminded = false;
+                    }
                     let report = output.message.clone();
                     let tool_calls = message.evidence.as_ref().map(Evidence::tool_calls);
                     self.enqueue(Pending::Orchestrator {

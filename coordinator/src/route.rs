@@ -81,6 +81,8 @@ impl Session {
         let seq = active.inputs_sent + 1;
         if let Some(a) = self.state.active.as_mut() {
             a.inputs_sent = seq;
+            a.asked = false;
+            a.reminded = false;
         }
         self.log(LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
             number: active.number,
@@ -108,6 +110,8 @@ impl Session {
             number,
             inputs_sent: 0,
             outputs_seen: 0,
+            asked: false,
+            reminded: false,
         });
         self.log(LogBody::Summoned(SummonedEntry {
             number,

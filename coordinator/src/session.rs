@@ -4,20 +4,23 @@
 //! inputs acknowledged.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arbiter_bus::TraceContext;
 use arbiter_llm::structured::{self, Progress, Structured};
 use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::{
-    ArbiterDelta, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody, LogEntry,
-    OrchestratorMessage, Role, SessionStatus, VERSION, WireError, orchestrator_name, subjects,
+    ArbiterDelta, ArbiterIntent, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody,
+    LogEntry, OrchestratorMessage, Role, SessionStatus, SystemEntry, VERSION, WireError,
+    orchestrator_name, subjects,
 };
 use async_nats::jetstream;
 use chrono::Utc;
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::caps::Refusal;
@@ -25,8 +28,14 @@ use crate::delta::MessageExtractor;
 use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
-/// Inputs a session's inbox holds before the intake waits.
-const INBOX_CAPACITY: usize = 256;
+/// Inputs a session's inbox holds. When it is full the intake never waits
+/// (that would stall every other session): it puts the message back on the
+/// server, to come again after [`PUT_BACK_DELAY`], and the session's log
+/// says so (see [`SessionHandle::offer`]).
+pub(crate) const INBOX_CAPACITY: usize = 256;
+/// How long a message put back because its session's inbox was full waits
+/// before the server delivers it again.
+pub(crate) const PUT_BACK_DELAY: Duration = Duration::from_secs(1);
 /// How often status is republished while nothing changes (consoles use it as a heartbeat).
 const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Human message ids remembered to drop redeliveries.
@@ -54,7 +63,7 @@ pub(crate) enum Input {
         refusal: Refusal,
         ack: Ack,
     },
-    Orchestrator(OrchestratorMessage, TraceContext, Ack),
+    Orchestrator(Box<OrchestratorMessage>, TraceContext, Ack),
     Malformed(WireError, Ack),
     /// No worker of `pool` answered after this Orchestrator was summoned.
     NoWorker {
@@ -63,15 +72,43 @@ pub(crate) enum Input {
     },
 }
 
+impl Input {
+    /// The JetStream message the input came in, if any.
+    pub(crate) fn into_ack(self) -> Ack {
+        match self {
+            Input::Human { ack, .. } | Input::Refused { ack, .. } => ack,
+            Input::Orchestrator(_, _, ack) | Input::Malformed(_, ack) => ack,
+            Input::NoWorker { .. } => None,
+        }
+    }
+}
+
 /// Cloneable address of a session actor.
 #[derive(Clone)]
 pub(crate) struct SessionHandle {
     tx: mpsc::Sender<Input>,
+    /// Messages put back since the session last said so in its log.
+    put_back: Arc<AtomicU64>,
+}
+
+/// Why an input was not handed to its session.
+pub(crate) enum Refused {
+    /// The inbox is full: the input comes back to the caller, to put back.
+    Full(Box<Input>),
+    /// The session actor has stopped.
+    Stopped,
 }
 
 impl SessionHandle {
-    pub(crate) async fn send(&self, input: Input) -> Result<(), ()> {
-        self.tx.send(input).await.map_err(|_| ())
+    /// Hands `input` to the session without waiting.
+    pub(crate) fn offer(&self, input: Input) -> Result<(), Refused> {
+        self.tx.try_send(input).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(input) => {
+                self.put_back.fetch_add(1, Ordering::Relaxed);
+                Refused::Full(Box::new(input))
+            }
+            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+        })
     }
 }
 
@@ -105,7 +142,14 @@ pub(crate) struct Session {
     pub id: String,
     pub transcript: Vec<Turn>,
     pub state: Snapshot,
+    /// The context of what the session last took (a human line, an
+    /// Orchestrator's output) or decided (a routing): what it publishes and
+    /// the spans of its next turn are children of it.
     pub trace: TraceContext,
+    /// The span of the Arbiter turn in flight (none between turns).
+    turn_span: tracing::Span,
+    /// Counts the model requests of the turn in flight.
+    meter: arbiter_llm::meter::Meter,
     /// The session's own inbox, for what its background checks find.
     pub inbox: mpsc::WeakSender<Input>,
     /// Effects decided in the current step, published after it is stored.
@@ -122,6 +166,8 @@ pub(crate) struct Session {
     cancel: CancellationToken,
     /// The running turn is to be abandoned (the human's `/stop`).
     abandon_turn: bool,
+    /// Messages the intake put back because the inbox was full.
+    put_back: Arc<AtomicU64>,
 }
 
 /// Starts a session actor, restored from its stored records if it has any.
@@ -132,13 +178,16 @@ pub(crate) async fn spawn(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
     let mut session = Session {
         shared,
         id,
         transcript: Vec::new(),
         state: Snapshot::new(),
-        trace: TraceContext::new_root(),
+        trace: TraceContext::none(),
+        turn_span: tracing::Span::none(),
+        meter: arbiter_llm::meter::Meter::default(),
         inbox: tx.downgrade(),
         effects: Vec::new(),
         acks: Vec::new(),
@@ -149,10 +198,11 @@ pub(crate) async fn spawn(
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
+        put_back: put_back.clone(),
     };
     session.restore().await;
     tasks.spawn(session.run(rx));
-    SessionHandle { tx }
+    SessionHandle { tx, put_back }
 }
 
 impl Session {
@@ -313,9 +363,7 @@ impl Session {
             self.stored_turns = self.transcript.len();
             self.changed = false;
             for effect in std::mem::take(&mut self.effects) {
-                if !state::publish(&self.shared.bus, &effect, &self.trace.child(), &self.cancel)
-                    .await
-                {
+                if !state::publish(&self.shared.bus, &effect, &self.trace, &self.cancel).await {
                     return false;
                 }
             }
@@ -383,6 +431,16 @@ impl Session {
     }
 
     async fn on_input(&mut self, input: Input) {
+        let put_back = self.put_back.swap(0, Ordering::Relaxed);
+        if put_back > 0 {
+            self.log(LogBody::System(SystemEntry {
+                text: format!(
+                    "{put_back} message(s) to this session came faster than it could take \
+                     them: they were put back and come again, so they may arrive after \
+                     later ones. Nothing was lost."
+                ),
+            }));
+        }
         match input {
             Input::Human {
                 message,
@@ -433,7 +491,7 @@ impl Session {
                 }
             }
             Input::Orchestrator(message, trace, ack) => {
-                self.on_orchestrator(message, trace, ack);
+                self.on_orchestrator(*message, trace, ack);
             }
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
@@ -499,51 +557,72 @@ impl Session {
         let shared = self.shared.clone();
         let session_id = self.id.clone();
         let turn = self.state.turns;
-        Box::pin(async move {
-            // The words go out as they are written; a forwarder publishes them
-            // so the model stream is never held up by NATS.
-            let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
-            let subject = subjects::session_delta(&session_id);
-            let forward = async {
-                while let Some(delta) = rx.recv().await {
-                    if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
-                        tracing::debug!(error = %e, "delta not published");
-                    }
-                }
-            };
-            let mut extractor = MessageExtractor::default();
-            let mut attempt = 0;
-            let call = structured::complete_with::<ArbiterOutput, _>(
-                shared.model.as_ref(),
-                request,
-                shared.config.schema_repairs,
-                // Moved in: the sender drops when the call ends, which ends the forwarder.
-                move |progress| match progress {
-                    Progress::Attempt(n) => {
-                        attempt = n;
-                        extractor = MessageExtractor::default();
-                    }
-                    Progress::Text(piece) => {
-                        if let Some(text) = extractor.push(piece) {
-                            let _ = tx.send(ArbiterDelta {
-                                v: VERSION,
-                                session_id: session_id.clone(),
-                                turn,
-                                attempt,
-                                intent: extractor.intent(),
-                                text,
-                                at: Utc::now(),
-                            });
+        // Every request of the turn is counted, repairs included.
+        let model = arbiter_llm::meter::Metered::new(shared.model.clone(), self.meter.clone());
+        // A turn is a span of its own, the child of what started it (in
+        // another process), not of the session's long-lived span.
+        let span = tracing::info_span!(
+            parent: None,
+            "invoke_agent",
+            otel.name = "invoke_agent arbiter",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = "arbiter",
+            session.id = %self.id,
+            arbiter.turn = i64::try_from(turn).unwrap_or(i64::MAX),
+        );
+        self.trace.adopt(&span);
+        self.turn_span = span.clone();
+        Box::pin(
+            async move {
+                // The words go out as they are written; a forwarder publishes them
+                // so the model stream is never held up by NATS.
+                let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
+                let subject = subjects::session_delta(&session_id);
+                let forward = async {
+                    while let Some(delta) = rx.recv().await {
+                        if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
+                            tracing::debug!(error = %e, "delta not published");
                         }
                     }
-                },
-            );
-            let (result, ()) = tokio::join!(call, forward);
-            result
-        })
+                };
+                let mut extractor = MessageExtractor::default();
+                let mut attempt = 0;
+                let call = structured::complete_with::<ArbiterOutput, _>(
+                    &model,
+                    request,
+                    shared.config.schema_repairs,
+                    // Moved in: the sender drops when the call ends, which ends the forwarder.
+                    move |progress| match progress {
+                        Progress::Attempt(n) => {
+                            attempt = n;
+                            extractor = MessageExtractor::default();
+                        }
+                        Progress::Text(piece) => {
+                            if let Some(text) = extractor.push(piece) {
+                                let _ = tx.send(ArbiterDelta {
+                                    v: VERSION,
+                                    session_id: session_id.clone(),
+                                    turn,
+                                    attempt,
+                                    intent: extractor.intent(),
+                                    text,
+                                    at: Utc::now(),
+                                });
+                            }
+                        }
+                    },
+                );
+                let (result, ()) = tokio::join!(call, forward);
+                result
+            }
+            .instrument(span),
+        )
     }
 
     fn finish_turn(&mut self, result: Result<Structured<ArbiterOutput>, LlmError>) {
+        // The turn's span ends with this step.
+        let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
+        self.charge_turn();
         match result {
             Ok(reply) => {
                 // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
@@ -554,7 +633,24 @@ impl Session {
                     role: TurnRole::Assistant,
                     text: reply.raw,
                 });
+                let intent = reply.value.intent;
+                let span = tracing::info_span!(
+                    parent: &turn_span,
+                    "route",
+                    otel.name = "arbiter route",
+                    session.id = %self.id,
+                    arbiter.intent = reply.value.intent.as_str(),
+                );
+                // What the decision publishes continues the trace from here.
+                self.trace = TraceContext::of(&span);
+                let _in_route = span.enter();
                 self.route(reply.value);
+                match intent {
+                    // The human was spoken to: their answer goes on.
+                    ArbiterIntent::AddressHuman => {}
+                    ArbiterIntent::Musings => self.question_left(Ending::Musings),
+                    _ => self.question_left(Ending::Rejected),
+                }
             }
             Err(e) => {
                 // The user turn stays: it reaches the Arbiter with the next message.
@@ -562,8 +658,58 @@ impl Session {
                 self.log(LogBody::Error(ErrorEntry {
                     error: e.to_wire(Role::Arbiter),
                 }));
+                self.question_left(Ending::Failed);
             }
         }
+    }
+
+    /// After a turn: an Orchestrator that asked a question must not wait
+    /// for an answer that no turn is coming to give. When nothing is queued
+    /// for the Arbiter and its turn did not answer, a turn that only mused is
+    /// reminded once (a new turn); otherwise the human is told, once.
+    fn question_left(&mut self, ending: Ending) {
+        let Some(active) = self.state.active.as_mut() else {
+            return;
+        };
+        if !active.asked || !self.state.queue.is_empty() || self.state.hold.is_some() {
+            return;
+        }
+        let name = orchestrator_name(active.number);
+        if ending == Ending::Musings && !active.reminded {
+            active.reminded = true;
+            let text = format!(
+                "{name} asked you a question and is waiting for your answer; musings reach \
+                 nobody. Answer it (address_orchestrator), or ask the human (address_human)."
+            );
+            self.log(LogBody::System(SystemEntry { text: text.clone() }));
+            self.enqueue(Pending::System { text });
+            return;
+        }
+        active.asked = false;
+        let why = match ending {
+            Ending::Musings => "ended in musings again",
+            Ending::Rejected => "could not be carried out",
+            Ending::Failed => "failed",
+        };
+        self.log(LogBody::System(SystemEntry {
+            text: format!(
+                "{name} asked a question and is waiting for an answer, but the Arbiter's \
+                 turn {why}. Write to go on, or /stop."
+            ),
+        }));
+    }
+
+    /// Adds the model requests the turn made (those of an abandoned turn
+    /// too, once they are known) to the Arbiter's spend, stored with the step.
+    fn charge_turn(&mut self) {
+        let model = &self.shared.config.model.model;
+        for usage in self.meter.take() {
+            self.shared
+                .config
+                .prices
+                .charge(&mut self.state.spend.arbiter, model, usage.as_ref());
+        }
+        self.state.spend.sum();
     }
 
     async fn publish_status(&mut self, thinking: bool, changed: bool) {
@@ -593,6 +739,7 @@ impl Session {
             last_seq: self.state.log_seq,
             created_at: self.state.created_at,
             at: Utc::now(),
+            spend: self.state.spend.clone(),
         };
         let bus = &self.shared.bus;
         if changed {
@@ -617,6 +764,14 @@ impl Session {
 }
 
 /// Context used, as a percentage of the budget.
+/// How an Arbiter turn that did not answer an Orchestrator's question ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Musings,
+    Rejected,
+    Failed,
+}
+
 pub(crate) fn percent(tokens: u64, budget: u64) -> f32 {
     if budget == 0 {
         return 0.0;

@@ -27,13 +27,13 @@ const INLINE_LIMIT: usize = 900 * 1024;
 const HEADROOM: usize = 64 * 1024;
 
 /// One message of the Arbiter's transcript. The Arbiter has no tools, so text suffices.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Turn {
     pub role: TurnRole,
     pub text: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum TurnRole {
     User,
@@ -41,7 +41,7 @@ pub(crate) enum TurnRole {
 }
 
 /// Something waiting to be said to the Arbiter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Pending {
     Human {
@@ -64,7 +64,7 @@ pub(crate) enum Pending {
 }
 
 /// The Orchestrator the Arbiter is speaking with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Active {
     pub orch_id: String,
     pub number: u32,
@@ -72,10 +72,18 @@ pub(crate) struct Active {
     pub inputs_sent: u64,
     /// The seq of the last output taken from it.
     pub outputs_seen: u64,
+    /// Its last report asked a question the Arbiter has not answered yet.
+    #[serde(default)]
+    pub asked: bool,
+    /// The Arbiter was reminded of that question once (after a turn that
+    /// ended in `musings`).
+    #[serde(default)]
+    pub reminded: bool,
 }
 
 /// Everything about a session except its transcript.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "SessionSnapshot")]
 pub(crate) struct Snapshot {
     pub active: Option<Active>,
     pub summoned: u32,
@@ -108,6 +116,10 @@ pub(crate) struct Snapshot {
     /// carries it to the successor.
     #[serde(default)]
     pub handoff: Option<arbiter_protocol::PriorHandoff>,
+    /// What the session's model requests cost so far: its Arbiter's, and
+    /// each Orchestrator's as its last message said.
+    #[serde(default)]
+    pub spend: arbiter_protocol::SessionSpend,
 }
 
 impl Snapshot {
@@ -129,12 +141,13 @@ impl Snapshot {
             turns_since_human: 0,
             exchange: crate::guard::Exchange::default(),
             handoff: None,
+            spend: arbiter_protocol::SessionSpend::default(),
         }
     }
 }
 
 /// A message a step decided to publish.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Effect {
     Log(LogEntry),
@@ -173,7 +186,8 @@ impl Effect {
 }
 
 /// One stored step of a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "SessionStateRecord")]
 pub(crate) struct Record {
     pub v: u32,
     pub session_id: String,
@@ -196,8 +210,9 @@ pub(crate) struct Restored {
 
 /// What the state subject holds instead of a record too large for one
 /// message: where in the object store the whole record is.
-#[derive(Debug, Serialize, Deserialize)]
-struct Pointer {
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "SessionStatePointer")]
+pub(crate) struct Pointer {
     v: u32,
     session_id: String,
     rev: u64,

@@ -59,6 +59,9 @@ pub struct ConfigFile {
     pub orchestrator: RoleFile,
     #[serde(default)]
     pub subagent: RoleFile,
+    /// `[prices."<model>"]`: prices over the built-in ones (see [`crate::price`]).
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, crate::price::PriceFile>,
 }
 
 /// `[anthropic]` / `[openai]`: how every role on that provider reaches it.
@@ -149,6 +152,11 @@ impl ConfigFile {
             )));
         }
         Ok(file)
+    }
+
+    /// The built-in price table with this file's prices over it.
+    pub fn price_table(&self) -> crate::price::PriceTable {
+        crate::price::PriceTable::defaults().with(&self.prices)
     }
 
     fn role(&self, role: Role) -> &RoleFile {

@@ -11,13 +11,16 @@ pub mod cli;
 pub mod config;
 mod error;
 mod http;
+pub mod meter;
 mod model_config;
 mod openai;
 pub mod output;
+pub mod price;
 mod repetition;
 mod retry;
 pub mod schema;
 pub mod structured;
+pub mod telemetry;
 mod types;
 
 use std::sync::Arc;
@@ -100,12 +103,14 @@ pub async fn collect(mut events: BoxStream<'static, Result<StreamEvent>>) -> Res
     ))
 }
 
-/// Builds the client a model configuration names.
+/// Builds the client a model configuration names, with a span around
+/// every request (see [`telemetry`]).
 pub fn client_for(config: &ModelConfig) -> Result<Arc<dyn Model>> {
-    Ok(match config.provider {
+    let client: Arc<dyn Model> = match config.provider {
         Provider::Anthropic => Arc::new(AnthropicClient::new(config.clone())?),
         Provider::OpenAi => Arc::new(OpenAiClient::new(config.clone())?),
-    })
+    };
+    Ok(Arc::new(telemetry::Traced::new(client, config)))
 }
 
 /// The context budget a role can really use: the configured budget, lowered

@@ -33,7 +33,7 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageRole {
     User,
@@ -42,7 +42,7 @@ pub enum MessageRole {
 
 /// Serializable so a transcript can be stored and resumed (the worker's
 /// Orchestrator state); the shape is Arbiter's own, not a provider's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Message {
     pub role: MessageRole,
     pub content: Vec<Block>,
@@ -64,7 +64,7 @@ impl Message {
 }
 
 /// One content block of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Block {
     Text {

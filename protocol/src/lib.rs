@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod roles;
 pub mod schema;
 pub mod session;
+pub mod spend;
 pub mod subjects;
 
 pub use error::{ModelErrorKind, Role, WireError};
@@ -29,6 +30,7 @@ pub use session::{
     HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MusingEntry, OrchestratorEntry,
     ReleasedEntry, SessionState, SessionStatus, SummonedEntry, SystemEntry,
 };
+pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 
 /// Version of the payloads this build writes. Readers accept any version and
 /// ignore fields they do not know; a breaking change would move to `arbiter.v2`.

@@ -84,6 +84,10 @@ pub struct OrchestratorMessage {
     /// so that older readers ignore it. Boxed: it is large next to the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Box<Handoff>>,
+    /// What the Orchestrator's model requests (its subagents' included)
+    /// cost since its summons, up to this message. Absent from older workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<crate::Spend>,
     pub sent_at: DateTime<Utc>,
 }
 
@@ -138,5 +142,8 @@ pub struct OrchestratorStatus {
     /// Only ever true with `state` `waiting`.
     #[serde(default)]
     pub parked: bool,
+    /// What its model requests (its subagents' included) cost so far.
+    #[serde(default)]
+    pub spend: crate::Spend,
     pub at: DateTime<Utc>,
 }

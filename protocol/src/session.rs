@@ -164,6 +164,9 @@ pub struct SessionStatus {
     pub last_seq: u64,
     pub created_at: DateTime<Utc>,
     pub at: DateTime<Utc>,
+    /// What the session's model requests cost so far (stored with its records).
+    #[serde(default)]
+    pub spend: crate::SessionSpend,
 }
 
 /// `session.<session_id>.delta`: the Arbiter's words as the model generates

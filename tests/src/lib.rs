@@ -7,6 +7,7 @@ pub mod mock_llm;
 pub mod mock_openai;
 pub mod nats;
 pub mod netns;
+pub mod otlp;
 pub mod secure;
 
 use std::future::Future;
@@ -16,6 +17,7 @@ pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, Semantics};
 pub use nats::NatsServer;
 pub use netns::NetNs;
+pub use otlp::OtlpReceiver;
 pub use secure::SecureNats;
 
 /// How often [`eventually`] polls.

@@ -197,7 +197,7 @@ async fn log_arbiter_words_at(url: &str, session: &str, seq: u64, text: &str) {
     bus.publish_js(
         subjects::session_log(session),
         &format!("{session}:log:{seq}"),
-        &arbiter_bus::TraceContext::new_root(),
+        &arbiter_bus::TraceContext::none(),
         &entry,
     )
     .await

@@ -80,6 +80,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
     // The attacker speaks first, as the active Orchestrator, far ahead.
     for seq in FORGED {
         let forged = OrchestratorMessage {
+            spend: Default::default(),
             v: VERSION,
             session_id: s.into(),
             orch_id: orch_id.clone(),
@@ -97,7 +98,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
             .publish_js(
                 subjects::orch_out(&orch_id),
                 &format!("forged-out-{seq}"),
-                &TraceContext::new_root(),
+                &TraceContext::none(),
                 &forged,
             )
             .await
@@ -180,7 +181,7 @@ async fn forged_input_seqs_never_silence_the_real_arbiter() {
             .publish_js(
                 subjects::orch_in(&orch_id),
                 &format!("forged-in-{seq}"),
-                &TraceContext::new_root(),
+                &TraceContext::none(),
                 &forged,
             )
             .await

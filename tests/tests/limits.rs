@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use arbiter_coordinator::{ConsoleCaps, Rate};
-use arbiter_tests::Gate;
+use arbiter_tests::{Gate, eventually};
 use common::*;
 use pretty_assertions::assert_eq;
 
@@ -230,4 +230,94 @@ async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_
             subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
         ]
     );
+}
+
+/// A session that cannot take its messages (here: its state records are
+/// refused by the server, so its actor retries a write) fills its inbox
+/// (256). The intake puts that session's further messages back on the
+/// server instead of waiting, so other sessions go on; once the session can
+/// store again, every message reaches it, and its log says some were put back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    // The state stream, set before the coordinator starts (it keeps an
+    // existing stream's settings): at most 2 records per session, new ones refused.
+    let mut state = arbiter_bus::setup::stream_configs()
+        .into_iter()
+        .find(|c| c.name == arbiter_protocol::subjects::STATE_STREAM)
+        .unwrap();
+    state.max_messages_per_subject = 2;
+    state.discard = async_nats::jetstream::stream::DiscardPolicy::New;
+    state.discard_new_per_subject = true;
+    sys.bus.js.update_stream(&state).await.unwrap();
+    sys.spawn_coordinator();
+
+    let stuck = "s-inbox-stuck";
+    let other = "s-inbox-other";
+    let stuck_log = sys.watch_log(stuck).await;
+    let other_log = sys.watch_log(other).await;
+    // The stuck session's Arbiter turn hangs; its first message stores
+    // two records (taken, turn started), so the second message's step is refused.
+    let never = Gate::new();
+    sys.mock.push(
+        &arbiter_lane("first"),
+        arbiter("address_human", "never sent").gated(never.clone()),
+    );
+    sys.send(stuck, "first").await;
+    stuck_log.wait_len(1).await;
+    sys.mock
+        .wait_for_requests(&arbiter_lane("first"), 1, WAIT)
+        .await;
+    // 300 more: the inbox holds 256, the rest are put back again and again.
+    const MORE: usize = 300;
+    for i in 0..MORE {
+        sys.send(stuck, &format!("more {i}")).await;
+    }
+
+    // Another session takes its message meanwhile (its log shows it; its
+    // records are held to the same 2, so its answer waits for the end).
+    sys.mock
+        .push(&arbiter_lane("hello"), arbiter("address_human", "Hello."));
+    sys.send(other, "hello").await;
+    other_log
+        .wait_for(
+            "the other session to take its message",
+            |b| matches!(b, arbiter_protocol::LogBody::Human(e) if e.text == "hello"),
+        )
+        .await;
+
+    // The stuck session can store again: every message reaches it, in its log once.
+    state.max_messages_per_subject = -1;
+    state.discard = async_nats::jetstream::stream::DiscardPolicy::Old;
+    state.discard_new_per_subject = false;
+    sys.bus.js.update_stream(&state).await.unwrap();
+    let humans = |bodies: &[arbiter_protocol::LogBody]| {
+        bodies
+            .iter()
+            .filter(|b| matches!(b, arbiter_protocol::LogBody::Human(_)))
+            .count()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "every message in the stuck session's log",
+        || async { (humans(&stuck_log.bodies()) == MORE + 1).then_some(()) },
+    )
+    .await;
+    // And its log says what happened to the late ones (what the sender sees).
+    let told = stuck_log.bodies().iter().any(|b| {
+        matches!(b, arbiter_protocol::LogBody::System(e)
+            if e.text.contains("came faster than it could take them: they were put back"))
+    });
+    assert!(told, "{:#?}", stuck_log.bodies());
+    other_log
+        .wait_for(
+            "the other session's answer",
+            |b| matches!(b, arbiter_protocol::LogBody::Arbiter(e) if e.text == "Hello."),
+        )
+        .await;
+    never.open();
 }

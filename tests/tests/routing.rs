@@ -65,6 +65,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
     // coordinator reads Orchestrator output in stream order, so once II's
     // answer (published after it) is in the log, I's has been dealt with.
     let late = OrchestratorMessage {
+        spend: Default::default(),
         v: VERSION,
         session_id: s.into(),
         orch_id: orch_one.clone(),
@@ -82,7 +83,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
         .publish_js(
             subjects::orch_out(&orch_one),
             "late-1",
-            &TraceContext::new_root(),
+            &TraceContext::none(),
             &late,
         )
         .await
@@ -363,5 +364,89 @@ async fn musings_are_logged_and_never_routed() {
         requests[1]
             .all_text()
             .contains("The mortal wavers between paths.")
+    );
+}
+
+fn system_text(body: &LogBody) -> Option<&str> {
+    match body {
+        LogBody::System(e) => Some(e.text.as_str()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_met_with_musings_is_reminded_once_then_told_to_the_human() {
+    let sys = System::start().await;
+    let s = "s-question-musings";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Write the config loader");
+    sys.mock.push(
+        &arb,
+        arbiter("summon_orchestrator", "Brief: the config loader."),
+    );
+    sys.mock.push(
+        &orch_lane("Brief: the config loader."),
+        orch(true, "The config file needs a format. TOML or YAML?"),
+    );
+    // The Arbiter only muses, twice: nobody would ever answer the question.
+    sys.mock.push(&arb, arbiter("musings", "TOML, probably."));
+    sys.mock.push(&arb, arbiter("musings", "Or YAML."));
+    sys.send(s, "Write the config loader").await;
+
+    // What the human sees: a line saying the Orchestrator waits.
+    log.wait_for("the human told that the question waits", |b| {
+        system_text(b).is_some_and(|t| {
+            t.starts_with("Orchestrator I asked a question and is waiting for an answer")
+                && t.contains("ended in musings again")
+        })
+    })
+    .await;
+    // Between the two musings the Arbiter was reminded of the question.
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 3, "summon, musing, reminded musing");
+    let reminder = requests[2].last_user_text();
+    assert!(
+        reminder.contains("Orchestrator I asked you a question and is waiting for your answer"),
+        "{reminder}"
+    );
+    // The question itself is still in what the Arbiter reads.
+    assert!(requests[2].all_text().contains("TOML or YAML?"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_whose_arbiter_turn_fails_is_told_to_the_human() {
+    let sys = System::start().await;
+    let s = "s-question-failed";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Write the config parser");
+    sys.mock.push(
+        &arb,
+        arbiter("summon_orchestrator", "Brief: the config parser."),
+    );
+    sys.mock.push(
+        &orch_lane("Brief: the config parser."),
+        orch(true, "Should unknown keys be an error?"),
+    );
+    // The Arbiter's turn on the question fails for good (not retried).
+    sys.mock.push(
+        &arb,
+        MockReply::http_error(401, "authentication_error", "invalid x-api-key"),
+    );
+    sys.send(s, "Write the config parser").await;
+
+    let told = log
+        .wait_for("the human told that the question waits", |b| {
+            system_text(b).is_some_and(|t| {
+                t == "Orchestrator I asked a question and is waiting for an answer, but the \
+                      Arbiter's turn failed. Write to go on, or /stop."
+            })
+        })
+        .await;
+    // After the failure's error entry, not before.
+    let bodies = log.bodies();
+    assert!(
+        matches!(&bodies[told - 1], LogBody::Error(_)),
+        "{:?}",
+        &bodies[told - 1]
     );
 }

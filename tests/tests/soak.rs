@@ -232,7 +232,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             .publish_js(
                 subjects::session_human(&session),
                 &message.message_id,
-                &TraceContext::new_root(),
+                &TraceContext::none(),
                 &message,
             )
             .await

@@ -25,6 +25,7 @@ use async_nats::jetstream::AckKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::context;
@@ -94,6 +95,9 @@ pub(crate) struct Agent {
     cap: Option<u64>,
     /// A reply of this turn was cut off and the cap raised already.
     grown: bool,
+    /// The span of the turn in flight, from the input that started it to
+    /// the output that ends it (none while it waits).
+    turn: tracing::Span,
 }
 
 impl Agent {
@@ -130,7 +134,33 @@ impl Agent {
             baseline: start.baseline,
             cap: None,
             grown: false,
+            turn: tracing::Span::none(),
         }
+    }
+
+    /// Starts the span of a turn, the child of the message that started it
+    /// (the summons, or the Arbiter's input), unless one is in flight.
+    pub(crate) fn begin_turn(&mut self, parent: &arbiter_bus::TraceContext) {
+        if !self.turn.is_none() || matches!(self.snap.phase, Phase::Ended { .. }) {
+            return;
+        }
+        let status = self.status.get();
+        let span = tracing::info_span!(
+            parent: None,
+            "invoke_agent",
+            otel.name = "invoke_agent orchestrator",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = "orchestrator",
+            gen_ai.agent.id = %status.orch_id,
+            session.id = %status.session_id,
+        );
+        parent.adopt(&span);
+        self.turn = span;
+    }
+
+    /// Ends the span of the turn in flight.
+    fn end_turn(&mut self) {
+        self.turn = tracing::Span::none();
     }
 
     /// The warning for the model's next request, if context use calls for one.
@@ -281,7 +311,15 @@ impl Agent {
                     s.tool_count += 1;
                 })
                 .await;
-            let outcome = self.during(self.tool(name.clone(), input.clone())).await?;
+            let span = tools::span(&self.turn, &name, &id);
+            let call = self
+                .tool(name.clone(), input.clone())
+                .instrument(span.clone());
+            let outcome = self.during(call).await?;
+            tools::record(&span, &outcome);
+            self.snap.spend = self.snap.spend.plus(&outcome.spend);
+            let spend = self.snap.spend;
+            self.status.update(|s| s.spend = spend).await;
             self.snap.tally.record(&name, &input, &outcome);
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
@@ -324,9 +362,14 @@ impl Agent {
             Some(evidence),
         );
         message.handoff = handoff;
+        message.spend = Some(self.snap.spend);
         if waits {
             self.snap.notes_in_a_row = 0;
             self.snap.phase = Phase::Waiting;
+            // Published with the turn's context; the turn ends with it.
+            let stored = self.step(vec![message]).await;
+            self.end_turn();
+            return stored;
         } else {
             let notes = self.snap.notes_in_a_row;
             let text = if notes >= self.shared.config.max_consecutive_notes {
@@ -355,12 +398,14 @@ impl Agent {
         self.snap.phase = Phase::Ended {
             reason: EndReason::Failed,
         };
-        let message = self.outbox.message(
+        let mut message = self.outbox.message(
             self.snap.out_seq,
             OrchestratorEvent::Failed(OrchestratorFailed { error }),
             None,
         );
+        message.spend = Some(self.snap.spend);
         self.step(vec![message]).await?;
+        self.end_turn();
         Err(Stop::Failed)
     }
 
@@ -385,6 +430,7 @@ impl Agent {
             .await?;
         self.transcript.mark_stored();
         self.stored = self.snap.clone();
+        self.outbox.trace = arbiter_bus::TraceContext::of(&self.turn);
         for msg in self.held.drain(..) {
             if let Err(e) = msg.ack().await {
                 tracing::warn!(error = %e, "ack of an input failed; it may come again and be dropped as stored");
@@ -427,7 +473,17 @@ impl Agent {
                 return tools::run(&ctx, &name, &input).await;
             }
             match tools::parse::<TaskInput>(&name, &input) {
-                Ok(task) => subagent::run(&shared.subagent, &ctx, task, &status).await,
+                Ok(task) => {
+                    let span = tracing::info_span!(
+                        "invoke_agent",
+                        otel.name = "invoke_agent subagent",
+                        gen_ai.operation.name = "invoke_agent",
+                        gen_ai.agent.name = "subagent",
+                    );
+                    subagent::run(&shared.subagent, &ctx, task, &status)
+                        .instrument(span)
+                        .await
+                }
                 Err(error) => error,
             }
         }
@@ -443,13 +499,19 @@ impl Agent {
             max_output_tokens: self.cap,
         };
         let model = self.shared.model.clone();
-        let response = self
-            .during(async move { model.complete(request).await })
-            .await?;
+        let call = async move { model.complete(request).await }.instrument(self.turn.clone());
+        let response = self.during(call).await?;
         let response = match response {
             Ok(response) => response,
             Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
         };
+        let model = &self.shared.config.model.model;
+        self.shared
+            .config
+            .prices
+            .charge(&mut self.snap.spend, model, response.usage.as_ref());
+        let spend = self.snap.spend;
+        self.status.update(|s| s.spend = spend).await;
         if let Some(tokens) = context::tokens_of(&response) {
             self.snap.context_tokens = tokens;
             let budget = self.shared.config.context_budget;

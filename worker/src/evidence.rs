@@ -25,7 +25,9 @@ const MASK: &str = "***";
 const MIN_SECRET_LEN: usize = 8;
 
 /// Calls of one tool so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub(crate) struct Calls {
     pub calls: u64,
     pub failed: u64,
@@ -33,7 +35,7 @@ pub(crate) struct Calls {
 
 /// Tool calls and commands since the summons; part of the stored snapshot,
 /// so a worker that takes over goes on counting.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Tally {
     #[serde(default)]
     pub tools: BTreeMap<String, Calls>,
@@ -170,6 +172,7 @@ mod tests {
             content: String::new(),
             is_error,
             exit_code,
+            spend: Default::default(),
         }
     }
 

@@ -31,6 +31,23 @@ pub mod workspace;
 
 pub use slots::WorkerPresence;
 
+/// The JSON Schemas of what a worker stores and answers, by file stem in
+/// `docs/schemas/`: its Orchestrators' state records (and the pointer that
+/// stands for one too large for a message) and its presence.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        (
+            "orchestrator_state_record",
+            schemars::schema_for!(state::Record),
+        ),
+        (
+            "orchestrator_state_pointer",
+            schemars::schema_for!(state::Pointer),
+        ),
+        ("worker_presence", schemars::schema_for!(WorkerPresence)),
+    ]
+}
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,6 +111,9 @@ pub struct Config {
     /// Orchestrators parked at once, at most; past that, a waiting
     /// Orchestrator keeps its slot. `None`: [`PARKED_PER_SLOT`] per slot.
     pub max_parked: Option<usize>,
+    /// What each model's tokens cost (the built-in table unless the config
+    /// file's `[prices]` say otherwise).
+    pub prices: arbiter_llm::price::PriceTable,
 }
 
 impl Default for Config {
@@ -116,6 +136,7 @@ impl Default for Config {
             input_gap_wait: DEFAULT_INPUT_GAP_WAIT,
             park_after: Some(DEFAULT_PARK_AFTER),
             max_parked: None,
+            prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
 }
@@ -224,6 +245,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.subagent_context_budget,
         )
         .await,
+        model_name: config
+            .subagent_model
+            .as_ref()
+            .unwrap_or(&config.model)
+            .model
+            .clone(),
+        prices: config.prices.clone(),
         model: subagent_model,
         max_calls: config.subagent_max_calls,
     };
@@ -362,8 +390,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if msg.info().is_ok_and(|info| info.delivered > 1) {
             tracing::info!(orch.id = %summon.orch_id, "summons delivered again: taking the Orchestrator over");
         }
+        let trace = arbiter_bus::TraceContext::from_headers(msg.headers.as_ref());
         let held = lease::Lease::start(msg, shared.lease / 3);
         let summoned = orchestrator::Summoned {
+            trace,
             registered: leases.register(&summon.orch_id, held.clone()),
             slot: slots.occupy(permit, &summon.orch_id),
             lease: held,

@@ -132,14 +132,20 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn try_main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,async_nats=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let telemetry = arbiter_bus::telemetry::init(
+        "arbiter-worker",
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "info,async_nats=warn".into()),
+        std::io::stderr,
+        std::io::stderr().is_terminal(),
+    );
+    let result = run_main().await;
+    // Spans still buffered go out before the process ends.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    result
+}
+
+async fn run_main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let file = cli.providers.load_file()?;
     let providers = cli.providers.overrides();
@@ -190,7 +196,9 @@ async fn try_main() -> anyhow::Result<()> {
         unshare_net: cli.sandbox_unshare_net,
     };
     let defaults = arbiter_worker::Config::default();
+    let prices = file.price_table();
     let config = arbiter_worker::Config {
+        prices,
         nats: cli.nats.options(),
         pool: cli.pool,
         max_orchestrators: cli.max_orchestrators,

@@ -47,6 +47,8 @@ pub(crate) struct Summoned {
     pub lease: Arc<Lease>,
     pub registered: Registered,
     pub slot: Slot,
+    /// The context the summons came with: its first turn continues that trace.
+    pub trace: arbiter_bus::TraceContext,
 }
 
 /// Runs one Orchestrator in its slot until it ends, is taken over, or the
@@ -63,6 +65,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         lease,
         registered,
         slot,
+        trace,
     } = summoned;
     let stopper = Stopper::new(&shutdown);
     let worker_id = shared.config.worker_id.clone();
@@ -221,6 +224,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         status.clone(),
         outbox,
     );
+    agent.begin_turn(&trace);
     let stopped = agent.run().await;
     let end = match stopped {
         Stop::Failed => End::Done(None),
@@ -324,6 +328,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         current_tool: None,
         tool_count: snapshot.tool_count,
         parked: false,
+        spend: snapshot.spend,
         at: Utc::now(),
     }
 }

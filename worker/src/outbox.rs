@@ -19,7 +19,8 @@ pub(crate) struct Outbox {
     bus: Bus,
     session_id: String,
     orch_id: String,
-    trace: TraceContext,
+    /// The context its outputs go with: the span of the turn that made them.
+    pub(crate) trace: TraceContext,
 }
 
 impl Outbox {
@@ -28,7 +29,7 @@ impl Outbox {
             bus,
             session_id: session_id.to_owned(),
             orch_id: orch_id.to_owned(),
-            trace: TraceContext::new_root(),
+            trace: TraceContext::none(),
         }
     }
 
@@ -47,6 +48,7 @@ impl Outbox {
             event,
             evidence,
             handoff: None,
+            spend: None,
             sent_at: Utc::now(),
         }
     }
@@ -67,7 +69,7 @@ impl Outbox {
                     .publish_js(
                         subjects::orch_out(&self.orch_id),
                         &msg_id,
-                        &self.trace.child(),
+                        &self.trace,
                         message,
                     )
                     .await

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// What a worker tells the fleet about itself: the `presence` endpoint's
 /// answer and the `data` of its `$SRV.STATS` reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkerPresence {
     pub worker_id: String,
     pub pool: String,

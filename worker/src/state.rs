@@ -35,7 +35,7 @@ const INLINE_LIMIT: usize = 900 * 1024;
 const HEADROOM: usize = 64 * 1024;
 
 /// Where an Orchestrator stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 pub(crate) enum Phase {
     /// Calling the model or running tools.
@@ -46,7 +46,7 @@ pub(crate) enum Phase {
     Ended { reason: EndReason },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EndReason {
     Released,
@@ -55,7 +55,8 @@ pub(crate) enum EndReason {
 }
 
 /// Everything about an Orchestrator except its transcript.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorSnapshot")]
 pub(crate) struct Snapshot {
     #[serde(flatten)]
     pub phase: Phase,
@@ -76,6 +77,9 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
+    /// What its model requests (its subagents' included) cost so far.
+    #[serde(default)]
+    pub spend: arbiter_protocol::Spend,
 }
 
 impl Snapshot {
@@ -90,12 +94,14 @@ impl Snapshot {
             repairs: 0,
             context_tokens: 0,
             tally: Tally::default(),
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 }
 
 /// One stored step of an Orchestrator.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorStateRecord")]
 pub(crate) struct Record {
     #[serde(default = "arbiter_protocol::version")]
     pub v: u32,
@@ -128,8 +134,9 @@ pub(crate) struct Record {
 
 /// What the subject holds instead of a record too large for one message:
 /// where in the object store the whole record is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Pointer {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "OrchestratorStatePointer")]
+pub(crate) struct Pointer {
     #[serde(default = "arbiter_protocol::version")]
     v: u32,
     orch_id: String,

@@ -6,6 +6,7 @@
 //! is published. It is bounded by a number of model calls.
 
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use arbiter_llm::{Block, Message, MessageRole, Model, Request, StopReason};
 
@@ -18,6 +19,9 @@ use crate::tools::{self, ToolContext, ToolOutcome};
 /// The subagent role: what every subagent of this worker runs with.
 pub(crate) struct SubagentRole {
     pub model: Arc<dyn Model>,
+    /// The model's name, for its price.
+    pub model_name: String,
+    pub prices: arbiter_llm::price::PriceTable,
     /// Tokens of context a subagent may use; what its warnings are measured against.
     pub context_budget: u64,
     /// Model calls one subagent may make before it is stopped.
@@ -34,6 +38,20 @@ pub(crate) async fn run(
     ctx: &ToolContext,
     input: TaskInput,
     status: &StatusHandle,
+) -> ToolOutcome {
+    let mut spend = arbiter_protocol::Spend::default();
+    let mut outcome = work(role, ctx, input, status, &mut spend).await;
+    outcome.spend = spend;
+    outcome
+}
+
+/// [`run`], counting what its model requests cost in `spend`.
+async fn work(
+    role: &SubagentRole,
+    ctx: &ToolContext,
+    input: TaskInput,
+    status: &StatusHandle,
+    spend: &mut arbiter_protocol::Spend,
 ) -> ToolOutcome {
     if input.prompt.trim().is_empty() {
         return ToolOutcome::error(
@@ -65,7 +83,11 @@ pub(crate) async fn run(
             response = role.model.complete(request) => response,
         };
         let response = match response {
-            Ok(response) => response,
+            Ok(response) => {
+                role.prices
+                    .charge(spend, &role.model_name, response.usage.as_ref());
+                response
+            }
             Err(e) => {
                 tracing::warn!(error = %e, call, "subagent model call failed");
                 return ToolOutcome::error(format!(
@@ -100,7 +122,11 @@ pub(crate) async fn run(
                     s.current_tool = Some(format!("{TASK} › {}", tools::display_name(&name)));
                 })
                 .await;
-            let outcome = tools::run(ctx, &name, &input).await;
+            let span = tools::span(&tracing::Span::current(), &name, &id);
+            let outcome = tools::run(ctx, &name, &input)
+                .instrument(span.clone())
+                .await;
+            tools::record(&span, &outcome);
             results.push(Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,

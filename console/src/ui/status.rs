@@ -1,6 +1,7 @@
-//! The status area: a context bar for the Arbiter and one for the active
-//! Orchestrator with its current tool and liveness, or "Awaiting your
-//! command." when no Orchestrator is active.
+//! The status area: a context bar for the Arbiter (with what the session
+//! has cost so far) and one for the active Orchestrator (with what it has
+//! cost) with its current tool and liveness, or "Awaiting your command."
+//! when no Orchestrator is active.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,17 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         }
         ArbiterLiveness::Unknown(blind) => Some((unknown(blind).to_owned(), theme::dim())),
     };
+    // What the session has cost, once a model request has been answered.
+    let session_cost = vitals
+        .session_status()
+        .map(|s| s.spend.total)
+        .filter(|spend| spend.requests > 0)
+        .map(|spend| format!("session {}", spend.cost_text()));
+    let arbiter_state = match (arbiter_state, session_cost) {
+        (Some((text, style)), Some(cost)) => Some((format!("{text} · {cost}"), style)),
+        (None, Some(cost)) => Some((cost, theme::dim())),
+        (state, None) => state,
+    };
     // Both bars get the same size: full where the longest label leaves room.
     let bar = if width >= 2 + LONG_LABEL + 1 + MIN_RULE + 1 + BAR + 1 + PCT + PAD {
         Bar::Full
@@ -59,9 +71,13 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         return rows;
     };
     let status = vitals.active_status();
+    let cost = status
+        .map(|s| s.spend)
+        .filter(|spend| spend.requests > 0)
+        .map(|spend| (spend.cost_text(), theme::dim()));
     rows.push(bar_line(
         Span::styled(orchestrator_name(number), theme::orchestrator(number)),
-        None,
+        cost,
         status.map(|s| s.context_pct),
         bar,
         width,

@@ -326,6 +326,14 @@ impl System {
 
     /// Runs the real coordinator binary against this system, as a process.
     pub fn coordinator_process(&self) -> tokio::process::Child {
+        self.coordinator_process_with(&[])
+    }
+
+    /// [`System::coordinator_process`] with more environment variables.
+    pub fn coordinator_process_with(
+        &self,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> tokio::process::Child {
         tokio::process::Command::new(arbiter_tests::bin("arbiter-coordinator"))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -337,6 +345,7 @@ impl System {
             .env("ARBITER_MAX_SESSIONS_PER_CONSOLE", "0")
             .env("ARBITER_CONSOLE_RATE", "off")
             .env("RUST_LOG", "info,async_nats=warn")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(process_log("coordinator"))
@@ -467,7 +476,7 @@ impl System {
         self.console
             .as_ref()
             .unwrap_or(&self.bus)
-            .publish_js(subject, &message_id, &TraceContext::new_root(), &message)
+            .publish_js(subject, &message_id, &TraceContext::none(), &message)
             .await
             .unwrap();
         message_id

@@ -64,7 +64,7 @@ pub async fn summon_as(
         .publish_js(
             subjects::summon(pool),
             msg_id,
-            &TraceContext::new_root(),
+            &TraceContext::none(),
             &summon,
         )
         .await
@@ -85,7 +85,7 @@ pub async fn input(sys: &System, session: &str, orch_id: &str, seq: u64, text: &
         .publish_js(
             subjects::orch_in(orch_id),
             &format!("{orch_id}:in:{seq}"),
-            &TraceContext::new_root(),
+            &TraceContext::none(),
             &input,
         )
         .await
@@ -104,7 +104,7 @@ pub async fn control(sys: &System, orch_id: &str, action: ControlAction) {
         .publish_js(
             subjects::orch_ctl(orch_id),
             &format!("{orch_id}:ctl:{action:?}"),
-            &TraceContext::new_root(),
+            &TraceContext::none(),
             &control,
         )
         .await

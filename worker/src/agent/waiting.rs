@@ -182,6 +182,9 @@ impl Agent {
 
     /// Takes the next input in order.
     async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
+        self.begin_turn(&arbiter_bus::TraceContext::from_headers(
+            input.msg.headers.as_ref(),
+        ));
         self.snap.in_seq = input.seq;
         self.held.push(input.msg);
         if now {

@@ -25,7 +25,7 @@ pub(crate) const SKIPPED_DIRS: [&str; 6] = [
 ];
 
 /// A file as a walk saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Stamp {
     pub size: u64,
     /// Modification time, nanoseconds since the Unix epoch.
@@ -33,7 +33,7 @@ pub(crate) struct Stamp {
 }
 
 /// One walk of a workspace.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Walk {
     /// Files (and symlinks, not followed) by path relative to the root.
     pub files: BTreeMap<String, Stamp>,
@@ -43,7 +43,7 @@ pub(crate) struct Walk {
 }
 
 /// What an Orchestrator's outputs compare the workspace against.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Baseline {
     #[serde(flatten)]
     pub walk: Walk,

@@ -95,11 +95,14 @@ fn setup(
     };
     let role = SubagentRole {
         model,
+        model_name: "m".into(),
+        prices: arbiter_llm::price::PriceTable::defaults(),
         context_budget: 1000,
         max_calls,
     };
     let status = StatusHandle::new(
         OrchestratorStatus {
+            spend: Default::default(),
             v: 1,
             session_id: "s".into(),
             orch_id: "o".into(),

@@ -49,6 +49,8 @@ pub struct ToolOutcome {
     /// For `bash`: the command's exit code, when it exited by itself. Not
     /// shown to the model apart from `content`; it goes into the evidence.
     pub exit_code: Option<i32>,
+    /// For `task`: what the subagent's model requests cost.
+    pub spend: arbiter_protocol::Spend,
 }
 
 impl ToolOutcome {
@@ -58,6 +60,7 @@ impl ToolOutcome {
             content: cap(content, MAX_RESULT_BYTES),
             is_error: false,
             exit_code: None,
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 
@@ -67,6 +70,7 @@ impl ToolOutcome {
             content: cap(content, MAX_RESULT_BYTES),
             is_error: true,
             exit_code: None,
+            spend: arbiter_protocol::Spend::default(),
         }
     }
 }
@@ -114,6 +118,30 @@ pub fn display_name(name: &str) -> String {
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &Value) -> Result<T, ToolOutcome> {
     serde_json::from_value(input.clone())
         .map_err(|e| ToolOutcome::error(format!("{tool}: invalid input: {e}")))
+}
+
+/// The span of one tool call (the GenAI conventions' `execute_tool`), a
+/// child of `parent`. Its input and result stay out of it.
+pub(crate) fn span(parent: &tracing::Span, name: &str, call_id: &str) -> tracing::Span {
+    tracing::info_span!(
+        parent: parent,
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {name}"),
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %name,
+        gen_ai.tool.call.id = %call_id,
+        gen_ai.tool.type = "function",
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Marks a tool call's span failed when its outcome is an error.
+pub(crate) fn record(span: &tracing::Span, outcome: &ToolOutcome) {
+    if outcome.is_error {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", "tool_error");
+    }
 }
 
 /// Runs one call of a basic tool. Every failure is an error outcome.

@@ -1,0 +1,535 @@
+"""A small Arbiter worker in Python, written from docs/protocol.md alone.
+
+It runs Orchestrators for one pool: it takes summonses from the shared
+`pool-<pool>` consumer (the summons is the lease, renewed with +WPI), claims
+each Orchestrator from its state records (fenced writes), stores every step
+before publishing it, takes inputs in `seq` order, and ends on release,
+cancel or failure. The model is an Anthropic Messages server, called without
+tools: every reply must be the JSON of an OrchestratorOutput.
+
+Simplifications (see README.md): no tools, no subagents, no parking, no
+context warnings; inputs and control are read between model calls, not
+during one. Settings come from the environment, as `arbiter-worker` reads
+them (see the Conformance kit section of docs/protocol.md).
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from datetime import datetime, timezone
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import APIError, NotFoundError
+
+PREFIX = "arbiter.v1"
+TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+WRONG_LAST_SEQUENCE = 10071
+INPUT_GAP_WAIT = 60.0
+SYSTEM_PROMPT = (
+    "You are an Orchestrator. Reply with JSON only, exactly "
+    '{"expects_response": <bool>, "message": "<text>"}: expects_response is '
+    "true when you need an answer before going on."
+)
+
+
+def now():
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def env(name, default=None):
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+class Fenced(Exception):
+    """Another worker holds the lease: stop at once, publish nothing."""
+
+
+class Stopped(Exception):
+    """A release or cancel came."""
+
+    def __init__(self, action, msg):
+        super().__init__(action)
+        self.action, self.msg = action, msg
+
+
+class Worker:
+    def __init__(self):
+        self.url = env("NATS_URL", "nats://127.0.0.1:4222")
+        self.pool = env("ARBITER_POOL", "default")
+        self.worker_id = env("ARBITER_WORKER_ID", "worker-" + uuid.uuid4().hex)
+        self.lease = float(env("ARBITER_LEASE_SECS", "6"))
+        self.slots = asyncio.Semaphore(int(env("ARBITER_MAX_ORCHESTRATORS", "4")))
+        self.slots_total = int(env("ARBITER_MAX_ORCHESTRATORS", "4"))
+        self.root = env("ARBITER_WORKSPACE_ROOT", "workspaces")
+        self.base_url = env("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
+        self.api_key = env("ANTHROPIC_API_KEY", "")
+        self.model = env("ORCHESTRATOR_MODEL", "anthropic:claude-sonnet-4-5").split(":", 1)[-1]
+        self.repairs = int(env("ORCHESTRATOR_SCHEMA_REPAIRS", "2"))
+        self.max_notes = int(env("ORCHESTRATOR_MAX_NOTES", "8"))
+        self.running = {}  # orch_id -> Orchestrator
+        self.stop = asyncio.Event()
+
+    async def run(self):
+        self.nc = await nats.connect(self.url, name=self.worker_id)
+        self.js = self.nc.jetstream()
+        for stream in ("ARBITER_ORCH", "ARBITER_SUMMONS", "ARBITER_ORCH_STATE"):
+            await self.js.stream_info(stream)
+        durable = f"pool-{self.pool}"
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=f"{PREFIX}.summon.{self.pool}",
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.lease,
+            max_ack_pending=100_000,
+        )
+        try:
+            await self.js.add_consumer("ARBITER_SUMMONS", config)  # creates or updates
+        except APIError as e:
+            print(f"could not set the pool consumer's lease: {e}", file=sys.stderr)
+        info = await self.js.consumer_info("ARBITER_SUMMONS", durable)
+        self.ack_wait = info.config.ack_wait or self.lease
+        sub = await self.js.pull_subscribe_bind(durable=durable, stream="ARBITER_SUMMONS")
+        await self.presence()
+        print(f"worker {self.worker_id} ready, pool {self.pool}", file=sys.stderr, flush=True)
+        while not self.stop.is_set():
+            await self.slots.acquire()
+            try:
+                msgs = await sub.fetch(1, timeout=1)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                self.slots.release()
+                continue
+            for msg in msgs:
+                asyncio.create_task(self.summons(msg))
+
+    async def presence(self):
+        async def ping(msg):
+            await msg.respond(json.dumps({
+                "type": "io.nats.micro.v1.ping_response",
+                "name": "arbiter-worker",
+                "id": self.worker_id,
+                "version": "0.1.0",
+                "metadata": {
+                    "worker_id": self.worker_id,
+                    "pool": self.pool,
+                    "slots_total": str(self.slots_total),
+                    "protocol": f"{PREFIX} v1",
+                },
+            }).encode())
+
+        for subject in ("$SRV.PING", "$SRV.PING.arbiter-worker"):
+            await self.nc.subscribe(subject, cb=ping)
+
+    async def summons(self, msg):
+        try:
+            try:
+                summons = json.loads(msg.data)
+                valid = TOKEN.match(summons["orch_id"]) and TOKEN.match(summons["session_id"])
+            except (ValueError, KeyError, TypeError):
+                valid = False
+            if not valid:
+                print("malformed summons rejected", file=sys.stderr)
+                await msg.term()
+                return
+            seq = msg.metadata.sequence.stream
+            mine = self.running.get(summons["orch_id"])
+            if mine is not None:
+                if mine.summons_seq == seq:
+                    mine.lease_msg = msg  # delivered again to its holder: renew under it
+                    await msg.in_progress()
+                else:
+                    await msg.ack()  # a duplicate summons
+                return
+            await Orchestrator(self, summons, msg, seq).run()
+        except Exception as e:  # one Orchestrator's trouble never stops the worker
+            print(f"orchestrator error: {e!r}", file=sys.stderr, flush=True)
+        finally:
+            self.slots.release()
+
+
+class Orchestrator:
+    def __init__(self, worker, summons, msg, seq):
+        self.w, self.js, self.nc = worker, worker.js, worker.nc
+        self.id = summons["orch_id"]
+        self.session_id = summons["session_id"]
+        self.number = summons["number"]
+        self.brief = summons["brief"]
+        self.lease_msg, self.summons_seq = msg, seq
+        self.lease_id = uuid.uuid4().hex
+        self.state_subject = f"{PREFIX}.orch.{self.id}.state"
+        self.fenced = False
+        self.held = {}  # seq -> (msg, text), inputs ahead of their turn
+        self.gap_since = None
+
+    # --- state records -------------------------------------------------
+    async def records(self):
+        try:
+            last = await self.js.get_last_msg("ARBITER_ORCH_STATE", self.state_subject)
+        except NotFoundError:
+            return [], 0
+        sub = await self.js.subscribe(self.state_subject, ordered_consumer=True,
+                                      deliver_policy=DeliverPolicy.ALL)
+        out = []
+        try:
+            while True:
+                m = await sub.next_msg(timeout=5)
+                out.append(json.loads(m.data))
+                if m.metadata.sequence.stream >= last.seq:
+                    break
+        finally:
+            await sub.unsubscribe()
+        return out, last.seq
+
+    async def write(self, append, outbox):
+        rev = self.rev + 1
+        record = {
+            "v": 1, "orch_id": self.id, "session_id": self.session_id, "number": self.number,
+            "rev": rev, "worker_id": self.w.worker_id, "summons_seq": self.summons_seq,
+            "append": append, "snapshot": self.snap, "outbox": outbox, "at": now(),
+        }
+        headers = {
+            "Nats-Msg-Id": f"{self.id}:state:{rev}:{self.lease_id}",
+            "Nats-Expected-Last-Subject-Sequence": str(self.last_seq),
+        }
+        try:
+            ack = await self.js.publish(self.state_subject, json.dumps(record).encode(),
+                                        headers=headers)
+        except APIError as e:
+            if e.err_code == WRONG_LAST_SEQUENCE:
+                self.fenced = True
+                raise Fenced() from e
+            raise
+        self.rev, self.last_seq = rev, ack.seq
+
+    # --- publishing ----------------------------------------------------
+    def message(self, event):
+        self.snap["out_seq"] += 1
+        return {"v": 1, "session_id": self.session_id, "orch_id": self.id,
+                "seq": self.snap["out_seq"], "event": event, "sent_at": now()}
+
+    async def publish(self, outbox):
+        subject = f"{PREFIX}.orch.{self.id}.out"
+        for m in outbox:
+            await self.js.publish(subject, json.dumps(m).encode(),
+                                  headers={"Nats-Msg-Id": f"{self.id}:out:{m['seq']}"})
+
+    async def status(self, state):
+        await self.nc.publish(f"{PREFIX}.orch.{self.id}.status", json.dumps({
+            "v": 1, "session_id": self.session_id, "orch_id": self.id, "number": self.number,
+            "worker_id": self.w.worker_id, "state": state, "context_pct": 0.0,
+            "context_tokens": 0, "context_budget": 200000, "current_tool": None,
+            "tool_count": 0, "parked": False, "at": now(),
+        }).encode())
+
+    def status_state(self):
+        phase = self.snap["phase"]
+        return "stopped" if phase == "ended" else phase
+
+    # --- the lease -----------------------------------------------------
+    async def renew(self):
+        while True:
+            await asyncio.sleep(self.w.ack_wait / 3)
+            try:
+                last = await self.js.get_last_msg("ARBITER_ORCH_STATE", self.state_subject)
+                msg_id = (last.headers or {}).get("Nats-Msg-Id", "")
+                if not msg_id.endswith(self.lease_id):
+                    self.fenced = True
+                    self.task.cancel()
+                    return
+                await self.lease_msg.in_progress()
+            except Exception as e:
+                print(f"renewal failed: {e!r}", file=sys.stderr)
+
+    async def heartbeat(self):
+        while True:
+            await self.status(self.status_state())
+            await asyncio.sleep(2)
+
+    # --- running -------------------------------------------------------
+    async def run(self):
+        records, self.last_seq = await self.records()
+        if records:
+            last = records[-1]
+            if last["snapshot"].get("phase") == "ended":
+                await self.lease_msg.ack()
+                return
+            recorded = last.get("summons_seq", 0)
+            if recorded and recorded != self.summons_seq:
+                try:
+                    await self.js.get_msg("ARBITER_SUMMONS", recorded)
+                    await self.lease_msg.ack()  # the recorded summons is live: a duplicate
+                    return
+                except NotFoundError:
+                    pass
+            self.transcript = [m for r in records for m in r.get("append", [])]
+            self.snap, self.rev = last["snapshot"], last["rev"]
+            outbox, append = last.get("outbox", []), []
+        else:
+            self.transcript, self.rev = [], 0
+            self.snap = {"phase": "working", "out_seq": 0, "in_seq": 0, "inbox": [],
+                         "tool_count": 0, "notes_in_a_row": 0, "repairs": 0,
+                         "context_tokens": 0}
+            outbox, append = [], [{"role": "user", "content": [{"type": "text", "text": self.brief}]}]
+            self.transcript = list(append)
+        self.w.running[self.id] = self
+        try:
+            try:
+                await self.write(append, outbox)  # the claim
+            except Fenced:
+                await self.lease_msg.nak(delay=self.w.lease)
+                return
+            await self.republish(outbox)
+            os.makedirs(os.path.join(self.w.root, self.session_id), exist_ok=True)
+            await self.open_inputs()
+            self.task = asyncio.current_task()
+            renewer = asyncio.create_task(self.renew())
+            beat = asyncio.create_task(self.heartbeat())
+            try:
+                await self.loop()
+            except (Fenced, asyncio.CancelledError):
+                self.fenced = True
+            finally:
+                renewer.cancel()
+                beat.cancel()
+            if self.fenced:
+                for m, _ in self.held.values():
+                    await m.nak()
+                return
+            await self.status("stopped")
+        finally:
+            self.w.running.pop(self.id, None)
+
+    async def republish(self, outbox):
+        try:
+            last = await self.js.get_last_msg("ARBITER_ORCH", f"{PREFIX}.orch.{self.id}.out")
+            done = json.loads(last.data)["seq"]
+        except NotFoundError:
+            done = 0
+        await self.publish([m for m in outbox if m["seq"] > done])
+
+    async def open_inputs(self):
+        name = f"orch-{self.id}"
+        try:
+            await self.js.delete_consumer("ARBITER_ORCH", name)
+        except NotFoundError:
+            pass
+        await self.js.add_consumer("ARBITER_ORCH", ConsumerConfig(
+            durable_name=name,
+            filter_subjects=[f"{PREFIX}.orch.{self.id}.in", f"{PREFIX}.orch.{self.id}.ctl"],
+            ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+            ack_wait=30, inactive_threshold=3600,
+        ))
+        self.inputs = await self.js.pull_subscribe_bind(durable=name, stream="ARBITER_ORCH")
+
+    async def loop(self):
+        try:
+            while True:
+                if self.snap["phase"] == "working":
+                    await self.turn()
+                else:
+                    await self.wait_for_input()
+                if self.snap["phase"] == "ended":
+                    break
+        except Stopped as stop:
+            reason = "released" if stop.action == "release" else "cancelled"
+            self.snap["phase"], self.snap["reason"] = "ended", reason
+            await self.write([], [])
+            await self.status("stopped")
+            await stop.msg.ack()
+            await self.end()
+            return
+        await self.end()
+
+    async def end(self):
+        """The end is stored: free the lease and the input consumer."""
+        await self.status("stopped")
+        await self.lease_msg.ack_sync()
+        try:
+            await self.js.delete_consumer("ARBITER_ORCH", f"orch-{self.id}")
+        except NotFoundError:
+            pass
+
+    # --- inputs and control ----------------------------------------------
+    async def take_pending(self, block):
+        """Reads inputs and control; returns the texts taken in seq order and their messages."""
+        taken, msgs = [], []
+        try:
+            batch = await self.inputs.fetch(1, timeout=1 if block else 0.2)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            batch = []
+        for m in batch:
+            if m.subject.endswith(".ctl"):
+                try:
+                    action = json.loads(m.data)["action"]
+                except (ValueError, KeyError, TypeError):
+                    await m.term()
+                    continue
+                if action in ("release", "cancel"):
+                    raise Stopped(action, m)
+                await m.term()
+                continue
+            try:
+                body = json.loads(m.data)
+                seq, text = int(body["seq"]), str(body["message"])
+            except (ValueError, KeyError, TypeError):
+                print("malformed input rejected", file=sys.stderr)
+                await m.term()
+                continue
+            if seq <= self.snap["in_seq"] or seq in self.held:
+                await m.ack()
+            else:
+                self.held[seq] = (m, text)
+        while self.snap["in_seq"] + 1 in self.held:
+            seq = self.snap["in_seq"] + 1
+            m, text = self.held.pop(seq)
+            self.snap["in_seq"] = seq
+            taken.append(text)
+            msgs.append(m)
+            self.gap_since = None
+        if self.held and self.gap_since is None:
+            self.gap_since = asyncio.get_running_loop().time()
+        if self.held and asyncio.get_running_loop().time() - self.gap_since > INPUT_GAP_WAIT:
+            print(f"input seq {self.snap['in_seq'] + 1} never arrived", file=sys.stderr)
+            for m, _ in self.held.values():
+                await m.term()
+            self.held, self.gap_since = {}, None
+        return taken, msgs
+
+    async def wait_for_input(self):
+        taken, msgs = await self.take_pending(block=True)
+        if not taken:
+            return
+        text = "\n\n".join(self.snap.get("inbox", []) + taken)
+        self.snap["inbox"] = []
+        message = {"role": "user", "content": [{"type": "text", "text": text}]}
+        self.transcript.append(message)
+        self.snap["phase"], self.snap["notes_in_a_row"] = "working", 0
+        await self.write([message], [])
+        for m in msgs:
+            await m.ack()
+
+    # --- the model -------------------------------------------------------
+    async def turn(self):
+        # Control that came meanwhile ends the turn before it starts.
+        taken, msgs = await self.take_pending(block=False)
+        if taken:
+            self.snap.setdefault("inbox", []).extend(taken)
+            await self.write([], [])
+            for m in msgs:
+                await m.ack()
+        if self.snap.get("inbox"):
+            text = "\n\n".join(self.snap["inbox"])
+            self.snap["inbox"] = []
+            self.transcript.append({"role": "user", "content": [{"type": "text", "text": text}]})
+            pending_append = [self.transcript[-1]]
+        else:
+            pending_append = []
+        try:
+            raw = await asyncio.to_thread(self.call_model)
+        except ModelError as e:
+            error = {"kind": "model", "role": "orchestrator", "class": e.kind, "message": str(e)}
+            return await self.fail(error, pending_append)
+        reply = {"role": "assistant", "content": [{"type": "text", "text": raw}]}
+        self.transcript.append(reply)
+        output, problem = parse_output(raw)
+        if output is None:
+            if self.snap["repairs"] < self.w.repairs:
+                self.snap["repairs"] += 1
+                repair = {"role": "user", "content": [{"type": "text", "text":
+                          f"Your reply was not valid: {problem}. Reply with the JSON only."}]}
+                self.transcript.append(repair)
+                return await self.write(pending_append + [reply, repair], [])
+            error = {"kind": "schema_violation", "role": "orchestrator",
+                     "attempts": self.snap["repairs"] + 1, "detail": problem}
+            return await self.fail(error, pending_append + [reply])
+        self.snap["repairs"] = 0
+        expects = output["expects_response"]
+        if not expects:
+            self.snap["notes_in_a_row"] += 1
+            if self.snap["notes_in_a_row"] >= self.w.max_notes:
+                expects = True
+        event = {"type": "output", "expects_response": expects, "message": output["message"]}
+        message = self.message(event)
+        self.snap["phase"] = "waiting" if expects else "working"
+        if not expects:
+            note = {"role": "user", "content": [{"type": "text", "text":
+                    "Your note was sent. Continue your work."}]}
+            self.transcript.append(note)
+            pending_append = pending_append + [reply, note]
+        else:
+            pending_append = pending_append + [reply]
+        await self.write(pending_append, [message])  # stored first ...
+        await self.publish([message])  # ... then published
+        await self.status(self.status_state())
+
+    async def fail(self, error, append):
+        message = self.message({"type": "failed", "error": error})
+        self.snap["phase"], self.snap["reason"] = "ended", "failed"
+        await self.write(append, [message])
+        await self.publish([message])
+
+    def call_model(self):
+        messages = []
+        for m in self.transcript:  # a message with the role before it continues it
+            if messages and messages[-1]["role"] == m["role"]:
+                messages[-1] = {"role": m["role"], "content": messages[-1]["content"] + m["content"]}
+            else:
+                messages.append(m)
+        body = json.dumps({"model": self.w.model, "max_tokens": 4096, "system": SYSTEM_PROMPT,
+                           "messages": messages}).encode()
+        request = urllib.request.Request(
+            self.w.base_url + "/v1/messages", data=body, method="POST",
+            headers={"content-type": "application/json", "x-api-key": self.w.api_key,
+                     "anthropic-version": "2023-06-01"})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            kinds = {400: "invalid_request", 401: "authentication", 403: "permission_denied",
+                     429: "rate_limited", 529: "overloaded", 503: "overloaded"}
+            raise ModelError(kinds.get(e.code, "api"), f"HTTP {e.code}: {e.read()[:500]!r}")
+        except (urllib.error.URLError, OSError) as e:
+            raise ModelError("network", str(e))
+        return "".join(b.get("text", "") for b in answer.get("content", []) if b.get("type") == "text")
+
+
+class ModelError(Exception):
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def parse_output(raw):
+    text = raw.strip()
+    if text.startswith("```"):
+        text = text.strip("`")
+        text = text[text.find("{"):] if "{" in text else text
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        return None, f"not JSON ({e})"
+    if not isinstance(value, dict) or set(value) != {"expects_response", "message"}:
+        return None, "the object must have exactly expects_response and message"
+    if not isinstance(value["expects_response"], bool) or not isinstance(value["message"], str):
+        return None, "expects_response must be a boolean and message a string"
+    return value, None
+
+
+async def main():
+    worker = Worker()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop.set)
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

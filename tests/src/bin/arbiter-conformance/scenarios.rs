@@ -1,0 +1,624 @@
+//! The rules, each a row of the table. The kit plays the coordinator: it
+//! summons, speaks, releases and cancels; and the model: each Orchestrator's
+//! replies are queued on the mock under its brief.
+
+use std::time::Duration;
+
+use arbiter_protocol::subjects;
+use arbiter_tests::MockReply;
+use serde_json::{Value, json};
+
+use crate::kit::{Kit, Out, POOL, SCHEMA_REPAIRS, until};
+
+/// How long a worker has for anything it should do promptly.
+const PROMPT: Duration = Duration::from_secs(15);
+
+pub struct Row {
+    pub rule: &'static str,
+    pub outcome: Result<(), String>,
+}
+
+struct Rows(Vec<Row>);
+
+impl Rows {
+    fn add(&mut self, rule: &'static str, outcome: Result<(), String>) {
+        self.0.push(Row { rule, outcome });
+    }
+}
+
+/// An Orchestrator the kit summoned.
+struct Orch {
+    id: String,
+    brief: String,
+    summons_seq: u64,
+    inputs: u64,
+}
+
+fn question(text: &str) -> MockReply {
+    MockReply::json(&json!({"expects_response": true, "message": text}))
+}
+
+fn note(text: &str) -> MockReply {
+    MockReply::json(&json!({"expects_response": false, "message": text}))
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+impl Kit {
+    async fn summon(&self, name: &str) -> Orch {
+        let id = uuid::Uuid::now_v7().to_string();
+        let brief = format!("Conformance brief {name} ({id}).");
+        let summons = json!({"v":1,"session_id":format!("conf-{name}"),"orch_id":id,"number":1,
+            "brief":brief,"workspace":null,"pool":POOL,"summoned_at":now()});
+        let summons_seq = self
+            .publish(subjects::summon(POOL), &id, summons.to_string().into())
+            .await;
+        Orch {
+            id,
+            brief,
+            summons_seq,
+            inputs: 0,
+        }
+    }
+
+    async fn input(&self, orch: &Orch, seq: u64, message: &str) {
+        let input = json!({"v":1,"session_id":"conf","orch_id":orch.id,"seq":seq,
+            "message":message,"sent_at":now()});
+        self.publish(
+            subjects::orch_in(&orch.id),
+            &format!("{}:in:{seq}", orch.id),
+            input.to_string().into(),
+        )
+        .await;
+    }
+
+    async fn control(&self, orch: &Orch, action: &str) {
+        let ctl = json!({"v":1,"orch_id":orch.id,"action":action,"sent_at":now()});
+        self.publish(
+            subjects::orch_ctl(&orch.id),
+            &format!("{}:ctl:{action}", orch.id),
+            ctl.to_string().into(),
+        )
+        .await;
+    }
+
+    /// Waits for output `seq` of `orch`.
+    async fn out(&self, orch: &Orch, seq: u64) -> Result<Out, String> {
+        until(PROMPT, || async {
+            self.outs_of(&orch.id).into_iter().find(|o| o.seq == seq)
+        })
+        .await
+        .ok_or_else(|| format!("no output seq {seq} on orch.<id>.out within {PROMPT:?}"))
+    }
+
+    /// Waits for a status of `orch` with `state`.
+    async fn status(&self, orch: &Orch, state: &str) -> Result<Value, String> {
+        until(PROMPT, || async {
+            self.statuses_of(&orch.id)
+                .into_iter()
+                .rev()
+                .find(|s| s["state"] == state)
+        })
+        .await
+        .ok_or_else(|| format!("no status \"{state}\" within {PROMPT:?}"))
+    }
+
+    /// Waits until the model has had `n` requests for `orch`.
+    async fn requests(&self, orch: &Orch, n: usize) -> Result<Vec<Value>, String> {
+        until(PROMPT, || async {
+            let got = self.mock.requests_for(&orch.brief);
+            (got.len() >= n).then(|| got.into_iter().map(|r| r.body).collect())
+        })
+        .await
+        .ok_or_else(|| format!("the model was not called {n} time(s) within {PROMPT:?}"))
+    }
+
+    /// Waits for the Orchestrator's last record to say `ended` with `reason`.
+    async fn ended(&self, orch: &Orch, reason: &str) -> Result<(), String> {
+        until(PROMPT, || async {
+            let last = crate::kit::last_record(&self.js, &orch.id).await?;
+            (last["snapshot"]["phase"] == "ended" && last["snapshot"]["reason"] == reason)
+                .then_some(())
+        })
+        .await
+        .ok_or_else(|| format!("its last state record does not say ended/{reason}"))
+    }
+}
+
+/// The text of the last user message of a request.
+fn last_user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else {
+        return String::new();
+    };
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str().or(b["content"].as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn check(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(why()) }
+}
+
+pub async fn run(kit: &Kit) -> Vec<Row> {
+    let mut rows = Rows(Vec::new());
+    if let Err(e) = kit.spawn_worker("conformance-w1") {
+        rows.add("worker starts", Err(e));
+        return rows.0;
+    }
+    main_line(kit, &mut rows).await;
+    endings(kit, &mut rows).await;
+    malformed(kit, &mut rows).await;
+    takeover(kit, &mut rows).await;
+    rows.0
+}
+
+/// Claim, questions and notes, inputs in order, the lease, release.
+async fn main_line(kit: &Kit, rows: &mut Rows) {
+    let mut orch = kit.summon("main").await;
+    kit.mock.push(&orch.brief, question("Q1: TOML or YAML?"));
+
+    // Claim: a status, a state record by the worker, the summons held.
+    let claim = async {
+        let status = until(PROMPT, || async {
+            kit.statuses_of(&orch.id).into_iter().next()
+        })
+        .await
+        .ok_or_else(|| format!("no status on orch.<id>.status within {PROMPT:?}"))?;
+        check(
+            status["number"] == 1 && status["worker_id"].is_string(),
+            || format!("the status lacks number or worker_id: {status}"),
+        )?;
+        let worker = status["worker_id"].as_str().unwrap_or_default().to_owned();
+        let records = kit.records(&orch.id).await;
+        let first = records
+            .first()
+            .ok_or_else(|| String::from("no state record on orch.<id>.state"))?;
+        check(first["rev"] == 1, || {
+            format!("the first record's rev is {}", first["rev"])
+        })?;
+        check(first["worker_id"] == worker.as_str(), || {
+            format!("records by {}, status from {worker}", first["worker_id"])
+        })?;
+        check(kit.summons_present(orch.summons_seq).await, || {
+            "the summons was acked while its Orchestrator runs (it is the lease)".into()
+        })
+    };
+    rows.add(
+        "claim: status, first state record, summons held",
+        claim.await,
+    );
+
+    let question1 = kit.out(&orch, 1).await;
+    rows.add(
+        "question: output seq 1 with expects_response true",
+        question1.as_ref().map_err(Clone::clone).and_then(|o| {
+            check(
+                o.body["event"]["type"] == "output"
+                    && o.body["event"]["expects_response"] == true
+                    && o.body["event"]["message"] == "Q1: TOML or YAML?",
+                || format!("got {}", o.body["event"]),
+            )
+        }),
+    );
+    rows.add(
+        "stored before published (output seq 1)",
+        question1.and_then(|o| {
+            check(o.stored_first, || {
+                "orch.<id>.out seq 1 came before a state record with out_seq >= 1".into()
+            })
+        }),
+    );
+    rows.add(
+        "status waiting after a question",
+        kit.status(&orch, "waiting").await.map(|_| ()),
+    );
+
+    // The lease: waiting for three leases, the summons is never redelivered.
+    tokio::time::sleep(kit.lease * 3).await;
+    let redelivered = kit.pool_redelivered().await;
+    rows.add(
+        "lease renewed while waiting (no redelivery in 3 leases)",
+        check(redelivered == Some(0), || {
+            format!("the pool consumer redelivered {redelivered:?} summons")
+        }),
+    );
+
+    // Inputs in order: seq 2 first, then seq 1; the model sees 1 before 2.
+    kit.mock.push(&orch.brief, note("N1: noted, working."));
+    kit.mock.push(&orch.brief, question("Q2: anything else?"));
+    kit.input(&orch, 2, "second input").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let early = kit.mock.requests_for(&orch.brief).len();
+    kit.input(&orch, 1, "first input").await;
+    orch.inputs = 2;
+    let order = async {
+        check(early == 1, || {
+            "the model was called with input seq 2 before seq 1 arrived".into()
+        })?;
+        let requests = kit.requests(&orch, 2).await?;
+        let text = last_user_text(&requests[1]);
+        let (a, b) = (text.find("first input"), text.find("second input"));
+        match (a, b) {
+            (Some(a), Some(b)) if a < b => Ok(()),
+            (Some(_), None) => {
+                // Taken one by one: the second must come in a later request.
+                let later = kit.requests(&orch, 3).await?;
+                check(last_user_text(&later[2]).contains("second input"), || {
+                    "input seq 2 never reached the model".into()
+                })
+            }
+            _ => Err(format!("the model's next user message was {text:?}")),
+        }
+    };
+    rows.add("inputs taken in seq order", order.await);
+
+    // A note goes out and the worker keeps working without an input.
+    let notes = async {
+        let n = kit.out(&orch, 2).await?;
+        check(n.body["event"]["expects_response"] == false, || {
+            format!("seq 2 was {}", n.body["event"])
+        })?;
+        let q = kit.out(&orch, 3).await?;
+        check(q.body["event"]["expects_response"] == true, || {
+            format!("seq 3 was {}", q.body["event"])
+        })
+    };
+    rows.add(
+        "a note is followed by more work, no input needed",
+        notes.await,
+    );
+
+    // A duplicate input (an old seq, another msg id) is dropped.
+    let calls = kit.mock.requests_for(&orch.brief).len();
+    let dup = json!({"v":1,"session_id":"conf","orch_id":orch.id,"seq":1,
+        "message":"DUPLICATE","sent_at":now()});
+    kit.publish(
+        subjects::orch_in(&orch.id),
+        &format!("{}:in:1:again", orch.id),
+        dup.to_string().into(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = kit.mock.requests_for(&orch.brief);
+    rows.add(
+        "a duplicate input seq is dropped",
+        check(
+            after.len() == calls && !after.iter().any(|r| r.all_text().contains("DUPLICATE")),
+            || "the model was called with a duplicate input".into(),
+        ),
+    );
+
+    // A malformed input is dropped and the Orchestrator goes on.
+    kit.publish(
+        subjects::orch_in(&orch.id),
+        &format!("{}:in:garbage", orch.id),
+        "{not json".into(),
+    )
+    .await;
+    kit.mock
+        .push(&orch.brief, question("Q3: after the garbage."));
+    orch.inputs += 1;
+    kit.input(&orch, orch.inputs, "third input").await;
+    let goes_on = async {
+        let q = kit.out(&orch, 4).await?;
+        check(
+            q.body["event"]["message"] == "Q3: after the garbage.",
+            || format!("seq 4 was {}", q.body["event"]),
+        )
+    };
+    rows.add(
+        "a malformed input is dropped; the Orchestrator goes on",
+        goes_on.await,
+    );
+
+    // Release: stopped status, ended record, summons acked, consumer deleted, no output.
+    let outs_before = kit.outs_of(&orch.id).len();
+    kit.control(&orch, "release").await;
+    let release = async {
+        kit.ended(&orch, "released").await?;
+        kit.status(&orch, "stopped").await?;
+        until(PROMPT, || async {
+            (!kit.summons_present(orch.summons_seq).await).then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("the summons was not acked after the release"))?;
+        until(PROMPT, || async {
+            (!kit.input_consumer_exists(&orch.id).await).then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("orch-<id> was not deleted after the release"))?;
+        let outs = kit.outs_of(&orch.id).len();
+        check(outs == outs_before, || {
+            "an output was published on release".into()
+        })
+    };
+    rows.add(
+        "release: end stored, stopped, summons acked, consumer deleted",
+        release.await,
+    );
+}
+
+/// Cancel, a duplicate summons, the failed-event kinds.
+async fn endings(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("cancel").await;
+    kit.mock.push(&orch.brief, question("Q: shall I?"));
+    let ready = kit.out(&orch, 1).await;
+    // A second summons of the same Orchestrator (another msg id) while it runs.
+    let dup = async {
+        ready.clone()?;
+        let before = kit.records(&orch.id).await.len();
+        let summons = json!({"v":1,"session_id":"conf-cancel","orch_id":orch.id,"number":1,
+            "brief":orch.brief,"workspace":null,"pool":POOL,"summoned_at":now()});
+        let seq = kit
+            .publish(
+                subjects::summon(POOL),
+                &format!("{}:again", orch.id),
+                summons.to_string().into(),
+            )
+            .await;
+        until(PROMPT, || async {
+            (!kit.summons_present(seq).await).then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("the duplicate summons was not acked"))?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let records = kit.records(&orch.id).await;
+        let claimed = records[before.min(records.len())..]
+            .iter()
+            .any(|r| r["summons_seq"] == seq);
+        check(!claimed, || {
+            "a record names the duplicate summons: a claim of a live Orchestrator".into()
+        })?;
+        check(kit.summons_present(orch.summons_seq).await, || {
+            "the original summons (the lease) was acked".into()
+        })
+    };
+    rows.add("a duplicate summons is acked, not claimed", dup.await);
+    kit.control(&orch, "cancel").await;
+    let cancel = async {
+        kit.ended(&orch, "cancelled").await?;
+        kit.status(&orch, "stopped").await?;
+        until(PROMPT, || async {
+            (!kit.summons_present(orch.summons_seq).await).then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("the summons was not acked after the cancel"))
+        .map(|_| ())
+    };
+    rows.add("cancel: end stored, stopped, summons acked", cancel.await);
+
+    // A model call that fails for good: failed, kind model.
+    let orch = kit.summon("model-fails").await;
+    kit.mock.push(
+        &orch.brief,
+        MockReply::http_error(401, "authentication_error", "invalid x-api-key"),
+    );
+    let failed = async {
+        let f = kit.out(&orch, 1).await?;
+        let e = &f.body["event"];
+        check(
+            e["type"] == "failed"
+                && e["error"]["kind"] == "model"
+                && e["error"]["role"] == "orchestrator"
+                && e["error"]["class"] == "authentication",
+            || format!("got {e}"),
+        )?;
+        kit.ended(&orch, "failed").await?;
+        until(PROMPT, || async {
+            (!kit.summons_present(orch.summons_seq).await).then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("the summons was not acked after the failure"))
+        .map(|_| ())
+    };
+    rows.add("failed: model (class authentication)", failed.await);
+
+    // A reply that never fits the schema: failed, kind schema_violation.
+    let orch = kit.summon("schema-fails").await;
+    for _ in 0..=SCHEMA_REPAIRS {
+        kit.mock
+            .push(&orch.brief, MockReply::text("I am not JSON at all."));
+    }
+    let failed = async {
+        let f = kit.out(&orch, 1).await?;
+        let e = &f.body["event"];
+        check(
+            e["type"] == "failed"
+                && e["error"]["kind"] == "schema_violation"
+                && e["error"]["role"] == "orchestrator",
+            || format!("got {e}"),
+        )?;
+        kit.ended(&orch, "failed").await
+    };
+    rows.add("failed: schema_violation after the repairs", failed.await);
+}
+
+/// Summonses that cannot be run are terminated, not retried.
+async fn malformed(kit: &Kit, rows: &mut Rows) {
+    let garbage = kit
+        .publish(subjects::summon(POOL), "conf-garbage", "{not json".into())
+        .await;
+    let bad_id = json!({"v":1,"session_id":"conf","orch_id":"bad.id","number":1,
+        "brief":"x","workspace":null,"pool":POOL,"summoned_at":now()});
+    let bad = kit
+        .publish(
+            subjects::summon(POOL),
+            "conf-bad-id",
+            bad_id.to_string().into(),
+        )
+        .await;
+    let gone = until(PROMPT, || async {
+        (!kit.summons_present(garbage).await && !kit.summons_present(bad).await).then_some(())
+    })
+    .await;
+    rows.add(
+        "malformed summonses are terminated (not JSON, an id that is no token)",
+        check(gone.is_some(), || {
+            "a malformed summons is still in the stream".into()
+        }),
+    );
+    rows.add(
+        "presence: $SRV.PING.arbiter-worker names the pool",
+        presence(kit).await,
+    );
+    rows.add(
+        "the worker survives malformed input",
+        check(kit.worker_alive("conformance-w1"), || {
+            "the worker exited".into()
+        }),
+    );
+}
+
+/// kill -9 and a takeover by another worker; then fencing.
+async fn takeover(kit: &Kit, rows: &mut Rows) {
+    let mut orch = kit.summon("takeover").await;
+    kit.mock.push(&orch.brief, question("QT1: which file?"));
+    if let Err(e) = kit.out(&orch, 1).await {
+        rows.add("takeover after kill -9", Err(e));
+        return;
+    }
+    kit.kill_worker("conformance-w1").await;
+    if let Err(e) = kit.spawn_worker("conformance-w2") {
+        rows.add("takeover after kill -9", Err(e));
+        return;
+    }
+    kit.mock.push(&orch.brief, question("QT2: done there?"));
+    let takeover = async {
+        // The new worker claims it: a status and a record of its own.
+        until(PROMPT + kit.lease * 3, || async {
+            let last = crate::kit::last_record(&kit.js, &orch.id).await?;
+            (last["worker_id"] == "conformance-w2").then_some(())
+        })
+        .await
+        .ok_or_else(|| String::from("no state record by the second worker (no claim)"))?;
+        orch.inputs = 1;
+        kit.input(&orch, 1, "config.toml").await;
+        let q = kit.out(&orch, 2).await?;
+        check(q.body["event"]["message"] == "QT2: done there?", || {
+            format!("seq 2 was {}", q.body["event"])
+        })?;
+        // The model saw the whole conversation: the brief, QT1, the input.
+        let requests = kit.mock.requests_for(&orch.brief);
+        let last = requests
+            .last()
+            .ok_or_else(|| String::from("no model call"))?;
+        let text = last.all_text();
+        check(
+            text.contains(&orch.brief)
+                && text.contains("QT1: which file?")
+                && text.contains("config.toml"),
+            || "the resumed model call lacks the stored transcript".into(),
+        )?;
+        let w2 = kit
+            .statuses_of(&orch.id)
+            .iter()
+            .any(|s| s["worker_id"] == "conformance-w2");
+        check(w2, || "no status from the second worker".into())
+    };
+    rows.add(
+        "takeover after kill -9: claimed, transcript resumed, seq goes on",
+        takeover.await,
+    );
+
+    // Fencing: another writer appends a record; the holder must never
+    // write a record that is not fenced on it.
+    let fencing = async {
+        let stream = kit
+            .js
+            .get_stream(subjects::ORCH_STATE_STREAM)
+            .await
+            .map_err(|e| e.to_string())?;
+        let last = stream
+            .get_last_raw_message_by_subject(&subjects::orch_state(&orch.id))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut forged: Value = serde_json::from_slice(&last.payload).map_err(|e| e.to_string())?;
+        let rev = forged["rev"].as_u64().unwrap_or(0) + 1;
+        forged["rev"] = json!(rev);
+        forged["worker_id"] = json!("conformance-fencer");
+        forged["append"] = json!([]);
+        forged["outbox"] = json!([]);
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            "Nats-Msg-Id",
+            format!("{}:state:{rev}:fencer", orch.id).as_str(),
+        );
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            last.sequence.to_string().as_str(),
+        );
+        kit.js
+            .publish_with_headers(
+                subjects::orch_state(&orch.id),
+                headers,
+                forged.to_string().into(),
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        // Make the holder write: an input to store and a turn to run.
+        kit.mock
+            .push(&orch.brief, question("QT3: after the fence."));
+        kit.input(&orch, 2, "go on").await;
+        // Whoever goes on (the holder after a new claim) must be fenced on the forged record.
+        kit.out(&orch, 3).await.map_err(|e| {
+            format!("{e} (after a fence the summons must come back and be claimed again)")
+        })?;
+        let records = kit.records(&orch.id).await;
+        let revs: Vec<u64> = records.iter().filter_map(|r| r["rev"].as_u64()).collect();
+        let consecutive = revs.windows(2).all(|w| w[1] == w[0] + 1);
+        check(consecutive, || {
+            format!(
+                "the record revs are not consecutive (a write not fenced on the last): {revs:?}"
+            )
+        })
+    };
+    rows.add(
+        "fencing: no record written over another writer's",
+        fencing.await,
+    );
+    kit.control(&orch, "release").await;
+    let _ = kit.ended(&orch, "released").await;
+}
+
+/// Presence: a PING of the worker service is answered with the pool in its metadata.
+async fn presence(kit: &Kit) -> Result<(), String> {
+    let inbox = kit.client.new_inbox();
+    let mut replies = kit
+        .client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    kit.client
+        .publish_with_reply(
+            format!("$SRV.PING.{}", subjects::WORKER_SERVICE),
+            inbox,
+            "".into(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = tokio::time::sleep(Duration::from_secs(2));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            () = &mut deadline => return Err("no answer naming the pool within 2 s".into()),
+            reply = futures::StreamExt::next(&mut replies) => {
+                let Some(reply) = reply else { return Err("no answer".into()) };
+                let body: Value = serde_json::from_slice(&reply.payload).unwrap_or(Value::Null);
+                if body["metadata"]["pool"] == POOL {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}

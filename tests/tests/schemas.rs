@@ -1,0 +1,196 @@
+//! Every JSON Schema in `docs/schemas/` is generated from the Rust types of
+//! the record it describes: the wire messages (`arbiter-protocol`), the
+//! session state records (`arbiter-coordinator`), the Orchestrator state
+//! records and presence (`arbiter-worker`). This test regenerates them and
+//! fails when a checked-in file differs, and decodes every JSON example of
+//! `docs/protocol.md` with the type its section documents.
+//!
+//! Regenerate with `UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test schemas`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use arbiter_protocol::{
+    ArbiterDelta, Control, Evidence, HumanMessage, LogEntry, OrchestratorInput,
+    OrchestratorMessage, OrchestratorStatus, SessionStatus, Summon,
+};
+use serde::de::DeserializeOwned;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn all_schemas() -> Vec<(&'static str, schemars::Schema)> {
+    let mut all = arbiter_protocol::schema::all();
+    all.extend(arbiter_coordinator::schemas());
+    all.extend(arbiter_worker::schemas());
+    all
+}
+
+#[test]
+fn every_checked_in_schema_is_generated_from_its_type() {
+    let dir = repo().join("docs/schemas");
+    let update = std::env::var_os("UPDATE_SCHEMAS").is_some();
+    let mut drifted = Vec::new();
+    let mut names = Vec::new();
+    for (name, schema) in all_schemas() {
+        let path = dir.join(format!("{name}.json"));
+        let want = arbiter_protocol::schema::to_pretty(&schema);
+        names.push(format!("{name}.json"));
+        if update {
+            std::fs::write(&path, &want).unwrap();
+        } else if std::fs::read_to_string(&path).unwrap_or_default() != want {
+            drifted.push(name);
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "docs/schemas drifted from the types for {drifted:?}; \
+         run UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test schemas"
+    );
+    // No stale file: every schema in the folder is one the types generate.
+    let mut stale: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !names.contains(n))
+        .collect();
+    stale.sort();
+    assert!(
+        stale.is_empty(),
+        "docs/schemas has files no type generates: {stale:?}"
+    );
+}
+
+/// A ```json block of a document, with the heading it sits under.
+struct Example {
+    line: usize,
+    heading: String,
+    text: String,
+}
+
+fn examples(path: &Path) -> Vec<Example> {
+    let doc = std::fs::read_to_string(path).unwrap();
+    let mut out = Vec::new();
+    let mut heading = String::new();
+    let mut open: Option<(usize, String)> = None;
+    for (i, line) in doc.lines().enumerate() {
+        let trimmed = line.trim_start();
+        match &mut open {
+            Some((start, text)) => {
+                if trimmed.starts_with("```") {
+                    out.push(Example {
+                        line: *start,
+                        heading: heading.clone(),
+                        text: std::mem::take(text),
+                    });
+                    open = None;
+                } else {
+                    text.push_str(trimmed);
+                    text.push('\n');
+                }
+            }
+            None => {
+                if line.starts_with('#') {
+                    heading = line.to_owned();
+                } else if trimmed.starts_with("```json") {
+                    open = Some((i + 1, String::new()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn decode<T: DeserializeOwned>(value: &serde_json::Value) -> Result<(), String> {
+    serde_json::from_value::<T>(value.clone())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Decodes one example with the type of the section it documents.
+fn check(example: &Example) -> Result<&'static str, String> {
+    // A fragment (`"evidence":{…}`) is one field of a message: decode its value.
+    let text = example.text.trim();
+    if !text.starts_with('{') {
+        let value: serde_json::Value =
+            serde_json::from_str(&format!("{{{text}}}")).map_err(|e| e.to_string())?;
+        let (key, value) = value
+            .as_object()
+            .and_then(|o| o.iter().next())
+            .ok_or("an empty fragment")?;
+        return match key.as_str() {
+            "evidence" => decode::<Evidence>(value).map(|()| "Evidence"),
+            "handoff" => decode::<arbiter_protocol::Handoff>(value).map(|()| "Handoff"),
+            "spend" => decode::<arbiter_protocol::Spend>(value).map(|()| "Spend"),
+            other => Err(format!(
+                "a fragment of `{other}`, which no type is known for"
+            )),
+        };
+    }
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let h = example.heading.as_str();
+    if h.contains(".summon.") {
+        decode::<Summon>(&value).map(|()| "Summon")
+    } else if h.contains(".in`") {
+        decode::<OrchestratorInput>(&value).map(|()| "OrchestratorInput")
+    } else if h.contains(".out`") {
+        decode::<OrchestratorMessage>(&value).map(|()| "OrchestratorMessage")
+    } else if h.contains("orch_id>.status`") {
+        decode::<OrchestratorStatus>(&value).map(|()| "OrchestratorStatus")
+    } else if h.contains(".ctl`") {
+        decode::<Control>(&value).map(|()| "Control")
+    } else if h.contains(".human.") {
+        decode::<HumanMessage>(&value).map(|()| "HumanMessage")
+    } else if h.contains(".log`") {
+        decode::<LogEntry>(&value).map(|()| "LogEntry")
+    } else if h.contains(".delta`") {
+        decode::<ArbiterDelta>(&value).map(|()| "ArbiterDelta")
+    } else if h.contains("session_id>.status`") {
+        decode::<SessionStatus>(&value).map(|()| "SessionStatus")
+    } else if h.contains("Writing a worker") {
+        decode::<arbiter_worker::WorkerPresence>(&value).map(|()| "WorkerPresence")
+    } else {
+        Err("no type is known for this section".into())
+    }
+}
+
+#[test]
+fn every_json_example_of_the_protocol_decodes_with_its_type() {
+    let examples = examples(&repo().join("docs/protocol.md"));
+    assert!(
+        examples.len() >= 11,
+        "only {} examples found",
+        examples.len()
+    );
+    let mut failures = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for example in &examples {
+        match check(example) {
+            Ok(ty) => {
+                seen.insert(ty);
+            }
+            Err(e) => failures.push(format!(
+                "docs/protocol.md:{} (under {}): {e}",
+                example.line, example.heading
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every message on the wire has an example.
+    for ty in [
+        "Summon",
+        "OrchestratorInput",
+        "OrchestratorMessage",
+        "OrchestratorStatus",
+        "Control",
+        "HumanMessage",
+        "LogEntry",
+        "ArbiterDelta",
+        "SessionStatus",
+        "WorkerPresence",
+        "Evidence",
+    ] {
+        assert!(seen.contains(ty), "docs/protocol.md has no example of {ty}");
+    }
+}
