@@ -294,6 +294,7 @@ mod tests {
                     expects_response: true,
                     text: text.into(),
                     evidence,
+                    handoff: None,
                 }),
             )
         };
@@ -363,6 +364,7 @@ mod tests {
                 expects_response: false,
                 text: "Working.".into(),
                 evidence: None,
+                handoff: None,
             }),
         ));
         c.log(&entry(3, t, arbiter("a duplicate seq is ignored")));

@@ -66,6 +66,12 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         out.push('\n');
         out.push_str(&inert::block(line.label(), &line.text));
     }
+    if let LogBody::Orchestrator(e) = &entry.body
+        && let Some(handoff) = &e.handoff
+    {
+        out.push('\n');
+        out.push_str(&inert::block("· Handoff: ", &handoff.counts()));
+    }
     Some(out)
 }
 
@@ -165,6 +171,7 @@ mod tests {
                 expects_response: false,
                 text: "Halfway.".into(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 4,
@@ -172,6 +179,7 @@ mod tests {
                 expects_response: true,
                 text: "Which one?".into(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Musing(MusingEntry {
                 text: "Hmm.".into(),
@@ -265,6 +273,7 @@ mod tests {
                 expects_response: true,
                 text: text(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 number: 1,
@@ -272,6 +281,7 @@ mod tests {
                 expects_response: false,
                 text: text(),
                 evidence: None,
+                handoff: None,
             }),
             LogBody::Musing(MusingEntry { text: text() }),
             LogBody::Summoned(SummonedEntry {
@@ -351,6 +361,7 @@ mod tests {
             expects_response,
             text: text.into(),
             evidence,
+            handoff: None,
         })
     }
 
@@ -393,6 +404,33 @@ mod tests {
             "Orchestrator I (note): Halfway."
         );
         assert_eq!(line(report("Done.", true, None)), "Orchestrator I: Done.");
+    }
+
+    #[test]
+    fn a_report_with_a_handoff_shows_its_counts_not_the_packet() {
+        let mut body = report("Context full.", true, None);
+        if let LogBody::Orchestrator(e) = &mut body {
+            e.handoff = Some(Box::new(arbiter_protocol::Handoff {
+                done: vec![arbiter_protocol::DoneItem {
+                    id: "T1".into(),
+                    what: "parser".into(),
+                    files: vec!["src/parse.rs".into()],
+                }],
+                open: vec![arbiter_protocol::OpenItem {
+                    id: "T2\u{1b}[2J".into(),
+                    what: "flag".into(),
+                }],
+                decisions: vec![],
+                questions: vec!["Alias?".into()],
+                next_step: "Wire it.".into(),
+            }));
+        }
+        // The human sees the counts and the open ids, rendered inert.
+        assert_eq!(
+            plain(&entry(1, body), false).unwrap(),
+            "Orchestrator I: Context full.\n· Handoff: 1 done, 1 open (T2\\x1b[2J), 0 \
+             decisions, 1 open question"
+        );
     }
 
     #[test]

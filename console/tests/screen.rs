@@ -176,6 +176,7 @@ fn orch(expects_response: bool, text: &str) -> LogBody {
         expects_response,
         text: text.into(),
         evidence: None,
+        handoff: None,
     })
 }
 

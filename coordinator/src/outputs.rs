@@ -12,7 +12,7 @@ use arbiter_bus::TraceContext;
 use arbiter_bus::seq::{self, Expired, Gaps, Hold, Order};
 use arbiter_protocol::{
     ErrorEntry, Evidence, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage,
-    WireError, orchestrator_name, subjects,
+    PriorHandoff, WireError, orchestrator_name, subjects,
 };
 use tokio::time::Instant;
 
@@ -208,13 +208,26 @@ impl Session {
         self.trace = trace;
         self.changed = true;
         match message.event {
-            OrchestratorEvent::Output(output) => {
+            OrchestratorEvent::Output(mut output) => {
+                // From this worker the packet is on the message; take it from
+                // the event too, in case a writer put it there.
+                let handoff = message.handoff.or_else(|| output.handoff.take());
+                let line = handoff.as_ref().map(|h| h.compact_line(number));
+                if let Some(packet) = &handoff {
+                    // Stored with this step: the next summons carries it.
+                    self.state.handoff = Some(PriorHandoff {
+                        number,
+                        orch_id: message.orch_id.clone(),
+                        packet: packet.as_ref().clone(),
+                    });
+                }
                 self.log(LogBody::Orchestrator(OrchestratorEntry {
                     number,
                     orch_id: message.orch_id,
                     expects_response: output.expects_response,
                     text: output.message.clone(),
                     evidence: message.evidence.clone(),
+                    handoff,
                 }));
                 if output.expects_response {
                     if let Some(active) = self.state.active.as_mut() {
@@ -227,6 +240,7 @@ impl Session {
                         number,
                         text: output.message,
                         evidence: message.evidence,
+                        handoff: line,
                     });
                     self.check_round(number, &report, tool_calls);
                 } else {
@@ -256,8 +270,23 @@ impl Session {
 
 /// A report as the Arbiter reads it: `Orchestrator I: <text>`, then the
 /// worker's evidence on a line of its own, then, for a claim of work done
-/// with nothing to show for it, a line that says so.
-pub(crate) fn report(number: u32, text: &str, evidence: Option<&Evidence>) -> String {
+/// with nothing to show for it, a line that says so; last, the one line of
+/// its handoff packet, if it sent one (the packet itself bypasses the Arbiter).
+pub(crate) fn report(
+    number: u32,
+    text: &str,
+    evidence: Option<&Evidence>,
+    handoff: Option<&str>,
+) -> String {
+    let mut out = report_words(number, text, evidence);
+    if let Some(line) = handoff {
+        out.push('\n');
+        out.push_str(line);
+    }
+    out
+}
+
+fn report_words(number: u32, text: &str, evidence: Option<&Evidence>) -> String {
     let name = orchestrator_name(number);
     let mut out = format!("{name}: {text}");
     if let Some(evidence) = evidence {
@@ -290,7 +319,7 @@ mod tests {
     fn a_report_shows_its_evidence_and_a_claim_without_work_is_flagged() {
         let none = Evidence::default();
         assert_eq!(
-            report(1, "hello.py is created.", Some(&none)),
+            report(1, "hello.py is created.", Some(&none), None),
             "Orchestrator I: hello.py is created.\n\
              [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
              changed]\n\
@@ -299,7 +328,7 @@ mod tests {
         );
         // A question with no work yet is not a claim.
         assert_eq!(
-            report(1, "TOML or YAML?", Some(&none)),
+            report(1, "TOML or YAML?", Some(&none), None),
             "Orchestrator I: TOML or YAML?\n\
              [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
              changed]"
@@ -317,12 +346,12 @@ mod tests {
             ..Evidence::default()
         };
         assert_eq!(
-            report(2, "Done.", Some(&worked)),
+            report(2, "Done.", Some(&worked), None),
             "Orchestrator II: Done.\n\
              [Evidence from the worker, not written by Orchestrator II: 1 tool call (write 1), \
              1 file changed (created: hello.py)]"
         );
         // From an older worker: the words alone.
-        assert_eq!(report(3, "Done.", None), "Orchestrator III: Done.");
+        assert_eq!(report(3, "Done.", None, None), "Orchestrator III: Done.");
     }
 }

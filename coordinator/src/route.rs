@@ -120,6 +120,8 @@ impl Session {
             brief: brief.clone(),
         }));
         tracing::info!(orch.id = %orch_id, number, pool = %pool, "summoning an Orchestrator");
+        // The predecessor's packet goes as it was written, not through the Arbiter.
+        let handoff = self.state.handoff.take();
         self.effect(Effect::Summon(Summon {
             v: VERSION,
             session_id: self.id.clone(),
@@ -130,6 +132,7 @@ impl Session {
             pool: pool.clone(),
             summoned_at: Utc::now(),
             runtime: self.shared.config.orchestrator_runtime.clone(),
+            handoff,
         }));
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());

@@ -534,7 +534,8 @@ impl Session {
                     number,
                     text,
                     evidence,
-                } => crate::outputs::report(number, &text, evidence.as_ref()),
+                    handoff,
+                } => crate::outputs::report(number, &text, evidence.as_ref(), handoff.as_deref()),
                 Pending::System { text } => format!("System: {text}"),
             });
         }

@@ -54,6 +54,9 @@ pub(crate) enum Pending {
         /// The worker's evidence that came with the report.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         evidence: Option<arbiter_protocol::Evidence>,
+        /// The one line the Arbiter reads of the handoff packet that came with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handoff: Option<String>,
     },
     System {
         text: String,
@@ -109,6 +112,10 @@ pub(crate) struct Snapshot {
     /// The exchange with the active Orchestrator, as the loop guard sees it.
     #[serde(default)]
     pub exchange: crate::guard::Exchange,
+    /// The last handoff packet of an active Orchestrator, until a summons
+    /// carries it to the successor.
+    #[serde(default)]
+    pub handoff: Option<arbiter_protocol::PriorHandoff>,
     /// What the session's model requests cost so far: its Arbiter's, and
     /// each Orchestrator's as its last message said.
     #[serde(default)]
@@ -133,6 +140,7 @@ impl Snapshot {
             hold: None,
             turns_since_human: 0,
             exchange: crate::guard::Exchange::default(),
+            handoff: None,
             spend: arbiter_protocol::SessionSpend::default(),
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod evidence;
+pub mod handoff;
 pub mod orchestrator;
 pub mod outputs;
 pub mod roles;
@@ -18,6 +19,7 @@ pub mod subjects;
 
 pub use error::{ModelErrorKind, Role, WireError};
 pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
+pub use handoff::{Decision, DoneItem, Handoff, OpenItem, PriorHandoff};
 pub use orchestrator::{
     Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,

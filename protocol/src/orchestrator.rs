@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Evidence, OrchestratorOutput, WireError};
+use crate::{Evidence, Handoff, OrchestratorOutput, PriorHandoff, WireError};
 
 /// `summon.<pool>`: start a new Orchestrator. Taken by exactly one worker of the pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -30,6 +30,11 @@ pub struct Summon {
     /// not know still decodes (and is left to a worker that runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// The predecessor's handoff packet, carried as it was written: the
+    /// worker puts it beside the brief in the first user message. Absent
+    /// when there is none (and from older coordinators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<PriorHandoff>,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.
@@ -80,6 +85,11 @@ pub struct OrchestratorMessage {
     /// workers and on `failed` events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Evidence>,
+    /// The Orchestrator's handoff packet, when its output carried one. The
+    /// worker moves it here out of the `output` event, whose keys are fixed,
+    /// so that older readers ignore it. Boxed: it is large next to the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<Handoff>>,
     /// What the Orchestrator's model requests (its subagents' included)
     /// cost since its summons, up to this message. Absent from older workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]

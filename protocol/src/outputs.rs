@@ -49,6 +49,10 @@ pub struct OrchestratorOutput {
     /// true: a question, introduction, handoff or completion report that the Arbiter must answer;
     /// you then wait for its reply. false: a status note; you keep working.
     pub expects_response: bool,
-    /// The message for the Arbiter.
+    /// The message for the Arbiter. With a handoff, keep it to a sentence or two: the packet carries the detail.
     pub message: String,
+    /// Your handoff packet: required in every reply once your context is critical (85 %),
+    /// and in your final report. Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<crate::Handoff>>,
 }

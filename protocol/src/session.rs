@@ -94,6 +94,10 @@ pub struct OrchestratorEntry {
     /// The worker's evidence that came with the output, as it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Evidence>,
+    /// The handoff packet that came with the output, as it came (boxed: it
+    /// is large next to the other entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<crate::Handoff>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -16,6 +16,7 @@ fn a_log_entry_round_trips_with_its_tag() {
             expects_response: false,
             text: "working".into(),
             evidence: None,
+            handoff: None,
         }),
     };
     let json = serde_json::to_value(&entry).unwrap();
@@ -76,4 +77,55 @@ fn evidence_is_additive_on_orchestrator_output() {
     assert_eq!(json["evidence"]["commands"][0]["exit_code"], 0);
     let back: OrchestratorMessage = serde_json::from_value(json).unwrap();
     assert_eq!(back, with);
+}
+
+#[test]
+fn handoff_is_additive_on_the_wire() {
+    use arbiter_protocol::*;
+    let packet = Handoff {
+        done: vec![],
+        open: vec![OpenItem {
+            id: "T1".into(),
+            what: "all of it".into(),
+        }],
+        decisions: vec![],
+        questions: vec![],
+        next_step: "Begin.".into(),
+    };
+    // On `orch.<id>.out` the packet sits beside the event, whose keys stay
+    // `type`, `expects_response` and `message`, so older readers decode it.
+    let message = OrchestratorMessage {
+        v: VERSION,
+        session_id: "s".into(),
+        orch_id: "o".into(),
+        seq: 1,
+        event: OrchestratorEvent::Output(OrchestratorOutput {
+            expects_response: true,
+            message: "Full.".into(),
+            handoff: None,
+        }),
+        evidence: None,
+        handoff: Some(Box::new(packet.clone())),
+        spend: None,
+        sent_at: chrono::DateTime::UNIX_EPOCH,
+    };
+    let json = serde_json::to_value(&message).unwrap();
+    let keys: Vec<&String> = json["event"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["expects_response", "message", "type"]);
+    assert_eq!(json["handoff"]["open"][0]["id"], "T1");
+    // A summons from an older coordinator has no packet; one with it keeps it.
+    let old = r#"{"v":1,"session_id":"s","orch_id":"o","number":2,"brief":"b","workspace":null,
+        "pool":"default","summoned_at":"2025-06-30T14:09:12Z"}"#;
+    let summon: Summon = serde_json::from_str(old).unwrap();
+    assert_eq!(summon.handoff, None);
+    assert!(
+        serde_json::to_value(&summon)
+            .unwrap()
+            .get("handoff")
+            .is_none()
+    );
+    // The model-facing output refuses a packet with a key it does not know.
+    let bad = r#"{"expects_response":true,"message":"x","handoff":{"done":[],"open":[],
+        "decisions":[],"questions":[],"next_step":"n","mood":"tired"}}"#;
+    assert!(serde_json::from_str::<OrchestratorOutput>(bad).is_err());
 }

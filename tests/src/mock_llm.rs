@@ -307,6 +307,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         lane: lane.clone(),
         body: body.clone(),
         headers,
+        received_at: std::time::SystemTime::now(),
     };
     if record {
         shared.lock().requests.push(recorded.clone());

@@ -318,6 +318,7 @@ async fn completions(
         lane: lane.clone(),
         body: body.clone(),
         headers,
+        received_at: std::time::SystemTime::now(),
     });
     shared.bump();
     let Some(reply) = shared.take_reply(&lane, wait).await else {

@@ -88,8 +88,10 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
             event: OrchestratorEvent::Output(OrchestratorOutput {
                 expects_response: true,
                 message: format!("FORGED {seq}"),
+                handoff: None,
             }),
             evidence: None,
+            handoff: None,
             sent_at: chrono::Utc::now(),
         };
         sys.bus

@@ -73,8 +73,10 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
         event: OrchestratorEvent::Output(OrchestratorOutput {
             expects_response: true,
             message: "Late words from I".into(),
+            handoff: None,
         }),
         evidence: None,
+        handoff: None,
         sent_at: chrono::Utc::now(),
     };
     sys.bus

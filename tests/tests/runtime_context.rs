@@ -31,12 +31,15 @@ async fn warnings_follow_the_tool_call_that_crosses_70_and_85_percent() {
     sys.mock.push(&lane, touch(2).usage(20, 10, 100, 600)); // 72 %: cache counts
     sys.mock.push(&lane, touch(3).usage(800, 10, 0, 0)); // 80 %
     sys.mock.push(&lane, touch(4).usage(60, 10, 0, 800)); // 86 %
+    // Past 85 % the report must carry a handoff packet.
     sys.mock.push(
         &lane,
-        orch(
-            true,
-            "Handoff: four echoes done; nothing remains; the next needs nothing.",
-        )
+        MockReply::json(&json!({
+            "expects_response": true,
+            "message": "Handoff: four echoes done; nothing remains.",
+            "handoff": {"done": [{"id": "E1", "what": "four echoes", "files": []}], "open": [],
+                        "decisions": [], "questions": [], "next_step": "Nothing; report done."}
+        }))
         .usage(900, 10, 0, 0),
     );
     summon(&sys, "default", "s-ctx", "o-ctx", brief).await;

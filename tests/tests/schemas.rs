@@ -122,6 +122,7 @@ fn check(example: &Example) -> Result<&'static str, String> {
             .ok_or("an empty fragment")?;
         return match key.as_str() {
             "evidence" => decode::<Evidence>(value).map(|()| "Evidence"),
+            "handoff" => decode::<arbiter_protocol::Handoff>(value).map(|()| "Handoff"),
             "spend" => decode::<arbiter_protocol::Spend>(value).map(|()| "Spend"),
             other => Err(format!(
                 "a fragment of `{other}`, which no type is known for"
@@ -161,6 +162,7 @@ fn schema_of(ty: &str) -> serde_json::Value {
     let (file, def) = match ty {
         "Evidence" => ("orchestrator_message", Some("Evidence")),
         "Spend" => ("orchestrator_message", Some("Spend")),
+        "Handoff" => ("orchestrator_message", Some("Handoff")),
         "WorkerPresence" => ("worker_presence", None),
         other => {
             let snake: String = other

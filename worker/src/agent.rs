@@ -295,7 +295,8 @@ impl Agent {
         }
         let parsed = match structured::cut_short(&response.stop_reason) {
             Some(detail) => Err(detail.to_owned()),
-            None => structured::parse::<OrchestratorOutput>(&response.text()),
+            None => structured::parse::<OrchestratorOutput>(&response.text())
+                .and_then(|output| self.check_handoff(output)),
         };
         match parsed {
             Ok(output) => self.output(output).await,
@@ -314,6 +315,21 @@ impl Agent {
                 };
                 self.fail(error).await
             }
+        }
+    }
+
+    /// What the schema cannot say of a valid output: past the critical
+    /// threshold every output carries a handoff packet, and a packet's ids
+    /// and next step make sense. The error goes back for repair.
+    fn check_handoff(&self, output: OrchestratorOutput) -> Result<OrchestratorOutput, String> {
+        let pct = self.status.get().context_pct;
+        match &output.handoff {
+            Some(packet) => packet.check().map(|()| output),
+            None if pct >= context::CRITICAL_PCT => Err(format!(
+                "{pct:.0}% of your context is used, so this reply must carry your `handoff` \
+                 packet (done, open, decisions, questions, next_step) for the next Orchestrator"
+            )),
+            None => Ok(output),
         }
     }
 
@@ -372,11 +388,14 @@ impl Agent {
         let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
         let files = evidence::diff(&self.baseline, &now);
         let evidence = self.snap.tally.evidence(files);
+        // The packet rides on the message, beside the event (whose keys are fixed).
+        let handoff = output.handoff.take();
         let mut message = self.outbox.message(
             self.snap.out_seq,
             OrchestratorEvent::Output(output),
             Some(evidence),
         );
+        message.handoff = handoff;
         message.spend = Some(self.snap.spend);
         if waits {
             self.snap.notes_in_a_row = 0;

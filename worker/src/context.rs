@@ -34,13 +34,16 @@ pub fn orchestrator_warning(pct: f32) -> Option<String> {
     if pct >= CRITICAL_PCT {
         Some(format!(
             "{CRITICAL_MARK}: {pct:.0}% of your context is used. Start no new work and no new \
-             subagents. Report to the Arbiter now, with expects_response true: what you \
-             finished, what remains, and what the next Orchestrator needs to know to carry on."
+             subagents. Report to the Arbiter now, with expects_response true and your `handoff` \
+             packet: what you finished (with files), the open items by id, decisions and why, \
+             open questions, and the next step."
         ))
     } else if pct >= WARN_PCT {
         Some(format!(
             "{NOTICE_MARK}: {pct:.0}% of your context is used. Bring the current thread of work \
-             to a close, take on nothing large, and prepare to hand off."
+             to a close, take on nothing large, and prepare to hand off. If you have not sent \
+             one since this notice first came, send a note (expects_response false) carrying \
+             your `handoff` packet as it stands, so that your successor can be readied."
         ))
     } else {
         None

@@ -47,6 +47,7 @@ impl Outbox {
             seq,
             event,
             evidence,
+            handoff: None,
             spend: None,
             sent_at: Utc::now(),
         }

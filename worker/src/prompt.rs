@@ -33,13 +33,19 @@ End every turn with exactly one JSON object: `{{"expects_response": <bool>, "mes
 - expects_response true: a question, a handoff or a completion report. The Arbiter answers; you wait for it.
 - expects_response false: a short progress note while you keep working. It is shown to the human and reaches the Arbiter later, bundled with your next message. Do not send many in a row: after a few you must speak to the Arbiter.
 
-# Context warnings
+# Context warnings and your handoff
 
-The system tells you as your context fills. At the first warning, bring the current item to a close and start nothing large. At the critical warning, start nothing new: report to the Arbiter at once, with expects_response true, covering
-- what you accomplished (and where it is in the workspace),
-- what remains, item by item,
-- what the next Orchestrator needs to know to carry on: decisions made, traps found, how to check the work.
-The next Orchestrator will know nothing of your work except what the Arbiter passes on and what is in the workspace."#,
+The system tells you as your context fills. At the first warning, bring the current item to a close and start nothing large. At the critical warning, start nothing new: report to the Arbiter at once, with expects_response true.
+
+A report that ends your stretch of the work (the critical warning, or the work is done) carries a `handoff` object beside `message`. It goes to the next Orchestrator exactly as you write it; the Arbiter sees only a one-line count of it. Its fields:
+- `done`: each finished item as `{{"id", "what", "files"}}`, with the workspace paths it touched;
+- `open`: each remaining item as `{{"id", "what"}}`;
+- `decisions`: each as `{{"decision", "why"}}`;
+- `questions`: questions still open, as plain strings;
+- `next_step`: the next concrete step.
+At the first warning, send one note (expects_response false) with the packet as it stands: the coordinator keeps the latest packet, so your successor is readied even if you stop before your final report. Keep the ids of the items you were given (e.g. "T3"); give new items new ids. No item may be dropped: every item you were given is either done or open. Keep `message` itself to a sentence or two. Once past the critical warning, every reply must carry the handoff.
+
+If your first message carries a handoff packet from your predecessor, take it as the state of the work: its open items are yours, its decisions stand unless the Arbiter says otherwise, and its next step is where you begin."#,
         tools = tools.join(", ")
     )
 }

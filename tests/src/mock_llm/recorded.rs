@@ -11,6 +11,8 @@ pub struct RecordedRequest {
     pub body: Value,
     /// Every request header, names lower-cased, in arrival order.
     pub headers: Vec<(String, String)>,
+    /// When the mock received it (wall clock, to compare with log entries' `at`).
+    pub received_at: std::time::SystemTime,
 }
 
 impl RecordedRequest {
@@ -113,6 +115,7 @@ mod tests {
             lane: "m".into(),
             body,
             headers: vec![("x-api-key".into(), "k".into())],
+            received_at: std::time::SystemTime::UNIX_EPOCH,
         }
     }
 

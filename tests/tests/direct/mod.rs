@@ -59,6 +59,7 @@ pub async fn summon_as(
         pool: pool.into(),
         summoned_at: chrono::Utc::now(),
         runtime: None,
+        handoff: None,
     };
     sys.bus
         .publish_js(

@@ -162,11 +162,18 @@ pub(crate) async fn claim(
             }
             None => {
                 let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);
+                // The brief, then the predecessor's packet as it was written.
+                let mut content = vec![arbiter_llm::Block::Text {
+                    text: summon.brief.clone(),
+                }];
+                if let Some(handoff) = &summon.handoff {
+                    content.push(arbiter_llm::Block::Text {
+                        text: handoff.for_successor(),
+                    });
+                }
                 let transcript = vec![Message {
                     role: MessageRole::User,
-                    content: vec![arbiter_llm::Block::Text {
-                        text: summon.brief.clone(),
-                    }],
+                    content,
                 }];
                 store
                     .write(transcript.clone(), &Snapshot::new(), Vec::new(), until)

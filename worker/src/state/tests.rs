@@ -28,6 +28,7 @@ fn summon(orch_id: &str) -> Summon {
         pool: "default".into(),
         summoned_at: Utc::now(),
         runtime: None,
+        handoff: None,
     }
 }
 
