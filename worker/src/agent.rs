@@ -298,6 +298,16 @@ impl Agent {
             None => structured::parse::<OrchestratorOutput>(&response.text())
                 .and_then(|output| self.check_handoff(output)),
         };
+        self.take_output(parsed).await
+    }
+
+    /// A turn's output, whichever runtime produced it: a valid one goes
+    /// out; an invalid one is asked again while repairs remain, and then
+    /// the Orchestrator fails with `schema_violation`.
+    pub(super) async fn take_output(
+        &mut self,
+        parsed: Result<OrchestratorOutput, String>,
+    ) -> Result<(), Stop> {
         match parsed {
             Ok(output) => self.output(output).await,
             Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {

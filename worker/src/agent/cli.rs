@@ -5,7 +5,7 @@
 //! stored and published with the worker's evidence (the CLI's tool calls as
 //! the stream showed them, and the workspace's files).
 
-use arbiter_llm::{Block, Message, MessageRole, structured};
+use arbiter_llm::{Block, Message, MessageRole};
 use arbiter_protocol::{ModelErrorKind, OrchestratorOutput, OrchestratorState, Role, WireError};
 
 use super::{Agent, Stop};
@@ -239,24 +239,7 @@ impl Agent {
             role: MessageRole::Assistant,
             content: vec![Block::Text { text }],
         });
-        match parsed {
-            Ok(output) => self.output(output).await,
-            Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {
-                tracing::warn!(%detail, "Orchestrator turn gave no valid output; asking again");
-                self.snap.repairs += 1;
-                self.transcript
-                    .push(Message::user(structured::repair_message(&detail)));
-                self.step(Vec::new()).await
-            }
-            Err(detail) => {
-                let error = WireError::SchemaViolation {
-                    role: Role::Orchestrator,
-                    attempts: self.snap.repairs + 1,
-                    detail,
-                };
-                self.fail(error).await
-            }
-        }
+        self.take_output(parsed).await
     }
 }
 
