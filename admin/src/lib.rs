@@ -25,6 +25,7 @@ mod layout;
 pub mod pki;
 mod registry;
 mod server_conf;
+pub mod sessions;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -444,6 +445,7 @@ pub async fn setup(
     nats: &arbiter_bus::NatsOptions,
     pools: &[String],
     wait: Option<std::time::Duration>,
+    limits: arbiter_bus::retention::Limits,
 ) -> Result<()> {
     for pool in pools {
         check_token("pool", pool)?;
@@ -466,6 +468,7 @@ pub async fn setup(
         })??,
     };
     let bus = arbiter_bus::Bus::open(conn, NatsRole::Admin, arbiter_bus::Reach::FailFast).await?;
+    arbiter_bus::retention::apply_limits(&bus.js, &limits).await?;
     for pool in pools {
         arbiter_bus::setup::ensure_pool_consumer(&bus.js, pool).await?;
     }

@@ -92,6 +92,44 @@ enum Command {
         /// failing at once (a start-up step, as compose.yaml runs it).
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
+        /// Bytes each stream and bucket may hold (applied to existing streams too).
+        #[arg(long, env = "ARBITER_STREAM_MAX_BYTES", default_value_t = arbiter_bus::retention::DEFAULT_STREAM_MAX_BYTES)]
+        stream_max_bytes: i64,
+        #[command(flatten)]
+        nats: NatsArgs,
+    },
+    /// List, archive or delete sessions (as the admin credential).
+    Sessions {
+        #[command(subcommand)]
+        action: SessionsAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsAction {
+    /// Every session: id, live / idle / archived, last activity, log entries.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        nats: NatsArgs,
+    },
+    /// Move a session's log and records into one compressed archive object
+    /// and purge its live subjects; `arbiter-console` still reads it.
+    Archive {
+        session_id: String,
+        /// Archive even a live session (an Arbiter turn in flight, an Orchestrator active).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        nats: NatsArgs,
+    },
+    /// Delete a session for good: its live subjects, its archive and its status.
+    Delete {
+        session_id: String,
+        /// Delete even a live session.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         nats: NatsArgs,
     },
@@ -228,7 +266,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Setup { pools, wait, nats } => {
+        Command::Sessions { action } => runtime.block_on(sessions(action))?,
+        Command::Setup {
+            pools,
+            wait,
+            stream_max_bytes,
+            nats,
+        } => {
             let pools = if pools.is_empty() {
                 vec!["default".to_owned()]
             } else {
@@ -238,10 +282,53 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &nats.options(),
                 &pools,
                 wait.map(std::time::Duration::from_secs),
+                arbiter_bus::retention::Limits { stream_max_bytes },
             ))?;
             println!(
                 "streams, buckets and the summons consumers of {} are in place",
                 pools.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn sessions(action: SessionsAction) -> anyhow::Result<()> {
+    use arbiter_admin::sessions;
+    match action {
+        SessionsAction::List { json, nats } => {
+            let all = sessions::list(&nats.options()).await?;
+            if all.is_empty() {
+                eprintln!("no sessions");
+            }
+            for status in &all {
+                if json {
+                    println!("{}", serde_json::to_string(status)?);
+                } else {
+                    println!("{}", sessions::row(status));
+                }
+            }
+        }
+        SessionsAction::Archive {
+            session_id,
+            force,
+            nats,
+        } => {
+            let r = sessions::archive(&nats.options(), &session_id, force).await?;
+            println!(
+                "session {session_id} archived: {} log entries, {} records, {} Orchestrators; {} bytes live -> {} bytes archived",
+                r.log_entries, r.records, r.orchestrators, r.live_bytes, r.archive_bytes
+            );
+        }
+        SessionsAction::Delete {
+            session_id,
+            force,
+            nats,
+        } => {
+            let r = sessions::delete(&nats.options(), &session_id, force).await?;
+            println!(
+                "session {session_id} deleted: {} log entries, {} records, {} Orchestrators ({} bytes)",
+                r.log_entries, r.records, r.orchestrators, r.live_bytes
             );
         }
     }

@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod connect;
 pub mod metrics;
+pub mod retention;
 pub mod seq;
 pub mod setup;
 pub mod telemetry;
@@ -125,7 +126,9 @@ impl Bus {
             alarms: Alarms::default(),
             user: None,
         };
-        Self::open(conn, NatsRole::Admin, Reach::FailFast).await
+        let bus = Self::open(conn, NatsRole::Admin, Reach::FailFast).await?;
+        retention::apply_limits(&bus.js, &retention::Limits::default()).await?;
+        Ok(bus)
     }
 
     /// Publishes to a JetStream subject and waits for the server's ack.

@@ -103,7 +103,11 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
         .await
         .map_err(|e| BusError::js("creating the sessions bucket", e))?;
     }
-    for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
+    for bucket in [
+        subjects::SESSION_BLOBS_BUCKET,
+        subjects::ORCH_BLOBS_BUCKET,
+        subjects::ARCHIVE_BUCKET,
+    ] {
         if js.get_object_store(bucket).await.is_err() {
             js.create_object_store(object_store::Config {
                 bucket: bucket.into(),

@@ -64,6 +64,7 @@ where
         },
         () = &mut shutdown => return not_attached(Ok(())),
     };
+    let archived = attached.status.as_ref().and_then(|s| s.archived_at);
     let mut console = Console {
         config,
         session_id,
@@ -73,6 +74,12 @@ where
         progress: Progress::default(),
         shown: ShownSeqs::default(),
     };
+    if let Some(at) = archived {
+        return Ended {
+            attached: true,
+            result: console.show_archive(at).await,
+        };
+    }
     if let Some(status) = attached.status {
         console.progress.status(status);
     }
@@ -252,6 +259,30 @@ where
                 }
             }
         }
+    }
+
+    /// An archived session: its log as the archive holds it, then a notice
+    /// that it is read-only. Nothing is sent.
+    async fn show_archive(&mut self, at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+        let notice = format!(
+            "session {} is archived (since {}): its log, from the archive; it is read-only, start a new session to go on",
+            self.session_id,
+            at.format("%Y-%m-%d %H:%M UTC")
+        );
+        write_line(self.notices, &notice).await?;
+        let archive = arbiter_bus::retention::read_archive(&self.bus.js, self.session_id)
+            .await
+            .map_err(|e| self.log_error(e))?;
+        let subject = subjects::session_log(self.session_id);
+        for entry in &archive.log {
+            let bytes = serde_json::to_vec(entry).unwrap_or_default();
+            self.log_message(&subject, &bytes).await?;
+        }
+        write_line(
+            self.notices,
+            &format!("({} log entries, archived)", archive.log.len()),
+        )
+        .await
     }
 
     fn log_error(&self, e: impl std::fmt::Display) -> ConsoleError {

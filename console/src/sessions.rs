@@ -103,6 +103,8 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
     let mut rows = vec![header.to_vec()];
     for s in statuses {
         let state = match (s.state, s.queued) {
+            // Read-only now: `arbiter-console --session <id>` prints its log from the archive.
+            _ if s.archived_at.is_some() => "archived".to_owned(),
             // Its Orchestrator works on while the Arbiter waits.
             (SessionState::Idle, _) if s.active.is_some() => "working".to_owned(),
             (SessionState::Idle, _) => "idle".to_owned(),
@@ -169,6 +171,7 @@ mod tests {
     fn status(id: &str, state: SessionState, at: DateTime<Utc>) -> SessionStatus {
         SessionStatus {
             spend: Default::default(),
+            archived_at: None,
             v: 1,
             session_id: id.into(),
             state,

@@ -272,6 +272,7 @@ mod tests {
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {
             spend: Default::default(),
+            archived_at: None,
             v: 1,
             session_id: "s".into(),
             state,

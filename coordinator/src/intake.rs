@@ -202,6 +202,17 @@ impl Registry {
             return;
         };
         arbiter_bus::metrics::hop(&msg, "console→coordinator");
+        if self.shared.archived.contains(session_id) {
+            // Read-only: the console says so and sends nothing; a line
+            // that comes anyway is dropped, and the session's actor goes.
+            tracing::warn!(
+                session.id = session_id,
+                "human line to an archived session dropped"
+            );
+            self.sessions.remove(session_id);
+            ack(&msg).await;
+            return;
+        }
         let trace = TraceContext::from_headers(msg.headers.as_ref());
         let rejected = |error: WireError| {
             tracing::error!(subject, %error, "malformed human message rejected");

@@ -11,6 +11,7 @@ mod guard;
 mod intake;
 mod outputs;
 pub mod prompt;
+pub mod retention;
 mod route;
 mod session;
 mod state;
@@ -74,6 +75,8 @@ pub struct Config {
     /// What each model's tokens cost (the built-in table unless the config
     /// file's `[prices]` say otherwise).
     pub prices: arbiter_llm::price::PriceTable,
+    /// Stream limits, and when idle sessions are archived or deleted.
+    pub retention: retention::Retention,
 }
 
 impl Default for Config {
@@ -91,6 +94,7 @@ impl Default for Config {
             loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
             max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
             prices: arbiter_llm::price::PriceTable::defaults(),
+            retention: retention::Retention::default(),
         }
     }
 }
@@ -130,6 +134,8 @@ pub(crate) struct Shared {
     pub caps: caps::Caps,
     /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
     pub output_schema: serde_json::Value,
+    /// Sessions archived (the sweeper keeps it): their human lines are dropped.
+    pub archived: retention::Archived,
 }
 
 /// Runs the coordinator until `shutdown` completes.
@@ -154,6 +160,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         arbiter_bus::setup::ensure_pool_consumer(&bus.js, &config.pool),
     )
     .await?;
+    // Limits are applied by an explicit update: declaring never changes them.
+    arbiter_bus::setup::guarded(
+        &bus.alarms,
+        NatsRole::Coordinator,
+        arbiter_bus::retention::apply_limits(&bus.js, &config.retention.limits),
+    )
+    .await?;
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
     let shared = Arc::new(Shared {
         bus,
@@ -162,10 +175,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         caps: caps::Caps::new(config.console_caps.clone()),
         config,
         output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
+        archived: retention::Archived::default(),
     });
     let alarms = shared.bus.alarms.clone();
-    tokio::select! {
+    let sweeper = tokio::spawn(retention::sweep(shared.clone()));
+    let result = tokio::select! {
         result = intake::run(shared, shutdown) => result,
         refused = alarms.fatal() => Err(refused.into()),
-    }
+    };
+    sweeper.abort();
+    result
 }

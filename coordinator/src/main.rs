@@ -64,6 +64,21 @@ struct Cli {
     /// a message past it is refused. `off`: no limit.
     #[arg(long, env = "ARBITER_CONSOLE_RATE", default_value = arbiter_coordinator::DEFAULT_CONSOLE_RATE)]
     console_rate: String,
+    /// Sessions idle this long are archived: their log and records move into
+    /// one compressed object, still readable by `arbiter-console`
+    /// (<n>s|m|h|d, or off).
+    #[arg(long, env = "ARBITER_ARCHIVE_AFTER", default_value = "30d")]
+    archive_after: String,
+    /// Archived sessions are deleted this long after their archive (<n>s|m|h|d, or off).
+    #[arg(long, env = "ARBITER_DELETE_AFTER", default_value = "off")]
+    delete_after: String,
+    /// Bytes each stream and bucket may hold; a full record stream refuses
+    /// new writes (applied to existing streams at start).
+    #[arg(long, env = "ARBITER_STREAM_MAX_BYTES", default_value_t = arbiter_bus::retention::DEFAULT_STREAM_MAX_BYTES)]
+    stream_max_bytes: i64,
+    /// Seconds between two passes of the retention sweeper.
+    #[arg(long, env = "ARBITER_RETENTION_SWEEP_SECS", default_value_t = 60)]
+    retention_sweep_secs: u64,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -128,6 +143,18 @@ async fn run_main() -> anyhow::Result<()> {
         loop_rounds: cli.loop_rounds,
         max_turns_per_message: cli.max_turns_per_message,
         output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
+        retention: arbiter_coordinator::retention::Retention {
+            limits: arbiter_bus::retention::Limits {
+                stream_max_bytes: cli.stream_max_bytes,
+            },
+            archive_after: arbiter_bus::retention::parse_age(&cli.archive_after)
+                .map_err(anyhow::Error::msg)
+                .context("--archive-after")?,
+            delete_after: arbiter_bus::retention::parse_age(&cli.delete_after)
+                .map_err(anyhow::Error::msg)
+                .context("--delete-after")?,
+            sweep_every: std::time::Duration::from_secs(cli.retention_sweep_secs.max(1)),
+        },
         console_caps: arbiter_coordinator::ConsoleCaps {
             max_sessions: (cli.max_sessions_per_console > 0)
                 .then_some(cli.max_sessions_per_console),

@@ -744,6 +744,7 @@ impl Session {
             created_at: self.state.created_at,
             at: Utc::now(),
             spend: self.state.spend.clone(),
+            archived_at: None,
         };
         let bus = &self.shared.bus;
         if changed {

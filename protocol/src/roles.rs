@@ -218,6 +218,7 @@ pub fn all_streams() -> Vec<String> {
         kv_stream(subjects::SESSIONS_BUCKET),
         obj_stream(subjects::SESSION_BLOBS_BUCKET),
         obj_stream(subjects::ORCH_BLOBS_BUCKET),
+        obj_stream(subjects::ARCHIVE_BUCKET),
     ]
 }
 
@@ -269,6 +270,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             let orch = subjects::ORCH_STREAM;
             let summons = subjects::SUMMONS_STREAM;
             let state = subjects::STATE_STREAM;
+            let orch_state = subjects::ORCH_STATE_STREAM;
             let kv = kv_stream(subjects::SESSIONS_BUCKET);
             let streams = all_streams();
             vec![
@@ -314,6 +316,16 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     ]),
                 Grant::new("ask whether a worker of a pool is up")
                     .publish([format!("$SRV.PING.{}", subjects::WORKER_SERVICE)]),
+                Grant::new("archive idle sessions: read a session's log and its Orchestrators' records, write the archive, purge the live subjects")
+                    .publish(ordered(sessions))
+                    .publish(ordered(orch_state))
+                    .publish([msg_get(orch_state)])
+                    .publish(
+                        [sessions, orch, state, orch_state]
+                            .map(|s| api(&format!("STREAM.PURGE.{s}"))),
+                    )
+                    .publish(object_store(subjects::ORCH_BLOBS_BUCKET))
+                    .publish(object_store(subjects::ARCHIVE_BUCKET)),
             ]
         }
         NatsRole::Worker => {
@@ -399,6 +411,17 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         format!("{PREFIX}.session.*.delta"),
                         subjects::ALL_ORCH_STATUS.to_owned(),
                     ]),
+                Grant::new("read an archived session's log (one object of the archive bucket)")
+                    .publish({
+                        let archive = obj_stream(subjects::ARCHIVE_BUCKET);
+                        [
+                            api(&format!("STREAM.INFO.{archive}")),
+                            api(&format!("DIRECT.GET.{archive}.>")),
+                            api(&format!("CONSUMER.CREATE.{archive}")),
+                            api(&format!("CONSUMER.CREATE.{archive}.>")),
+                            format!("$JS.FC.{archive}.>"),
+                        ]
+                    }),
             ]
         }
     }

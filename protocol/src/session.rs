@@ -167,6 +167,10 @@ pub struct SessionStatus {
     /// What the session's model requests cost so far (stored with its records).
     #[serde(default)]
     pub spend: crate::SessionSpend,
+    /// When the session was archived: its log and records moved into the
+    /// archive bucket, read-only from then on (absent while it is live).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// `session.<session_id>.delta`: the Arbiter's words as the model generates

@@ -18,6 +18,13 @@ pub const ORCH_STATE_STREAM: &str = "ARBITER_ORCH_STATE";
 pub const ORCH_BLOBS_BUCKET: &str = "arbiter_orch_blobs";
 /// KV bucket: the latest [`crate::SessionStatus`] of every session, by session id.
 pub const SESSIONS_BUCKET: &str = "arbiter_sessions";
+/// Object store bucket of archived sessions: one compressed object per
+/// session (its log, its step records, its Orchestrators' last records).
+pub const ARCHIVE_BUCKET: &str = "arbiter_archive";
+/// The name, in [`ARCHIVE_BUCKET`], of one session's archive.
+pub fn session_archive(session_id: &str) -> String {
+    format!("{session_id}.jsonl.gz")
+}
 
 /// The NATS micro service every worker registers as (presence).
 pub const WORKER_SERVICE: &str = "arbiter-worker";

@@ -50,6 +50,8 @@ use waiting::until;
 
 /// Inputs held ahead of their turn, at most; more are terminated at once.
 const MAX_INPUTS_AHEAD: usize = 64;
+/// How long the end-of-life rollup of an Orchestrator's records may take.
+const ROLLUP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why an agent loop ended.
 pub(crate) enum Stop {
@@ -209,6 +211,26 @@ impl Agent {
     ) -> Result<(), WriteError> {
         self.snap.phase = Phase::Ended { reason };
         self.commit(Vec::new(), until).await
+    }
+
+    /// Once its end is stored: its records rolled up into one snapshot
+    /// (docs/protocol.md, Orchestrator state and leases). Bounded in time;
+    /// a rollup not stored leaves the records as they were.
+    pub(crate) async fn roll_up(&mut self) {
+        let until = CancellationToken::new();
+        let transcript = self.transcript.messages().to_vec();
+        let rolled = tokio::time::timeout(
+            ROLLUP_WAIT,
+            self.store.roll_up(transcript, &self.snap, &until),
+        )
+        .await;
+        until.cancel();
+        match rolled {
+            Ok(Ok(true)) => tracing::debug!("ended Orchestrator's records rolled up"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(?e, "ended Orchestrator's records not rolled up"),
+            Err(_) => tracing::warn!("ended Orchestrator's records not rolled up in time"),
+        }
     }
 
     /// Frees its slot (or its place among the parked): it runs no more here.

@@ -280,6 +280,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             stop_status(&status, heartbeat).await;
             drop(registered);
             agent.leave_seat();
+            // Before the summons (the lease) goes: the fence still holds.
+            agent.roll_up().await;
             if let Some(msg) = control
                 && let Err(e) = msg.ack().await
             {

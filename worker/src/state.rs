@@ -33,6 +33,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const INLINE_LIMIT: usize = 900 * 1024;
 /// Room left for headers and the rest of the record under the server's `max_payload`.
 const HEADROOM: usize = 64 * 1024;
+/// The header that makes a record replace every earlier one of its subject.
+const ROLLUP_HEADER: &str = "Nats-Rollup";
+/// Attempts at the end-of-life rollup before the records are left as they are.
+const ROLLUP_TRIES: u32 = 3;
 
 /// Where an Orchestrator stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -323,6 +327,8 @@ pub(crate) struct StateStore {
     baseline: Option<Baseline>,
     /// A piece of the CLI's transcript to store with the next record.
     cli_transcript: Option<CliTranscript>,
+    /// The last record stored was a rollup.
+    rolled_up: bool,
 }
 
 impl StateStore {
@@ -353,6 +359,7 @@ impl StateStore {
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
             baseline: None,
             cli_transcript: None,
+            rolled_up: false,
         }
     }
 
@@ -383,7 +390,38 @@ impl StateStore {
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
     ) -> Result<(), WriteError> {
+        self.write_record(append, snapshot, outbox, false, until)
+            .await
+    }
+
+    /// Once the end is stored: replaces every record of the Orchestrator by
+    /// one snapshot (`Nats-Rollup: sub`, fenced like any record) that holds
+    /// the whole transcript in its `append` and the ended snapshot, so a
+    /// reader still gets the transcript by concatenating `append`s. `false`
+    /// when the stream does not allow rollups (its records are kept).
+    pub(crate) async fn roll_up(
+        &mut self,
+        transcript: Vec<Message>,
+        snapshot: &Snapshot,
+        until: &CancellationToken,
+    ) -> Result<bool, WriteError> {
+        self.baseline = None;
+        self.cli_transcript = None;
+        self.write_record(transcript, snapshot, Vec::new(), true, until)
+            .await
+            .map(|()| self.rolled_up)
+    }
+
+    async fn write_record(
+        &mut self,
+        append: Vec<Message>,
+        snapshot: &Snapshot,
+        outbox: Vec<OrchestratorMessage>,
+        rollup: bool,
+        until: &CancellationToken,
+    ) -> Result<(), WriteError> {
         self.rev += 1;
+        let mut refused = 0;
         let record = Record {
             v: VERSION,
             orch_id: self.orch_id.clone(),
@@ -432,11 +470,12 @@ impl StateStore {
             payload = Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default());
         }
         loop {
-            match self.publish(&msg_id, payload.clone()).await {
+            match self.publish(&msg_id, payload.clone(), rollup).await {
                 Ok(seq) => {
                     self.last_seq = seq;
                     self.baseline = None;
                     self.cli_transcript = None;
+                    self.rolled_up = rollup;
                     return Ok(());
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
@@ -466,7 +505,19 @@ impl StateStore {
                         }
                     }
                 }
+                Err(kind) if rollup && refused >= ROLLUP_TRIES => {
+                    // A stream made before rollups were allowed (10111):
+                    // the records stay as they are.
+                    tracing::warn!(
+                        ?kind,
+                        "could not roll the ended Orchestrator's records up; they are kept"
+                    );
+                    self.rev -= 1;
+                    self.rolled_up = false;
+                    return Ok(());
+                }
                 Err(kind) => {
+                    refused += 1;
                     tracing::warn!(?kind, "could not store the Orchestrator state; retrying");
                     backoff(&mut delay, until).await?;
                 }
@@ -475,11 +526,19 @@ impl StateStore {
     }
 
     /// One fenced publish; the stream sequence it got, or the error's kind.
-    async fn publish(&self, msg_id: &str, payload: Bytes) -> Result<u64, Option<PublishErrorKind>> {
-        let message = PublishMessage::build()
+    async fn publish(
+        &self,
+        msg_id: &str,
+        payload: Bytes,
+        rollup: bool,
+    ) -> Result<u64, Option<PublishErrorKind>> {
+        let mut message = PublishMessage::build()
             .payload(payload)
             .message_id(msg_id)
             .expected_last_subject_sequence(self.last_seq);
+        if rollup {
+            message = message.header(ROLLUP_HEADER, "sub");
+        }
         let ack = self
             .backend
             .bus
