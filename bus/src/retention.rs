@@ -113,7 +113,10 @@ pub async fn apply_limits(js: &jetstream::Context, limits: &Limits) -> crate::Re
                     "the server cannot reserve this much storage for the stream; its limits are left as they were (lower --stream-max-bytes, or raise the server's max_file_store)"
                 ),
                 Err(e) => {
-                    return Err(BusError::js(format!("setting the limits of stream {name}"), e));
+                    return Err(BusError::js(
+                        format!("setting the limits of stream {name}"),
+                        e,
+                    ));
                 }
             }
         }
