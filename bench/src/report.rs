@@ -135,6 +135,12 @@ impl Report {
             "  JetStream messages stored per routed message: {:.1}",
             s.writes_per_routed
         );
+        println!(
+            "  disk (streams' stored bytes): {:.0} bytes per routed message, {:.0} bytes per session ({} bytes stored at the end; ended Orchestrators rolled up, no session archived)",
+            s.disk_per_routed,
+            s.disk_per_session,
+            count(s.disk_bytes)
+        );
     }
 
     pub fn print_level(&self, level: &Level) {

@@ -25,6 +25,12 @@ pub struct Saturation {
     pub exchanges: u64,
     /// JetStream messages stored per routed message (records, log, status, …).
     pub writes_per_routed: f64,
+    /// Growth of the streams' stored bytes (`STREAM.INFO` state bytes, every
+    /// stream and bucket) per routed message, and per session started.
+    pub disk_per_routed: f64,
+    pub disk_per_session: f64,
+    /// The streams' stored bytes at the end of the measurement.
+    pub disk_bytes: u64,
     pub cpu: Vec<(String, f64)>,
 }
 
@@ -64,6 +70,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
     let measure = Duration::from_secs(ctx.opts.saturation_duration);
     tracing::info!(?measure, "saturation: measuring");
     let writes_before = system.js_writes().await?;
+    let disk_before = disk_bytes(&system.bus).await?;
     let before = (
         ctx.recorder.requests(),
         system.cpu(),
@@ -78,6 +85,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
         ctx.recorder.finished.load(Ordering::SeqCst),
     );
     let writes = system.js_writes().await? - writes_before;
+    let disk_after = disk_bytes(&system.bus).await?;
+    let disk_grown = disk_after as f64 - disk_before as f64;
     ctx.recorder.looping.store(false, Ordering::SeqCst);
     replacer.abort();
     system.check()?;
@@ -95,9 +104,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
         routed_per_sec: (after.0 - before.0) as f64 / seconds,
         starts_per_sec: (after.3 - before.3) as f64 / seconds,
         writes_per_routed: writes as f64 / (after.0 - before.0).max(1) as f64,
+        disk_per_routed: disk_grown / (after.0 - before.0).max(1) as f64,
+        disk_per_session: disk_grown / (after.3 - before.3).max(1) as f64,
+        disk_bytes: disk_after,
         exchanges: ctx.opts.exchanges,
         cpu: after.1.since(&before.1),
     })
+}
+
+/// Bytes every stream and bucket stores now.
+async fn disk_bytes(bus: &arbiter_bus::Bus) -> anyhow::Result<u64> {
+    Ok(arbiter_bus::retention::stream_bytes(&bus.js)
+        .await?
+        .iter()
+        .map(|(_, bytes, _)| bytes)
+        .sum())
 }
 
 /// Starts a fresh `loop` session for each one that has ended.
