@@ -1,6 +1,7 @@
 //! The fenced writer against a real nats-server: a second claim fences the
 //! first holder; a retried write whose first attempt was stored counts as
-//! stored; a record too large for a message goes through the object store.
+//! stored; a record too large for a message goes through the object store; an
+//! ended Orchestrator is rolled up into one snapshot under its fence.
 
 use arbiter_llm::{Message, MessageRole};
 use arbiter_protocol::{Summon, VERSION};
@@ -136,5 +137,113 @@ async fn a_record_over_the_message_cap_is_stored_behind_a_pointer() {
     let restored = claim::load(&backend, "o-3").await.unwrap().unwrap();
     assert_eq!(restored.transcript[1], big);
     assert_eq!(restored.snapshot, snap);
+    assert_eq!(store.fence().holds().await, Some(true));
+}
+
+/// Messages on an Orchestrator's state subject now.
+async fn records_on(backend: &StateBackend, orch_id: &str) -> usize {
+    backend
+        .bus
+        .replay_subject(subjects::ORCH_STATE_STREAM, &subjects::orch_state(orch_id))
+        .await
+        .unwrap()
+        .map_or(0, |(msgs, _)| msgs.len())
+}
+
+#[tokio::test]
+async fn an_ended_orchestrator_is_rolled_up_into_one_snapshot_under_its_fence() {
+    let nats = NatsServer::start().await;
+    let backend = backend(&nats).await;
+    let never = CancellationToken::new();
+    let (mut store, mut transcript) = claimed(
+        claim(&backend, &summon("o-roll"), 0, "w1", &never)
+            .await
+            .unwrap(),
+    );
+    let mut snap = Snapshot::new();
+    for step in ["one", "two"] {
+        let reply = Message::assistant(step);
+        transcript.push(reply.clone());
+        store
+            .write(vec![reply], &snap, Vec::new(), &never)
+            .await
+            .unwrap();
+    }
+    snap.phase = Phase::Ended {
+        reason: EndReason::Released,
+    };
+    store
+        .write(Vec::new(), &snap, Vec::new(), &never)
+        .await
+        .unwrap();
+    assert_eq!(records_on(&backend, "o-roll").await, 4);
+    let read_before = claim::load(&backend, "o-roll").await.unwrap().unwrap();
+
+    // A holder fenced out meanwhile cannot roll up: nothing is dropped.
+    let working = Snapshot::new();
+    let (mut stale, _) = claimed(
+        claim(&backend, &summon("o-stale"), 0, "w1", &never)
+            .await
+            .unwrap(),
+    );
+    stale
+        .write(vec![Message::assistant("a")], &working, Vec::new(), &never)
+        .await
+        .unwrap();
+    let (mut taker, _) = claimed(
+        claim(&backend, &summon("o-stale"), 0, "w2", &never)
+            .await
+            .unwrap(),
+    );
+    taker
+        .write(Vec::new(), &working, Vec::new(), &never)
+        .await
+        .unwrap();
+    let before = records_on(&backend, "o-stale").await;
+    assert_eq!(
+        stale.roll_up(Vec::new(), &snap, &never).await,
+        Err(WriteError::Fenced)
+    );
+    assert_eq!(records_on(&backend, "o-stale").await, before);
+
+    // The holder's rollup leaves one record: the ended snapshot with the
+    // whole transcript, which a reader (a claim) reads as before.
+    assert_eq!(
+        store.roll_up(transcript.clone(), &snap, &never).await,
+        Ok(true)
+    );
+    assert_eq!(records_on(&backend, "o-roll").await, 1);
+    let restored = claim::load(&backend, "o-roll").await.unwrap().unwrap();
+    assert_eq!(restored.transcript, read_before.transcript);
+    assert_eq!(restored.snapshot, read_before.snapshot);
+    assert_eq!(restored.rev, 5);
+}
+
+#[tokio::test]
+async fn a_stream_that_refuses_rollups_keeps_the_records() {
+    let nats = NatsServer::start().await;
+    let backend = backend(&nats).await;
+    // A stream made before rollups were allowed.
+    let mut config = backend.stream.cached_info().config.clone();
+    config.allow_rollup = false;
+    backend.bus.js.update_stream(config).await.unwrap();
+    let never = CancellationToken::new();
+    let (mut store, transcript) = claimed(
+        claim(&backend, &summon("o-old"), 0, "w1", &never)
+            .await
+            .unwrap(),
+    );
+    let mut snap = Snapshot::new();
+    snap.phase = Phase::Ended {
+        reason: EndReason::Released,
+    };
+    store
+        .write(Vec::new(), &snap, Vec::new(), &never)
+        .await
+        .unwrap();
+    let before = records_on(&backend, "o-old").await;
+    assert_eq!(store.roll_up(transcript, &snap, &never).await, Ok(false));
+    assert_eq!(records_on(&backend, "o-old").await, before);
+    // The next record still follows the last one stored.
     assert_eq!(store.fence().holds().await, Some(true));
 }
