@@ -316,9 +316,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     ]),
                 Grant::new("ask whether a worker of a pool is up")
                     .publish([format!("$SRV.PING.{}", subjects::WORKER_SERVICE)]),
-                Grant::new("archive idle sessions: read a session's log and its Orchestrators' records, write the archive, purge the live subjects")
+                Grant::new("archive idle sessions: list the sessions bucket, read a session's log and its Orchestrators' records, write the archive, purge the live subjects")
                     .publish(ordered(sessions))
                     .publish(ordered(orch_state))
+                    .publish([
+                        api(&format!("CONSUMER.CREATE.{kv}")),
+                        format!("$JS.FC.{kv}.>"),
+                    ])
                     .publish([msg_get(orch_state)])
                     .publish(
                         [sessions, orch, state, orch_state]

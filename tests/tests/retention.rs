@@ -275,3 +275,61 @@ async fn a_soak_of_sessions_left_idle_keeps_the_streams_under_the_bound() {
     assert!(peak <= BOUND, "peak {peak} > bound {BOUND}");
     assert!(end < per_session, "{end} bytes left live");
 }
+
+/// Deployed securely (TLS, a credential per role): the coordinator's sweeper
+/// archives an idle session with its own credential (read the log and the
+/// Orchestrators' records, write the archive, purge), and a console with
+/// the console credential still reads it. A permission missing from
+/// `protocol::roles` would fail here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_and_the_console_work_under_their_own_credentials() {
+    let mut sys = System::start_with(Options {
+        secure: true,
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.coordinator_config();
+    config.retention.archive_after = Some(Duration::from_secs(2));
+    config.retention.sweep_every = Duration::from_secs(1);
+    sys.spawn_coordinator_with(config);
+    let s = "s-secure-archive";
+    let arb = arbiter_lane("Write the lexer");
+    sys.mock.push(
+        &arb,
+        arbiter("summon_orchestrator", "Brief: write the lexer."),
+    );
+    sys.mock.push(
+        &orch_lane("Brief: write the lexer."),
+        orch(true, "Lexer written."),
+    );
+    sys.mock.push(
+        &arb,
+        arbiter("release_orchestrators", "The lexer is written."),
+    );
+    sys.send(s, "Write the lexer").await;
+    idle(&sys, s, 4).await;
+    let status = eventually(WAIT, "the sweeper to archive the idle session", || async {
+        sys.status(s).await.filter(|st| st.archived_at.is_some())
+    })
+    .await;
+    assert!(status.last_seq >= 4);
+    assert_eq!(
+        count(&sys, subjects::SESSIONS_STREAM, &subjects::session_log(s)).await,
+        0
+    );
+
+    let out = Command::new(bin("arbiter-console"))
+        .args(["--plain", "--session", s])
+        .envs(sys.nats_env("console"))
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // What the human sees: the notice, then the conversation as it was.
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("is archived"), "{stderr}");
+    assert!(stdout.contains("The lexer is written."), "{stdout}");
+}
