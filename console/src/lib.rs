@@ -82,6 +82,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     check_identity(&config.identity)?;
     if config.screen {
         let session_id = session_id(config.session.as_deref())?;
+        if session::is_archived(&config.nats, &session_id).await {
+            // Read-only: its log is printed from the archive, as in line mode.
+            return run_with_io(
+                config,
+                BufReader::new(tokio::io::stdin()),
+                tokio::io::stdout(),
+                tokio::io::stderr(),
+                shutdown,
+            )
+            .await;
+        }
         let ended = screen::run(&config, &session_id, shutdown).await;
         return ended.finish(&mut tokio::io::stderr(), &session_id).await;
     }

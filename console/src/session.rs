@@ -130,6 +130,18 @@ async fn attach(nats: &NatsOptions, session_id: &str) -> Result<Attached> {
     })
 }
 
+/// Whether the session is archived (read-only); `false` when that cannot be
+/// read (the run that follows reports why).
+pub(crate) async fn is_archived(nats: &NatsOptions, session_id: &str) -> bool {
+    let Ok(conn) = arbiter_bus::connect_with(nats, CLIENT_NAME, Reach::FailFast).await else {
+        return false;
+    };
+    let Ok(bus) = Bus::open(conn, NatsRole::Console, Reach::FailFast).await else {
+        return false;
+    };
+    matches!(stored_status(&bus, session_id).await, Ok(Some(s)) if s.archived_at.is_some())
+}
+
 /// The session's latest status from the sessions bucket; `None` if it has none
 /// yet, or if the stored value cannot be read (the next live one replaces it).
 pub(crate) async fn stored_status(bus: &Bus, session_id: &str) -> Result<Option<SessionStatus>> {

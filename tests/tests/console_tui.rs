@@ -467,3 +467,30 @@ async fn an_orchestrators_status_shows_while_it_works() {
     assert!(success, "{raw}");
     assert_restored(&screen);
 }
+
+/// A session archived while nobody watched: the console on a terminal does
+/// not open the full-screen view (nothing can be sent to it); it prints the
+/// log from the archive, says the session is archived, and exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archived_session_prints_its_log_and_says_it_is_archived() {
+    let sys = System::start().await;
+    let s = "s-tui-archived";
+    let lane = arbiter_lane("Build me a farewell");
+    sys.mock
+        .push(&lane, arbiter("address_human", "It shall say goodbye."));
+    sys.send(s, "Build me a farewell").await;
+    sys.settled(s, 2).await;
+    arbiter_bus::retention::archive(&sys.bus, s, false)
+        .await
+        .unwrap();
+
+    let console = Console::spawn(&["--session", s, "--nats-url", sys.nats.url()]);
+    let (ok, raw, screen) = console.exit().await;
+    assert!(ok, "{raw}");
+    assert!(raw.contains(&format!("session {s} is archived")), "{raw}");
+    assert!(raw.contains("It shall say goodbye."), "{raw}");
+    assert!(
+        !screen.alternate_screen(),
+        "no full-screen view for a read-only session"
+    );
+}
