@@ -103,15 +103,26 @@ pub async fn apply_limits(js: &jetstream::Context, limits: &Limits) -> crate::Re
             want.max_bytes = limits.stream_max_bytes;
         }
         if want != have {
+            let allow_rollup = want.allow_rollup;
             match js.update_stream(want).await {
                 Ok(_) => changed.push(name),
                 // The server reserves `max_bytes` against its own storage
-                // limit: one that cannot keeps the stream as it was.
-                Err(e) if e.to_string().contains("10047") => tracing::warn!(
-                    stream = %name,
-                    max_bytes = limits.stream_max_bytes,
-                    "the server cannot reserve this much storage for the stream; its limits are left as they were (lower --stream-max-bytes, or raise the server's max_file_store)"
-                ),
+                // limit: one that cannot keeps the stream's limits as they
+                // were, but still allows rollups where they are wanted.
+                Err(e) if e.to_string().contains("10047") => {
+                    tracing::warn!(
+                        stream = %name,
+                        max_bytes = limits.stream_max_bytes,
+                        "the server cannot reserve this much storage for the stream; its limits are left as they were (lower --stream-max-bytes, or raise the server's max_file_store)"
+                    );
+                    if allow_rollup && !have.allow_rollup {
+                        let mut rollup = have.clone();
+                        rollup.allow_rollup = true;
+                        js.update_stream(rollup).await.map_err(|e| {
+                            BusError::js(format!("allowing rollups on stream {name}"), e)
+                        })?;
+                    }
+                }
                 Err(e) => {
                     return Err(BusError::js(
                         format!("setting the limits of stream {name}"),

@@ -333,3 +333,84 @@ async fn the_sweeper_and_the_console_work_under_their_own_credentials() {
     assert!(stderr.contains("is archived"), "{stderr}");
     assert!(stdout.contains("The lexer is written."), "{stdout}");
 }
+
+/// Streams made by an older version (no limits) get them by an explicit
+/// update, once; an operator sees which streams changed in the log.
+#[tokio::test]
+async fn existing_streams_get_the_limits_by_an_explicit_update() {
+    let nats = arbiter_tests::NatsServer::start().await;
+    let js = nats.jetstream().await;
+    arbiter_bus::setup::declare(&js).await.unwrap();
+    let orch_state = |js: async_nats::jetstream::Context| async move {
+        js.get_stream(subjects::ORCH_STATE_STREAM)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .config
+            .clone()
+    };
+    let before = orch_state(js.clone()).await;
+    assert_eq!(before.max_bytes, -1, "declare alone sets no limit");
+    assert!(!before.allow_rollup);
+
+    let limits = arbiter_bus::retention::Limits {
+        stream_max_bytes: 64 * 1024 * 1024,
+    };
+    let changed = arbiter_bus::retention::apply_limits(&js, &limits)
+        .await
+        .unwrap();
+    assert_eq!(changed, arbiter_protocol::roles::all_streams());
+    let after = orch_state(js.clone()).await;
+    assert_eq!(after.max_bytes, 64 * 1024 * 1024);
+    assert!(after.allow_rollup);
+    let orch = js
+        .get_stream(subjects::ORCH_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(orch.max_messages_per_subject, 1000);
+    // Applying them again changes nothing.
+    let again = arbiter_bus::retention::apply_limits(&js, &limits)
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+}
+
+/// A server that cannot reserve the bytes asked for (its `max_file_store`
+/// is smaller) keeps those streams as they were, with a warning rather than
+/// a refusal to start, and still allows the rollup of ended Orchestrators.
+#[tokio::test]
+async fn a_server_short_of_storage_keeps_its_streams_but_allows_rollups() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("small.conf");
+    std::fs::write(&config, "jetstream { max_file_store: 2GB }\n").unwrap();
+    let nats = arbiter_tests::NatsServer::start_with_config(&config).await;
+    let js = nats.jetstream().await;
+    arbiter_bus::setup::declare(&js).await.unwrap();
+    let limits = arbiter_bus::retention::Limits {
+        stream_max_bytes: 1024 * 1024 * 1024,
+    };
+    let changed = arbiter_bus::retention::apply_limits(&js, &limits)
+        .await
+        .unwrap();
+    assert!(
+        changed.len() < arbiter_protocol::roles::all_streams().len(),
+        "{changed:?}"
+    );
+    let orch_state = js
+        .get_stream(subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert!(orch_state.allow_rollup);
+}
