@@ -249,6 +249,17 @@ pub async fn archive(bus: &Bus, session_id: &str, force: bool) -> Result<Report>
         archived_at: now,
         status: Box::new(status.clone()),
     }];
+    // A session archived before and written to since (a line that reached
+    // a coordinator before it learnt of the archive): the earlier archive
+    // comes first, so nothing archived is lost.
+    if let Ok(earlier) = read_archive(&bus.js, session_id).await {
+        lines.extend(
+            earlier
+                .lines
+                .into_iter()
+                .filter(|l| !matches!(l, ArchiveLine::Header { .. })),
+        );
+    }
     lines.extend(gathered.lines.iter().cloned());
     let compressed = compress(&lines).map_err(|e| RetentionError::Unreadable {
         id: session_id.to_owned(),

@@ -414,3 +414,50 @@ async fn a_server_short_of_storage_keeps_its_streams_but_allows_rollups() {
         .clone();
     assert!(orch_state.allow_rollup);
 }
+
+/// A line that reaches the coordinator before it learns of an archive made
+/// by the admin goes on in the live log; archived again, the session's
+/// archive holds both parts, so the console shows the whole conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiving_again_keeps_what_the_first_archive_held() {
+    let sys = System::start().await;
+    let s = "s-rearchived";
+    let arb = arbiter_lane("First words");
+    sys.mock
+        .push(&arb, arbiter("address_human", "First answer."));
+    sys.send(s, "First words").await;
+    idle(&sys, s, 2).await;
+    arbiter_bus::retention::archive(&sys.bus, s, false)
+        .await
+        .unwrap();
+
+    sys.mock
+        .push(&arb, arbiter("address_human", "Second answer."));
+    sys.send(s, "Second words").await;
+    idle(&sys, s, 4).await;
+    let report = arbiter_bus::retention::archive(&sys.bus, s, false)
+        .await
+        .unwrap();
+    assert_eq!(report.log_entries, 2, "two new entries were live");
+    let archive = arbiter_bus::retention::read_archive(&sys.bus.js, s)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = archive
+        .log
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+
+    let out = Command::new(bin("arbiter-console"))
+        .args(["--plain", "--session", s, "--nats-url", sys.nats.url()])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("First answer.") && stdout.contains("Second answer."),
+        "{stdout}"
+    );
+}
