@@ -588,17 +588,24 @@ mod tests {
     }
 
     #[test]
-    fn nobody_but_the_admin_deletes() {
+    fn nobody_but_the_admin_deletes_and_only_the_coordinator_purges_records() {
         for role in [NatsRole::Coordinator, NatsRole::Worker, NatsRole::Console] {
             let p = perms(role);
             for stream in all_streams() {
                 let subject = format!("$JS.API.STREAM.DELETE.{stream}");
                 assert!(!may_publish(&p, &subject), "{role} may delete {stream}");
                 let subject = format!("$JS.API.STREAM.PURGE.{stream}");
-                let own_blobs = stream.starts_with("OBJ_");
-                assert!(
-                    own_blobs || !may_publish(&p, &subject),
-                    "{role} may purge {stream}"
+                let own_blobs = match role {
+                    NatsRole::Coordinator => stream.starts_with("OBJ_"),
+                    NatsRole::Worker => stream == obj_stream(subjects::ORCH_BLOBS_BUCKET),
+                    _ => false,
+                };
+                // Archiving purges a session's live subjects (docs/protocol.md, Retention).
+                let archives = role == NatsRole::Coordinator && stream.starts_with("ARBITER_");
+                assert_eq!(
+                    may_publish(&p, &subject),
+                    own_blobs || (archives && stream != subjects::SUMMONS_STREAM),
+                    "{role} purging {stream}"
                 );
             }
         }
