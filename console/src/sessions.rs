@@ -229,6 +229,17 @@ mod tests {
     }
 
     #[test]
+    fn an_archived_session_reads_archived() {
+        // The human sees that it is read-only, whatever state it was left in.
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
+        let mut old = status("s-old", SessionState::Idle, now - Duration::days(40));
+        old.archived_at = Some(now - Duration::days(10));
+        let rows = table(&[old], now);
+        let cells: Vec<&str> = rows[1].split_whitespace().collect();
+        assert_eq!(cells[..2], ["s-old", "archived"], "{:?}", rows[1]);
+    }
+
+    #[test]
     fn a_forged_session_id_stays_in_its_cell() {
         // The human sees the escape spelled out and the newline as \x0a: one
         // row, nothing cleared.
