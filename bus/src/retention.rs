@@ -252,13 +252,18 @@ pub async fn archive(bus: &Bus, session_id: &str, force: bool) -> Result<Report>
     // A session archived before and written to since (a line that reached
     // a coordinator before it learnt of the archive): the earlier archive
     // comes first, so nothing archived is lost.
+    // An archive whose status mark was refused (the session woke) left its
+    // lines live too: those are taken once.
     if let Ok(earlier) = read_archive(&bus.js, session_id).await {
-        lines.extend(
-            earlier
-                .lines
-                .into_iter()
-                .filter(|l| !matches!(l, ArchiveLine::Header { .. })),
-        );
+        let live: std::collections::HashSet<String> = gathered
+            .lines
+            .iter()
+            .filter_map(|l| serde_json::to_string(l).ok())
+            .collect();
+        lines.extend(earlier.lines.into_iter().filter(|l| {
+            !matches!(l, ArchiveLine::Header { .. })
+                && serde_json::to_string(l).is_ok_and(|text| !live.contains(&text))
+        }));
     }
     lines.extend(gathered.lines.iter().cloned());
     let compressed = compress(&lines).map_err(|e| RetentionError::Unreadable {
