@@ -332,6 +332,36 @@ async fn the_sweeper_and_the_console_work_under_their_own_credentials() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("is archived"), "{stderr}");
     assert!(stdout.contains("The lexer is written."), "{stdout}");
+
+    // The admin credential lists and deletes it.
+    let admin = |args: &'static [&'static str]| {
+        let env = sys.nats_env("admin");
+        async move {
+            let out = Command::new(bin("arbiter-admin"))
+                .arg("sessions")
+                .args(args)
+                .envs(env)
+                .output()
+                .await
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let (ok, out, err) = admin(&["list"]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(s) && l.contains("archived")),
+        "{out}"
+    );
+    let (ok, out, err) = admin(&["delete", "s-secure-archive"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("deleted"), "{out}");
+    assert!(sys.status(s).await.is_none());
 }
 
 /// Streams made by an older version (no limits) get them by an explicit
