@@ -94,7 +94,8 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
                 "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.probe.arbiter.v1.session.s1.log",
                 r#"{"stream_name":"ARBITER_SESSIONS","config":{"name":"probe","filter_subject":"arbiter.v1.session.s1.log","deliver_policy":"all","ack_policy":"none","inactive_threshold":5000000000}}"#,
             ),
-            vec![K, A],
+            // The coordinator reads a log whole to archive its session.
+            vec![C, K, A],
         ),
         (
             "read any message of the sessions stream",
@@ -122,7 +123,8 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
                 "$JS.API.STREAM.PURGE.ARBITER_SESSIONS",
                 r#"{"keep":1000000}"#,
             ),
-            vec![A],
+            // Archiving purges a session's live subjects (protocol.md, Retention).
+            vec![C, A],
         ),
         (
             "create a stream of its own",
