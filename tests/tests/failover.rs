@@ -80,7 +80,7 @@ async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool(
     let resumed = killed.elapsed();
     // Neither the claim nor the takeover made a consumer for the
     // Orchestrator: it reads its inputs from the stream.
-    let mut stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+    let stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
     let consumers: Vec<_> = stream.consumers().try_collect().await.unwrap();
     let inputs = subjects::orch_in(&orch_id);
     let reading_inputs: Vec<&str> = consumers

@@ -86,6 +86,8 @@ pub(crate) struct Agent {
     stored: Snapshot,
     store: StateStore,
     inputs: mpsc::Receiver<Input>,
+    /// Text blocks put into the transcript from inputs since the last record.
+    input_blocks: usize,
     /// Inputs that came ahead of their turn (a `seq` past the next one),
     /// held until the input before them arrives or the wait runs out.
     ahead: Gaps<Input>,
@@ -139,6 +141,7 @@ impl Agent {
             snap: start.snapshot,
             store: start.store,
             inputs,
+            input_blocks: 0,
             ahead,
             seat: start.seat,
             status,
@@ -241,8 +244,12 @@ impl Agent {
                 s.current_tool = None;
             })
             .await;
-        // Stored before the call, so whoever goes on makes the same call.
-        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+        // Stored before the call, so whoever goes on makes the same call;
+        // unless all that is new is inputs taken, which whoever goes on
+        // reads again from the stream (past the stored `in_seq`).
+        if (self.snap != self.stored || !self.transcript.unstored().is_empty())
+            && !self.only_inputs_unstored()
+        {
             self.step(Vec::new()).await?;
         }
         let response = match self.call_model().await? {
@@ -439,6 +446,25 @@ impl Agent {
         Err(Stop::Failed)
     }
 
+    /// Whether everything not stored yet is inputs taken: the stored state
+    /// with a later `in_seq` (its inbox and phase aside), and a transcript
+    /// that grew by the inputs' text only.
+    fn only_inputs_unstored(&self) -> bool {
+        let mut probe = self.snap.clone();
+        probe.in_seq = self.stored.in_seq;
+        probe.phase = self.stored.phase;
+        probe.inbox.clone_from(&self.stored.inbox);
+        if probe != self.stored || self.input_blocks == 0 {
+            return false;
+        }
+        let unstored = self.transcript.unstored();
+        let all_text = unstored.iter().all(|m| {
+            m.role == MessageRole::User && m.content.iter().all(|b| matches!(b, Block::Text { .. }))
+        });
+        let blocks: usize = unstored.iter().map(|m| m.content.len()).sum();
+        all_text && blocks == self.input_blocks
+    }
+
     /// Stores a step while running (given up on if the Orchestrator stops).
     async fn step(&mut self, outbox: Vec<OrchestratorMessage>) -> Result<(), Stop> {
         let until = self.stopper.token().clone();
@@ -459,6 +485,7 @@ impl Agent {
             .write(append, &self.snap, outbox.clone(), until)
             .await?;
         self.transcript.mark_stored();
+        self.input_blocks = 0;
         self.stored = self.snap.clone();
         self.outbox.trace = arbiter_bus::TraceContext::of(&self.turn);
         self.outbox.publish(&outbox, until).await;

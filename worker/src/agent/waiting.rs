@@ -57,8 +57,10 @@ impl Agent {
             self.unpark().await?;
         }
         self.take_inputs().await?;
+        // Stored with the turn's first record (before its model call, or with
+        // its reply): until then the stream holds what was taken.
         self.snap.phase = Phase::Working;
-        self.step(Vec::new()).await
+        Ok(())
     }
 
     /// Gives the slot back, if fewer than the most allowed are parked.
@@ -178,6 +180,7 @@ impl Agent {
         if now {
             self.transcript
                 .push_user(vec![Block::Text { text: input.text }]);
+            self.input_blocks += 1;
         } else {
             self.snap.inbox.push(input.text);
             self.step(Vec::new()).await?;
@@ -190,6 +193,7 @@ impl Agent {
     pub(super) async fn take_inputs(&mut self) -> Result<(), Stop> {
         let inbox = std::mem::take(&mut self.snap.inbox);
         if !inbox.is_empty() {
+            self.input_blocks += inbox.len();
             let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
             self.transcript.push_user(blocks);
         }

@@ -566,9 +566,14 @@ async fn takeover(kit: &Kit, rows: &mut Rows) {
             .map_err(|e| e.to_string())?
             .await
             .map_err(|e| e.to_string())?;
-        // Make the holder write: an input to store and a turn to run.
-        kit.mock
-            .push(&orch.brief, question("QT3: after the fence."));
+        // Make the holder write: an input to store and a turn to run. A
+        // worker that stores the input before its model call is fenced
+        // there; one that stores it with the reply is fenced after the
+        // call, which is then made again after the new claim: a second reply.
+        for _ in 0..2 {
+            kit.mock
+                .push(&orch.brief, question("QT3: after the fence."));
+        }
         kit.input(&orch, 2, "go on").await;
         // Whoever goes on (the holder after a new claim) must be fenced on the forged record.
         kit.out(&orch, 3).await.map_err(|e| {
