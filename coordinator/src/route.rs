@@ -89,6 +89,7 @@ impl Session {
             orch_id: active.orch_id.clone(),
             text: text.clone(),
         }));
+        let budget = self.allowance(&active.orch_id);
         self.effect(Effect::Input(OrchestratorInput {
             v: VERSION,
             session_id: self.id.clone(),
@@ -96,6 +97,7 @@ impl Session {
             seq,
             message: text,
             sent_at: Utc::now(),
+            budget,
         }));
     }
 
@@ -122,6 +124,7 @@ impl Session {
         tracing::info!(orch.id = %orch_id, number, pool = %pool, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
+        let budget = self.allowance(&orch_id);
         self.effect(Effect::Summon(Summon {
             v: VERSION,
             session_id: self.id.clone(),
@@ -133,6 +136,7 @@ impl Session {
             summoned_at: Utc::now(),
             runtime: self.shared.config.orchestrator_runtime.clone(),
             handoff,
+            budget,
         }));
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());

@@ -43,6 +43,7 @@ use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
 
+mod budget;
 mod cli;
 mod waiting;
 
@@ -258,6 +259,9 @@ impl Agent {
         // Stored before the call, so whoever goes on makes the same call.
         if self.snap != self.stored || !self.transcript.unstored().is_empty() {
             self.step(Vec::new()).await?;
+        }
+        if let Some(error) = self.over_budget() {
+            return self.fail(error).await;
         }
         let response = match self.call_model().await? {
             Ok(response) => response,
@@ -512,6 +516,7 @@ impl Agent {
         let shared = self.shared.clone();
         let ctx = self.ctx.clone();
         let status = self.status.clone();
+        let allowance = self.subagent_allowance();
         async move {
             if name != task::NAME {
                 return tools::run(&ctx, &name, &input).await;
@@ -524,7 +529,7 @@ impl Agent {
                         gen_ai.operation.name = "invoke_agent",
                         gen_ai.agent.name = "subagent",
                     );
-                    subagent::run(&shared.subagent, &ctx, task, &status)
+                    subagent::run(&shared.subagent, &ctx, task, &status, allowance)
                         .instrument(span)
                         .await
                 }

@@ -34,6 +34,8 @@ const REOPEN_DELAY: Duration = Duration::from_millis(500);
 pub(crate) struct Input {
     pub seq: u64,
     pub text: String,
+    /// The Orchestrator's allowance from this input on, if it carries one.
+    pub budget: Option<arbiter_protocol::Cap>,
     pub msg: Message,
 }
 
@@ -177,6 +179,7 @@ async fn read_from(
                 let input = Input {
                     seq: input.seq,
                     text: input.message,
+                    budget: input.budget,
                     msg,
                 };
                 if inputs.send(input).await.is_err() {

@@ -189,6 +189,9 @@ impl Agent {
             input.msg.headers.as_ref(),
         ));
         self.snap.in_seq = input.seq;
+        if let Some(budget) = input.budget {
+            self.snap.budget = Some(budget);
+        }
         self.held.push(input.msg);
         if now {
             self.transcript
