@@ -9,11 +9,12 @@
 //! left), which its worker enforces before each model request.
 
 use arbiter_protocol::{
-    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, SystemEntry, orchestrator_name,
+    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, Summon, SystemEntry, orchestrator_name,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::session::Session;
+use crate::state::Effect;
 
 /// What a session stores of its budget.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -31,6 +32,11 @@ pub(crate) struct BudgetState {
     /// What the Arbiter is told with its next turn (these start none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// A summons decided while the session held at its cap: sent, with a
+    /// fresh allowance, once the cap is raised (an allowance of nothing
+    /// would only have its worker stop it at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<Summon>,
 }
 
 impl Session {
@@ -200,8 +206,28 @@ impl Session {
             self.log(LogBody::System(SystemEntry {
                 text: "The session goes on under its new budget.".to_owned(),
             }));
+            if let Some(summon) = self.state.budget.deferred.take() {
+                self.send_summons(summon);
+            }
         }
         self.check_budget();
+    }
+
+    /// Publishes a summons with the Orchestrator's allowance as it stands;
+    /// while the session holds at its cap it waits for the cap to be raised,
+    /// and only while its Orchestrator is still the active one.
+    pub(crate) fn send_summons(&mut self, mut summon: Summon) {
+        if self.budget().held {
+            self.state.budget.deferred = Some(summon);
+            self.changed = true;
+            return;
+        }
+        let active = self.state.active.as_ref();
+        if active.is_none_or(|a| a.orch_id != summon.orch_id) {
+            return;
+        }
+        summon.budget = self.allowance(&summon.orch_id);
+        self.effect(Effect::Summon(summon));
     }
 
     /// The notes for the Arbiter's next turn, taken.

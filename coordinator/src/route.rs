@@ -124,8 +124,8 @@ impl Session {
         tracing::info!(orch.id = %orch_id, number, pool = %pool, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
-        let budget = self.allowance(&orch_id);
-        self.effect(Effect::Summon(Summon {
+        // Sent now, or once the budget allows (`budget.rs`).
+        self.send_summons(Summon {
             v: VERSION,
             session_id: self.id.clone(),
             orch_id: orch_id.clone(),
@@ -136,8 +136,8 @@ impl Session {
             summoned_at: Utc::now(),
             runtime: self.shared.config.orchestrator_runtime.clone(),
             handoff,
-            budget,
-        }));
+            budget: None,
+        });
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
         tokio::spawn(async move {

@@ -487,3 +487,82 @@ async fn the_console_refuses_a_malformed_budget_command_and_sends_a_good_one() {
         "{stderr}"
     );
 }
+
+/// A summons the Arbiter decides in the turn that reaches the session's cap
+/// waits with the hold: no worker is asked to start an Orchestrator with
+/// nothing left. Raising the cap sends it, with the allowance the new cap
+/// leaves, and the Orchestrator works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summons_decided_at_the_cap_waits_for_the_cap_to_be_raised() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.coordinator_config();
+    config.budget.session = Cap {
+        tokens: Some(1_000),
+        cost_nanos: None,
+    };
+    sys.spawn_coordinator_with(config);
+    let s = "s-budget-summons";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane(HUMAN);
+    let orch_l = orch_lane(BRIEF);
+    sys.mock.push(
+        &arb,
+        arbiter("summon_orchestrator", BRIEF).usage(1000, 100, 0, 0),
+    );
+    sys.mock
+        .push(&orch_l, orch(true, "Done.").usage(100, 10, 0, 0));
+    sys.mock.push(
+        &arb,
+        arbiter("release_orchestrators", "Done.").usage(100, 10, 0, 0),
+    );
+    sys.send(s, HUMAN).await;
+    log.wait_for("the hold", |b| {
+        matches!(b, LogBody::System(e) if e.text.starts_with("Held: this session has spent 1,100 tokens"))
+    })
+    .await;
+    log.wait_for("the summons decided", |b| matches!(b, LogBody::Summoned(_)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        sys.mock.requests_for(&orch_l).is_empty(),
+        "an Orchestrator ran past the cap"
+    );
+    let stream = sys
+        .bus
+        .js
+        .get_stream(subjects::SUMMONS_STREAM)
+        .await
+        .unwrap();
+    assert_eq!(stream.cached_info().state.messages, 0, "a summons went out");
+    assert!(
+        !log.bodies().iter().any(|b| matches!(b, LogBody::Error(_))),
+        "{:?}",
+        log.bodies()
+    );
+
+    send_budget(
+        &sys,
+        s,
+        "/budget session 5k tokens",
+        BudgetChange {
+            scope: BudgetScope::Session,
+            limit: BudgetLimit::Tokens(5_000),
+        },
+    )
+    .await;
+    sys.mock.wait_for_requests(&orch_l, 1, WAIT).await;
+    let requests = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert!(
+        last_user_text(&requests[1].body).contains("Orchestrator I: Done."),
+        "{:?}",
+        requests[1].body
+    );
+    status_where(&sys, s, "the session to settle", |st| {
+        st.state == arbiter_protocol::SessionState::Idle && st.active.is_none() && !st.budget.held
+    })
+    .await;
+}

@@ -71,7 +71,9 @@ async fn work(
         if let Some((unit, limit)) = allowance.and_then(|cap| cap.reached(spend)) {
             tracing::warn!(task = %title, call, "subagent stopped: the Orchestrator's budget is spent");
             return ToolOutcome::error(format!(
-                "task: the subagent was stopped before its model call {call}: the                  Orchestrator's budget is spent (the subagent had {} left). Check the                  workspace for what it did before relying on it.",
+                "task: the subagent was stopped before its model call {call}: the \
+                 Orchestrator's budget is spent (the subagent had {} left). Check the \
+                 workspace for what it did before relying on it.",
                 unit.amount(limit)
             ));
         }

@@ -218,3 +218,40 @@ async fn failures_and_cancellation_are_error_results() {
     });
     assert!(out.is_error && out.content.contains("cancelled"), "{out:?}");
 }
+
+#[tokio::test]
+async fn a_subagent_starts_no_request_past_the_orchestrators_allowance() {
+    let costly = |response: Option<Response>| {
+        response.map(|r| Response {
+            usage: Some(arbiter_llm::Usage {
+                input_tokens: 900,
+                output_tokens: 100,
+                ..Default::default()
+            }),
+            ..r
+        })
+    };
+    let model = Scripted::new(vec![
+        costly(tool("bash", json!({"command": "true"}))),
+        costly(tool("bash", json!({"command": "true"}))),
+        text("never reached"),
+    ]);
+    let (_base, ctx, role, status) = setup(model.clone(), 10);
+    let left = arbiter_protocol::Cap {
+        tokens: Some(1_500),
+        cost_nanos: None,
+    };
+    let out = run(&role, &ctx, task("Loop."), &status, Some(left)).await;
+    assert!(out.is_error);
+    assert!(
+        out.content.starts_with(
+            "task: the subagent was stopped before its model call 3: the Orchestrator's budget \
+             is spent"
+        ),
+        "{}",
+        out.content
+    );
+    assert_eq!(model.requests().len(), 2);
+    // What it spent still counts.
+    assert_eq!(out.spend.tokens(), 2_000);
+}
