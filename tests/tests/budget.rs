@@ -265,11 +265,12 @@ async fn an_orchestrator_cap_stops_it_and_tells_the_arbiter() {
         &arb,
         arbiter("summon_orchestrator", BRIEF).usage(90, 10, 0, 0),
     );
-    for name in ["a.txt", "b.txt"] {
+    // 4,100 tokens (82 %: it is told), then 1,900 more (6,000: stopped).
+    for (name, input) in [("a.txt", 4000), ("b.txt", 1800)] {
         sys.mock.push(
             &orch_l,
             MockReply::tool_use("write", json!({"path": name, "content": "x\n"}))
-                .usage(2900, 100, 0, 0),
+                .usage(input, 100, 0, 0),
         );
     }
     // Past the cap: never asked for.
@@ -314,10 +315,16 @@ async fn an_orchestrator_cap_stops_it_and_tells_the_arbiter() {
         |b| matches!(b, LogBody::Arbiter(e) if e.text == "Orchestrator I ran out of budget."),
     )
     .await;
-    assert_eq!(
-        sys.mock.requests_for(&orch_l).len(),
-        2,
-        "a request past the cap"
+    let asked = sys.mock.requests_for(&orch_l);
+    assert_eq!(asked.len(), 2, "a request past the cap");
+    // At 80 % the Orchestrator's model was told, with its next request.
+    let told = last_user_text(&asked[1].body);
+    assert!(
+        told.contains(
+            "[system] You have used 82 % of your budget (4,100 tokens of 5,000 tokens). At the \
+             cap you are stopped before your next model request."
+        ),
+        "{told}"
     );
     assert_eq!(sys.mock.pending(&orch_l), 1);
     assert!(sys.workspace(s).join("b.txt").exists());

@@ -42,3 +42,32 @@ impl Agent {
         self.snap.budget.map(|cap| cap.left(&self.snap.spend))
     }
 }
+
+impl Agent {
+    /// After spend grew from `before`: when it crossed 80 % of a limit of
+    /// the allowance, the model is told with its next request (once), so
+    /// that it reports before it is stopped.
+    pub(super) fn note_budget(&mut self, before: &arbiter_protocol::Spend) {
+        let Some(cap) = self.snap.budget else {
+            return;
+        };
+        let at = arbiter_protocol::budget::NOTE_AT_PERCENT;
+        let was = cap.past(before, at);
+        let Some((unit, limit)) = cap
+            .past(&self.snap.spend, at)
+            .into_iter()
+            .find(|l| !was.contains(l))
+        else {
+            return;
+        };
+        let used = unit.used(&self.snap.spend);
+        let pct = u128::from(used) * 100 / u128::from(limit.max(1));
+        self.budget_warning = Some(format!(
+            "[system] You have used {pct} % of your budget ({} of {}). At the cap you are \
+             stopped before your next model request. Finish the step you are on, then report \
+             to the Arbiter with expects_response true and your handoff packet.",
+            unit.amount(used),
+            unit.amount(limit),
+        ));
+    }
+}
