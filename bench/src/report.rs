@@ -17,7 +17,7 @@ const CELL: usize = 10;
 /// Targets on 2 cores, from the issue.
 const HOP_P99: Duration = Duration::from_millis(1);
 const ROUTED_PER_SEC: f64 = 5000.0;
-const START_P99: Duration = Duration::from_millis(20);
+const START_P99: Duration = Duration::from_millis(10);
 const PER_ORCHESTRATOR: f64 = 4_000_000.0;
 /// The session count the routing target is stated for.
 const TARGET_SESSIONS: u32 = 1000;
@@ -364,7 +364,7 @@ pub fn targets(report: &Report) -> Vec<String> {
         lines.push(line(
             "Orchestrator start p99 (summons reply → request)",
             micros(s.from_reply.p99()),
-            "≤ 20 ms",
+            "≤ 10 ms",
             s.from_reply.len() > 0 && s.from_reply.p99() <= START_P99,
         ));
     }

@@ -174,7 +174,7 @@ impl Bus {
         let what = || format!("replaying {subject}");
         let stream = self
             .js
-            .get_stream(stream)
+            .get_stream_no_info(stream)
             .await
             .map_err(|e| BusError::js(what(), e))?;
         let last = match stream.get_last_raw_message_by_subject(subject).await {

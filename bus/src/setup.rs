@@ -39,14 +39,18 @@ pub fn stream_configs() -> Vec<stream::Config> {
                 subjects::ALL_SESSION_LOG,
             ],
         ),
-        stream(
-            subjects::ORCH_STREAM,
-            &[
-                subjects::ALL_ORCH_IN,
-                subjects::ALL_ORCH_OUT,
-                subjects::ALL_ORCH_CTL,
-            ],
-        ),
+        // Workers read an Orchestrator's inputs and control by direct get.
+        stream::Config {
+            allow_direct: true,
+            ..stream(
+                subjects::ORCH_STREAM,
+                &[
+                    subjects::ALL_ORCH_IN,
+                    subjects::ALL_ORCH_OUT,
+                    subjects::ALL_ORCH_CTL,
+                ],
+            )
+        },
         stream::Config {
             retention: stream::RetentionPolicy::WorkQueue,
             ..stream(subjects::SUMMONS_STREAM, &[subjects::ALL_SUMMONS])
@@ -58,7 +62,7 @@ pub fn stream_configs() -> Vec<stream::Config> {
 
 /// Creates every stream, the sessions bucket and the object stores that are
 /// missing. An existing stream keeps its settings, except that subjects this
-/// version needs are added to it.
+/// version needs are added to it, and direct get is allowed where it is used.
 pub async fn declare(js: &jetstream::Context) -> Result<()> {
     for config in stream_configs() {
         let name = config.name.clone();
@@ -76,13 +80,15 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
                     .filter(|s| !have.subjects.contains(s))
                     .cloned()
                     .collect();
-                if !missing.is_empty() {
+                let direct = config.allow_direct && !have.allow_direct;
+                if !missing.is_empty() || direct {
                     let mut updated = have.clone();
                     updated.subjects.extend(missing.iter().cloned());
-                    js.update_stream(updated).await.map_err(|e| {
-                        BusError::js(format!("adding subjects to stream {name}"), e)
-                    })?;
-                    tracing::info!(stream = %name, subjects = ?missing, "stream given the subjects this version uses");
+                    updated.allow_direct |= config.allow_direct;
+                    js.update_stream(updated)
+                        .await
+                        .map_err(|e| BusError::js(format!("updating stream {name}"), e))?;
+                    tracing::info!(stream = %name, subjects = ?missing, direct, "stream given the subjects and settings this version uses");
                 }
             }
             Err(_) => {

@@ -345,7 +345,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::ALL_ORCH_STATE,
                         subjects::ALL_ORCH_STATUS,
                     ]),
-                Grant::new("read each Orchestrator's inputs and control through `orch-<orch_id>` (made afresh on claim, deleted at the end); never the coordinator's durable")
+                Grant::new("read each Orchestrator's inputs and control from the stream by direct get, woken by core subscriptions on the two subjects")
+                    .publish([
+                        api(&format!("DIRECT.GET.{orch}")),
+                        api(&format!("DIRECT.GET.{orch}.>")),
+                    ])
+                    .subscribe([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
+                Grant::new("or, as protocol v1 workers do, through a durable `orch-<orch_id>` made on claim and deleted at the end; never the coordinator's durable")
                     .publish([
                         api(&format!("CONSUMER.CREATE.{orch}.*")),
                         api(&format!("CONSUMER.DELETE.{orch}.*")),

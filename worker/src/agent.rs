@@ -7,7 +7,8 @@
 //!
 //! Every step is stored (see `state.rs`) before its effects: a model reply
 //! before its tool calls run, each tool result before the next model call,
-//! inputs before they are acknowledged, an output before it is published.
+//! an output before it is published. Inputs are read from the stream past
+//! the stored `in_seq`, so one taken but not stored is read again.
 //! So a worker that takes the Orchestrator over goes on from the last stored
 //! step: a tool whose result was stored never runs again, a model call whose
 //! reply was not stored may.
@@ -21,7 +22,6 @@ use arbiter_protocol::{
     OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
     OrchestratorState, Role, WireError,
 };
-use async_nats::jetstream::AckKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -87,10 +87,8 @@ pub(crate) struct Agent {
     stored: Snapshot,
     store: StateStore,
     inputs: mpsc::Receiver<Input>,
-    /// Inputs taken into the transcript, acknowledged once that is stored.
-    held: Vec<async_nats::jetstream::Message>,
     /// Inputs that came ahead of their turn (a `seq` past the next one),
-    /// unacknowledged until the input before them arrives or the wait runs out.
+    /// held until the input before them arrives or the wait runs out.
     ahead: Gaps<Input>,
     /// Its slot, given back while it is parked.
     seat: Seat,
@@ -145,7 +143,6 @@ impl Agent {
             snap: start.snapshot,
             store: start.store,
             inputs,
-            held: Vec::new(),
             ahead,
             seat: start.seat,
             status,
@@ -219,17 +216,6 @@ impl Agent {
     /// Frees its slot (or its place among the parked): it runs no more here.
     pub(crate) fn leave_seat(&mut self) {
         self.seat.leave();
-    }
-
-    /// Hands back the inputs taken but not stored, and those held ahead of
-    /// their turn, so whoever goes on gets them at once.
-    pub(crate) async fn hand_back_inputs(&mut self) {
-        for msg in self.held.drain(..) {
-            let _ = msg.ack_with(AckKind::Nak(None)).await;
-        }
-        for (_, input) in self.ahead.drain().dropped {
-            let _ = input.msg.ack_with(AckKind::Nak(None)).await;
-        }
     }
 
     /// One step of work, on this worker's runtime.
@@ -480,7 +466,7 @@ impl Agent {
         })
     }
 
-    /// Stores what changed, then acknowledges the inputs it took and publishes its outputs.
+    /// Stores what changed, then publishes its outputs.
     async fn commit(
         &mut self,
         outbox: Vec<OrchestratorMessage>,
@@ -493,17 +479,12 @@ impl Agent {
         self.transcript.mark_stored();
         self.stored = self.snap.clone();
         self.outbox.trace = arbiter_bus::TraceContext::of(&self.turn);
-        for msg in self.held.drain(..) {
-            if let Err(e) = msg.ack().await {
-                tracing::warn!(error = %e, "ack of an input failed; it may come again and be dropped as stored");
-            }
-        }
         self.outbox.publish(&outbox, until).await;
         Ok(())
     }
 
-    /// Runs `work` while storing the inputs that arrive meanwhile (in the
-    /// inbox, acknowledged once stored), so none waits unacknowledged.
+    /// Runs `work` while taking the inputs that arrive meanwhile (into the
+    /// stored inbox).
     async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Stop> {
         tokio::pin!(work);
         let stop = self.stopper.token().clone();

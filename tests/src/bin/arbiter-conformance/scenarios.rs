@@ -320,7 +320,7 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
         goes_on.await,
     );
 
-    // Release: stopped status, ended record, summons acked, consumer deleted, no output.
+    // Release: stopped status, ended record, summons acked, no input consumer left, no output.
     let outs_before = kit.outs_of(&orch.id).len();
     kit.control(&orch, "release").await;
     let release = async {
@@ -335,14 +335,14 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
             (!kit.input_consumer_exists(&orch.id).await).then_some(())
         })
         .await
-        .ok_or_else(|| String::from("orch-<id> was not deleted after the release"))?;
+        .ok_or_else(|| String::from("an orch-<id> consumer was left after the release"))?;
         let outs = kit.outs_of(&orch.id).len();
         check(outs == outs_before, || {
             "an output was published on release".into()
         })
     };
     rows.add(
-        "release: end stored, stopped, summons acked, consumer deleted",
+        "release: end stored, stopped, summons acked, no input consumer left",
         release.await,
     );
 }
