@@ -169,6 +169,7 @@ mod tests {
     fn status(id: &str, state: SessionState, at: DateTime<Utc>) -> SessionStatus {
         SessionStatus {
             spend: Default::default(),
+            budget: Default::default(),
             v: 1,
             session_id: id.into(),
             state,

@@ -118,6 +118,7 @@ mod tests {
     fn status(state: SessionState, last_seq: u64) -> SessionStatus {
         SessionStatus {
             spend: Default::default(),
+            budget: Default::default(),
             v: 1,
             session_id: "s".into(),
             state,

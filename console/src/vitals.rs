@@ -272,6 +272,7 @@ mod tests {
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {
             spend: Default::default(),
+            budget: Default::default(),
             v: 1,
             session_id: "s".into(),
             state,

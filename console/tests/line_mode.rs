@@ -164,6 +164,7 @@ fn arbiter(text: &str) -> LogBody {
 fn idle_status(session_id: &str, last_seq: u64) -> SessionStatus {
     SessionStatus {
         spend: Default::default(),
+        budget: Default::default(),
         v: VERSION,
         session_id: session_id.to_owned(),
         state: SessionState::Idle,

@@ -72,6 +72,7 @@ impl Scene {
     fn session(&mut self, state: SessionState, pct: f32, active: bool) -> &mut Self {
         let status = SessionStatus {
             spend: Default::default(),
+            budget: Default::default(),
             v: 1,
             session_id: SESSION.into(),
             state,

@@ -28,6 +28,7 @@ fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
     let at = Utc::now() - age;
     SessionStatus {
         spend: Default::default(),
+        budget: Default::default(),
         v: VERSION,
         session_id: id.into(),
         state,

@@ -4,6 +4,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod budget;
 mod caps;
 mod delta;
 mod fleet;
@@ -74,6 +75,9 @@ pub struct Config {
     /// What each model's tokens cost (the built-in table unless the config
     /// file's `[prices]` say otherwise).
     pub prices: arbiter_llm::price::PriceTable,
+    /// The caps every session starts with (none unless the config file's
+    /// `[budget.*]` set them); a console's `/budget` changes a session's own.
+    pub budget: arbiter_protocol::Budget,
 }
 
 impl Default for Config {
@@ -91,6 +95,7 @@ impl Default for Config {
             loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
             max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
             prices: arbiter_llm::price::PriceTable::defaults(),
+            budget: arbiter_protocol::Budget::default(),
         }
     }
 }

@@ -118,6 +118,7 @@ async fn run_main() -> anyhow::Result<()> {
     let prices = file.price_table();
     let config = arbiter_coordinator::Config {
         prices,
+        budget: file.budget.defaults(),
         nats: cli.nats.options(),
         pool: cli.pool,
         orchestrator_runtime: cli.orchestrator_runtime,

@@ -265,6 +265,7 @@ impl Session {
                 self.enqueue(Pending::System { text });
             }
         }
+        self.check_budget();
     }
 }
 

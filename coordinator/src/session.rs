@@ -272,6 +272,14 @@ impl Session {
                 && self.state.hold.is_none()
                 && (self.state.turn_in_flight || !self.state.queue.is_empty())
             {
+                if self.hold_at_cap() {
+                    // At the session's budget cap (the log says so).
+                    self.changed = true;
+                    if !self.commit().await {
+                        break;
+                    }
+                    continue;
+                }
                 if !self.state.turn_in_flight && !self.may_start_turn() {
                     // Held: past the turn cap (the log says so).
                     self.changed = true;
@@ -457,6 +465,14 @@ impl Session {
                 if !self.remember(&message.message_id) {
                     return;
                 }
+                if let Some(change) = message.budget {
+                    self.log(LogBody::Human(HumanEntry {
+                        message_id: message.message_id,
+                        text: message.text,
+                    }));
+                    self.change_budget(change, &console);
+                    return;
+                }
                 if message.command == Some(arbiter_protocol::HumanCommand::Stop) {
                     self.log(LogBody::Human(HumanEntry {
                         message_id: message.message_id,
@@ -476,7 +492,8 @@ impl Session {
                     text: message.text.clone(),
                 }));
                 let tagged = self.state.active.is_some();
-                self.state.queue.push_back(Pending::Human {
+                // Queued, or with a hold at the budget cap.
+                self.enqueue(Pending::Human {
                     text: message.text,
                     tagged,
                 });
@@ -523,6 +540,7 @@ impl Session {
         if !self.state.notes.is_empty() {
             parts.push(digest(&std::mem::take(&mut self.state.notes)));
         }
+        parts.extend(self.take_budget_notes());
         for pending in self.state.queue.drain(..) {
             parts.push(match pending {
                 Pending::Human { text, tagged: true } => format!("Human: {text}"),
@@ -627,6 +645,7 @@ impl Session {
         // The turn's span ends with this step.
         let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
         self.charge_turn();
+        self.check_budget();
         match result {
             Ok(reply) => {
                 // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
@@ -744,6 +763,7 @@ impl Session {
             created_at: self.state.created_at,
             at: Utc::now(),
             spend: self.state.spend.clone(),
+            budget: self.budget(),
         };
         let bus = &self.shared.bus;
         if changed {

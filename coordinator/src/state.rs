@@ -120,6 +120,9 @@ pub(crate) struct Snapshot {
     /// each Orchestrator's as its last message said.
     #[serde(default)]
     pub spend: arbiter_protocol::SessionSpend,
+    /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
+    #[serde(default)]
+    pub budget: crate::budget::BudgetState,
 }
 
 impl Snapshot {
@@ -142,6 +145,7 @@ impl Snapshot {
             exchange: crate::guard::Exchange::default(),
             handoff: None,
             spend: arbiter_protocol::SessionSpend::default(),
+            budget: crate::budget::BudgetState::default(),
         }
     }
 }

@@ -175,6 +175,7 @@ async fn forged_input_seqs_never_silence_the_real_arbiter() {
             seq,
             message: format!("FORGED {seq}"),
             sent_at: chrono::Utc::now(),
+            budget: None,
         };
         sys.bus
             .publish_js(

@@ -43,6 +43,7 @@ use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
 
+mod budget;
 mod cli;
 mod waiting;
 
@@ -110,6 +111,9 @@ pub(crate) struct Agent {
     /// The span of the turn in flight, from the input that started it to
     /// the output that ends it (none while it waits).
     turn: tracing::Span,
+    /// The model is to be told, with its next request, that it used 80 %
+    /// of its allowance (see `agent/budget.rs`).
+    budget_warning: Option<String>,
 }
 
 impl Agent {
@@ -153,6 +157,7 @@ impl Agent {
             cli_restored: start.cli_transcript,
             cli: None,
             turn: tracing::Span::none(),
+            budget_warning: None,
         }
     }
 
@@ -251,6 +256,9 @@ impl Agent {
             && !self.only_inputs_unstored()
         {
             self.step(Vec::new()).await?;
+        }
+        if let Some(error) = self.over_budget() {
+            return self.fail(error).await;
         }
         let response = match self.call_model().await? {
             Ok(response) => response,
@@ -354,7 +362,9 @@ impl Agent {
             let outcome = self.during(call).await?;
             tools::record(&span, &outcome);
             arbiter_bus::metrics::tool_call(&name, outcome.is_error);
+            let before = self.snap.spend;
             self.snap.spend = self.snap.spend.plus(&outcome.spend);
+            self.note_budget(&before);
             let spend = self.snap.spend;
             self.status.update(|s| s.spend = spend).await;
             self.snap.tally.record(&name, &input, &outcome);
@@ -365,6 +375,11 @@ impl Agent {
             }];
             if i == last
                 && let Some(warning) = self.warning()
+            {
+                blocks.push(Block::Text { text: warning });
+            }
+            if i == last
+                && let Some(warning) = self.budget_warning.take()
             {
                 blocks.push(Block::Text { text: warning });
             }
@@ -421,6 +436,9 @@ impl Agent {
             };
             let mut content = vec![Block::Text { text }];
             if let Some(warning) = self.warning() {
+                content.push(Block::Text { text: warning });
+            }
+            if let Some(warning) = self.budget_warning.take() {
                 content.push(Block::Text { text: warning });
             }
             self.transcript.push_user(content);
@@ -520,6 +538,7 @@ impl Agent {
         let shared = self.shared.clone();
         let ctx = self.ctx.clone();
         let status = self.status.clone();
+        let allowance = self.subagent_allowance();
         async move {
             if name != task::NAME {
                 return tools::run(&ctx, &name, &input).await;
@@ -532,7 +551,7 @@ impl Agent {
                         gen_ai.operation.name = "invoke_agent",
                         gen_ai.agent.name = "subagent",
                     );
-                    subagent::run(&shared.subagent, &ctx, task, &status)
+                    subagent::run(&shared.subagent, &ctx, task, &status, allowance)
                         .instrument(span)
                         .await
                 }
@@ -558,10 +577,12 @@ impl Agent {
             Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
         };
         let model = &self.shared.config.model.model;
+        let before = self.snap.spend;
         self.shared
             .config
             .prices
             .charge(&mut self.snap.spend, model, response.usage.as_ref());
+        self.note_budget(&before);
         let spend = self.snap.spend;
         self.status.update(|s| s.spend = spend).await;
         if let Some(tokens) = context::tokens_of(&response) {

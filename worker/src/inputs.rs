@@ -36,6 +36,8 @@ const READ_RETRY: Duration = Duration::from_millis(250);
 pub(crate) struct Input {
     pub seq: u64,
     pub text: String,
+    /// The Orchestrator's allowance from this input on, if it carries one.
+    pub budget: Option<arbiter_protocol::Cap>,
     /// Its sequence in the stream: the same however often it is read.
     pub stream_seq: u64,
     /// The trace context it was published with.
@@ -226,6 +228,7 @@ impl Reader {
                 Some(Input {
                     seq: input.seq,
                     text: input.message,
+                    budget: input.budget,
                     stream_seq: msg.sequence,
                     trace: TraceContext::from_headers(Some(&msg.headers)),
                 })

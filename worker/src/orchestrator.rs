@@ -79,7 +79,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         stopper.token(),
     )
     .await;
-    let (mut store, transcript, snapshot, replay, baseline, cli_transcript) = match claim {
+    let (mut store, transcript, mut snapshot, replay, baseline, cli_transcript) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
             (store, transcript, Snapshot::new(), Vec::new(), None, None)
@@ -125,6 +125,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             return;
         }
     };
+    if snapshot.budget.is_none() {
+        // Stored with its next record; an input may change it later.
+        snapshot.budget = summon.budget;
+    }
     lease.watch(store.fence(), stopper.clone());
     let status = StatusHandle::new(
         initial_status(&shared, &summon, &snapshot),

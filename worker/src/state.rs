@@ -84,6 +84,10 @@ pub(crate) struct Snapshot {
     /// What its model requests (its subagents' included) cost so far.
     #[serde(default)]
     pub spend: arbiter_protocol::Spend,
+    /// The most its model requests may spend (from its summons, or the
+    /// latest input that carried one); absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<arbiter_protocol::Cap>,
 }
 
 /// An Orchestrator's model use as the Claude Code CLI reported it: totals
@@ -139,6 +143,7 @@ impl Snapshot {
             tally: Tally::default(),
             cost: Cost::default(),
             spend: arbiter_protocol::Spend::default(),
+            budget: None,
         }
     }
 }

@@ -505,6 +505,7 @@ impl System {
             text: text.to_owned(),
             sent_at: chrono::Utc::now(),
             command,
+            budget: None,
         };
         self.console
             .as_ref()

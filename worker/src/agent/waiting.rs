@@ -177,6 +177,9 @@ impl Agent {
     async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
         self.begin_turn(&input.trace);
         self.snap.in_seq = input.seq;
+        if let Some(budget) = input.budget {
+            self.snap.budget = Some(budget);
+        }
         if now {
             self.transcript
                 .push_user(vec![Block::Text { text: input.text }]);

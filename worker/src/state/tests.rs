@@ -29,6 +29,7 @@ fn summon(orch_id: &str) -> Summon {
         summoned_at: Utc::now(),
         runtime: None,
         handoff: None,
+        budget: None,
     }
 }
 
