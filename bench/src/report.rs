@@ -135,6 +135,19 @@ impl Report {
             "  JetStream messages stored per routed message: {:.1}",
             s.writes_per_routed
         );
+        if let Some(ratio) = self.server_cost_ratio() {
+            println!(
+                "  nats-server CPU per routed message over its CPU per plain JetStream publish: {ratio:.1}× (noise cancels in the ratio)"
+            );
+        }
+    }
+
+    /// nats-server's CPU per routed message (saturation) over its CPU per
+    /// plain JetStream publish (baseline), both measured in this run.
+    fn server_cost_ratio(&self) -> Option<f64> {
+        let per_routed = self.saturation.as_ref()?.cost("nats-server")?;
+        let per_publish = self.baseline.as_ref()?.server_cpu_per_js?;
+        (per_publish > Duration::ZERO).then(|| per_routed.as_secs_f64() / per_publish.as_secs_f64())
     }
 
     pub fn print_level(&self, level: &Level) {
@@ -353,6 +366,12 @@ pub fn targets(report: &Report) -> Vec<String> {
         ));
     }
     if let Some(s) = &report.saturation {
+        lines.push(line(
+            "JetStream messages stored per routed message",
+            format!("{:.1}", s.writes_per_routed),
+            "≤ 2.0",
+            s.writes_per_routed > 0.0 && s.writes_per_routed <= 2.0,
+        ));
         lines.push(line(
             "routed messages/s per coordinator",
             count(s.routed_per_sec.round() as u64),
