@@ -129,7 +129,7 @@ impl Registry {
     async fn resume_unfinished(&mut self) {
         let mut delay = Duration::from_millis(100);
         let unfinished = loop {
-            match state::unfinished(&self.shared.bus).await {
+            match state::unfinished(&self.shared.steps).await {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
                     tracing::warn!(error = %e, ?delay, "could not scan the stored sessions; retrying");

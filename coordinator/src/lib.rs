@@ -123,6 +123,8 @@ pub enum Error {
 /// What each session shares: the bus, the model and the settings.
 pub(crate) struct Shared {
     pub bus: Bus,
+    /// The sessions' step records (`session.<id>.state`).
+    pub steps: arbiter_bus::steplog::StepLog,
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
@@ -155,7 +157,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     )
     .await?;
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
+    let steps = arbiter_bus::steplog::StepLog::open(
+        &bus,
+        arbiter_protocol::subjects::STATE_STREAM,
+        arbiter_protocol::subjects::SESSION_BLOBS_BUCKET,
+    )
+    .await?;
     let shared = Arc::new(Shared {
+        steps,
         bus,
         model,
         fleet: fleet::Fleet::default(),

@@ -159,6 +159,8 @@ pub(crate) struct Session {
     /// Transcript turns already stored.
     stored_turns: usize,
     rev: u64,
+    /// Appends the session's records, fenced on the last one.
+    writer: arbiter_bus::steplog::Writer,
     pub changed: bool,
     status_dirty: bool,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
@@ -180,6 +182,7 @@ pub(crate) async fn spawn(
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
+    let writer = shared.steps.writer(subjects::session_state(&id), &id, 0);
     let mut session = Session {
         shared,
         id,
@@ -193,6 +196,7 @@ pub(crate) async fn spawn(
         acks: Vec::new(),
         stored_turns: 0,
         rev: 0,
+        writer,
         changed: false,
         status_dirty: true,
         held: HeldOutputs::new(shared_gap_wait),
@@ -216,7 +220,7 @@ impl Session {
         let bus = self.shared.bus.clone();
         let mut delay = Duration::from_millis(50);
         let loaded = loop {
-            match state::load(&bus, &self.id).await {
+            match state::load(&self.shared.steps, &self.id).await {
                 Ok(loaded) => break loaded,
                 Err(e) => {
                     tracing::warn!(session.id = %self.id, error = %e, ?delay, "could not read the session's state; retrying");
@@ -235,6 +239,11 @@ impl Session {
                 self.stored_turns = self.transcript.len();
                 self.state = restored.snapshot;
                 self.rev = restored.rev;
+                self.writer = self.shared.steps.writer(
+                    subjects::session_state(&self.id),
+                    &self.id,
+                    restored.last_seq,
+                );
                 // The last step may have died between storing and publishing.
                 state::replay(&bus, &restored.outbox, &self.trace, &self.cancel).await;
                 if !restored.unreadable.is_empty() {
@@ -361,8 +370,13 @@ impl Session {
                 self.state.clone(),
                 self.effects.clone(),
             );
-            if !state::persist(&self.shared.bus, &record, &self.trace, &self.cancel).await {
-                return false;
+            match state::persist(&mut self.writer, &record, &self.trace, &self.cancel).await {
+                Ok(()) => {}
+                Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
+                Err(arbiter_bus::steplog::AppendError::Fenced) => {
+                    tracing::warn!(session.id = %self.id, rev = self.rev, "another coordinator took this session over: it stops here at once (its inputs of this step go back to the server)");
+                    return false;
+                }
             }
             self.stored_turns = self.transcript.len();
             self.changed = false;

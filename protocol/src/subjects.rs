@@ -63,9 +63,10 @@ pub fn orch_blob(orch_id: &str, rev: u64, lease: &str) -> String {
 }
 /// Session state records too large for one message.
 pub const SESSION_BLOBS_BUCKET: &str = "arbiter_session_blobs";
-/// The name, in [`SESSION_BLOBS_BUCKET`], of one large session state record.
-pub fn session_blob(session_id: &str, rev: u64) -> String {
-    format!("{session_id}.{rev}")
+/// The name, in [`SESSION_BLOBS_BUCKET`], of one large session state record
+/// (`lease`: the writing coordinator's token, so two never write one name).
+pub fn session_blob(session_id: &str, rev: u64, lease: &str) -> String {
+    format!("{session_id}.{rev}.{lease}")
 }
 pub const ALL_ORCH_STATE: &str = "arbiter.v1.orch.*.state";
 pub const ALL_ORCH_IN: &str = "arbiter.v1.orch.*.in";
