@@ -7,8 +7,10 @@
 mod caps;
 mod delta;
 mod fleet;
+mod forward;
 mod guard;
 mod intake;
+mod lease;
 mod outputs;
 pub mod prompt;
 mod route;
@@ -42,6 +44,10 @@ pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSO
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// This coordinator's id among those sharing the sessions (letters,
+    /// digits, - or _): its session leases and its forwarding subject carry
+    /// it. Unique per running process; [`new_id`] makes one.
+    pub id: String,
     /// How to reach NATS, and the coordinator's credential.
     pub nats: arbiter_bus::NatsOptions,
     /// The worker pool summons go to.
@@ -79,6 +85,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            id: new_id(),
             nats: arbiter_bus::NatsOptions::default(),
             pool: "default".into(),
             orchestrator_runtime: None,
@@ -93,6 +100,12 @@ impl Default for Config {
             prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
+}
+
+/// A new coordinator id: `c-` and 12 random hex digits.
+pub fn new_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("c-{}", &id[..12])
 }
 
 /// How long a gap in an Orchestrator's output `seq`s may stay open: three
@@ -136,6 +149,12 @@ pub(crate) struct Shared {
 
 /// Runs the coordinator until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    if !arbiter_protocol::subjects::is_valid_token(&config.id) {
+        return Err(Error::Config(format!(
+            "coordinator id {:?} must be letters, digits, - or _",
+            config.id
+        )));
+    }
     if !arbiter_protocol::subjects::is_valid_token(&config.pool) {
         return Err(Error::Config(format!(
             "pool name {:?} must be letters, digits, - or _",
