@@ -260,8 +260,24 @@ impl Registry {
             });
             return;
         }
-        if self.take(&session_id, expect).await {
-            tracing::info!(session.id = %session_id, "took over a session whose lease was free");
+        // The marker lives 1 s: a later try reads the key again, and so
+        // does a take the fence refused (the marker may have just gone).
+        let mut expect = expect;
+        for attempt in 0..2 {
+            if again || attempt > 0 {
+                match self.leases.owner(&session_id).await {
+                    Ok(Owner::Free(now)) => expect = now,
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::warn!(session.id = %session_id, error = %e, "could not read a free session's lease; it is taken by the next message for it");
+                        return;
+                    }
+                }
+            }
+            if self.take(&session_id, expect).await {
+                tracing::info!(session.id = %session_id, "took over a session whose lease was free");
+                return;
+            }
         }
     }
 
