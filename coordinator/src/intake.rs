@@ -33,9 +33,11 @@ use crate::{Error, Result, Shared};
 const REBALANCE_EVERY: Duration = Duration::from_secs(3);
 /// Sessions handed over in one round of rebalancing.
 const HAND_OVER_AT_ONCE: usize = 16;
-/// How long a coordinator at or over its share waits before taking a
-/// session that ran out, leaving it to those under their share first.
+/// How long a coordinator over its share (or that handed the session over
+/// itself) waits before taking a free session, leaving it to the others first.
 const BUSY_TAKE_DELAY: Duration = Duration::from_secs(1);
+/// How long a coordinator remembers that it handed a session over.
+const HANDED_OVER_MEMORY: Duration = Duration::from_secs(10);
 
 /// How long a message may stay unacknowledged before the server sends it again.
 /// A session acknowledges right after storing the step that took it, so this only
@@ -138,6 +140,8 @@ struct Registry {
     forwarders: HashMap<String, Forwarder>,
     /// Sessions being handed over: their lease is released when their actor ends.
     handing_over: std::collections::HashSet<String>,
+    /// Sessions this coordinator handed over, and when.
+    handed_over: HashMap<String, Instant>,
     cancel: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
     /// Each session actor's id when it ends.
@@ -252,7 +256,15 @@ impl Registry {
         if self.sessions.contains_key(&session_id) || self.handing_over.contains(&session_id) {
             return;
         }
-        if !again && self.leases.count() >= self.leases.fair_share() {
+        // Sessions this coordinator handed over itself are left to the
+        // others first (if there are others); so are all while it owns more
+        // than its share.
+        let handed_over_here = self.leases.live() > 1
+            && self
+                .handed_over
+                .get(&session_id)
+                .is_some_and(|at| at.elapsed() < HANDED_OVER_MEMORY);
+        if !again && (handed_over_here || self.leases.count() > self.leases.fair_share()) {
             let retry = retry.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(BUSY_TAKE_DELAY).await;
@@ -286,6 +298,9 @@ impl Registry {
     async fn on_ended(&mut self, session_id: String) {
         self.sessions.remove(&session_id);
         if self.handing_over.remove(&session_id) {
+            self.handed_over
+                .retain(|_, at| at.elapsed() < HANDED_OVER_MEMORY);
+            self.handed_over.insert(session_id.clone(), Instant::now());
             self.leases.release(&session_id).await;
             tracing::info!(session.id = %session_id, "session handed over");
         } else {
@@ -596,6 +611,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         sessions: HashMap::new(),
         forwarders: HashMap::new(),
         handing_over: std::collections::HashSet::new(),
+        handed_over: HashMap::new(),
         cancel: CancellationToken::new(),
         tasks: tokio::task::JoinSet::new(),
         ended_tx,

@@ -194,6 +194,12 @@ impl Leases {
         self.lock_held().keys().cloned().collect()
     }
 
+    /// Coordinators up, this one included.
+    pub(crate) fn live(&self) -> usize {
+        let peers = self.lock_peers();
+        peers.keys().filter(|id| **id != self.id).count() + 1
+    }
+
     /// This coordinator's fair share: the sessions owned by all, over the coordinators up.
     pub(crate) fn fair_share(&self) -> usize {
         let peers = self.lock_peers();

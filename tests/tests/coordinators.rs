@@ -314,3 +314,83 @@ async fn a_coordinator_that_starts_takes_a_share_and_no_session_is_routed_twice(
     let requests = sys.mock.requests().len();
     assert_eq!(requests, sessions.len() * 3);
 }
+
+/// Two coordinator processes; one is stopped with SIGTERM. It hands its
+/// sessions over at once (well before its leases would run out), and the
+/// human's next line in each gets one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_stopped_gracefully_hands_its_sessions_over_at_once() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    sys.mock.set_responder(|request| {
+        let last = request.messages().last().cloned().unwrap_or_default();
+        let text = last["content"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| last["content"][0]["text"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Some(arbiter("address_human", &format!("Re: {text}")))
+    });
+    let mut first =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-1"))]);
+    let _second =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-2"))]);
+    let sessions: Vec<String> = (0..20).map(|i| format!("s-term-{i}")).collect();
+    let mut logs = Vec::new();
+    for s in &sessions {
+        logs.push(sys.watch_log(s).await);
+        sys.send(s, &format!("one {s}")).await;
+    }
+    for s in &sessions {
+        sys.settled(s, 2).await;
+    }
+    // The two share the sessions (the one that pulled fewer takes a share).
+    let on_first = eventually(WAIT, "c-1 to own sessions", || async {
+        let owned = owners(&sys, &sessions).await;
+        let on_first = owned.values().filter(|o| *o == "c-1").count();
+        (on_first >= 5).then_some(on_first)
+    })
+    .await;
+
+    let stopped = std::time::Instant::now();
+    let pid = first.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = first.wait().await.unwrap();
+    assert!(exit.success(), "c-1 exits cleanly on SIGTERM: {exit:?}");
+    eventually(WAIT, "c-2 to own every session", || async {
+        let owned = owners(&sys, &sessions).await;
+        (owned.len() == sessions.len() && owned.values().all(|o| o == "c-2")).then_some(())
+    })
+    .await;
+    let moved = stopped.elapsed();
+    println!("{on_first} sessions handed over in {moved:?} (leases run out after 4 s)");
+    assert!(
+        moved < Duration::from_secs(2),
+        "handed over at once, not left to run out: {moved:?}"
+    );
+    for s in &sessions {
+        sys.send(s, &format!("two {s}")).await;
+    }
+    for (s, log) in sessions.iter().zip(&logs) {
+        sys.settled(s, 4).await;
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![
+                pair("You", &format!("one {s}")),
+                pair("Arbiter", &format!("Re: one {s}")),
+                pair("You", &format!("two {s}")),
+                pair("Arbiter", &format!("Re: two {s}")),
+            ],
+            "{s}"
+        );
+    }
+    assert_eq!(sys.mock.requests().len(), sessions.len() * 2);
+}
