@@ -394,3 +394,78 @@ async fn a_coordinator_stopped_gracefully_hands_its_sessions_over_at_once() {
     }
     assert_eq!(sys.mock.requests().len(), sessions.len() * 2);
 }
+
+/// A coordinator paused (SIGSTOP) mid-turn past its leases: another takes
+/// its sessions over and answers. When the paused one wakes with the model's
+/// replies in hand, the server refuses its lease renewals and its step writes
+/// (10071) and it stops those sessions: each console shows one answer, never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_coordinator_that_wakes_is_fenced_out_and_writes_nothing() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let gate = Gate::new();
+    {
+        let gate = gate.clone();
+        sys.mock.set_responder(move |request| {
+            let lane = lane_of(&request.body);
+            let session = lane.rsplit(' ').next().unwrap_or_default().to_owned();
+            Some(arbiter("address_human", &format!("Answer for {session}")).gated(gate.clone()))
+        });
+    }
+    let mut first =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-1"))]);
+    let sessions: Vec<String> = (0..5).map(|i| format!("s-pause-{i}")).collect();
+    let mut logs = Vec::new();
+    for s in &sessions {
+        logs.push(sys.watch_log(s).await);
+        sys.send(s, &format!("Question of {s}")).await;
+    }
+    eventually(WAIT, "every Arbiter turn to start", || async {
+        (sys.mock.requests().len() >= sessions.len()).then_some(())
+    })
+    .await;
+    let pid = first.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let _second =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-2"))]);
+    eventually(WAIT, "c-2 to take every session over", || async {
+        let owned = owners(&sys, &sessions).await;
+        (owned.len() == sessions.len() && owned.values().all(|o| o == "c-2")).then_some(())
+    })
+    .await;
+    // c-2 runs the turns again; the model answers both coordinators.
+    gate.open();
+    for log in &logs {
+        log.wait_for("the answer", |b| matches!(b, LogBody::Arbiter(_)))
+            .await;
+    }
+    signal("-CONT");
+    // c-1 wakes with the first replies in hand; give it time to try.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (s, log) in sessions.iter().zip(&logs) {
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![
+                pair("You", &format!("Question of {s}")),
+                pair("Arbiter", &format!("Answer for {s}")),
+            ],
+            "{s}"
+        );
+    }
+    // Both coordinators asked the model for each turn: c-1 before its pause.
+    assert_eq!(sys.mock.requests().len(), sessions.len() * 2);
+    first.start_kill().unwrap();
+}
