@@ -304,8 +304,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         api(&format!("CONSUMER.CREATE.{summons}.*.{PREFIX}.summon.*")),
                         api(&format!("CONSUMER.INFO.{summons}.*")),
                     ]),
-                Grant::new("restore sessions: last log and input seqs, last step record, replay of its records")
-                    .publish([msg_get(sessions), msg_get(orch), msg_get(state)])
+                Grant::new("restore sessions: last log and input seqs, last step record, replay of its records, whether a summoned Orchestrator was taken (its first state record)")
+                    .publish([
+                        msg_get(sessions),
+                        msg_get(orch),
+                        msg_get(state),
+                        msg_get(subjects::ORCH_STATE_STREAM),
+                    ])
                     .publish(ordered(state)),
                 Grant::new("session state records too large for one message")
                     .publish(object_store(subjects::SESSION_BLOBS_BUCKET)),

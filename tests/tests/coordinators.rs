@@ -49,9 +49,22 @@ async fn owners(sys: &System, sessions: &[String]) -> HashMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_coordinators_an_orchestrators_question_reaches_the_arbiter_and_the_human_gets_the_answer()
  {
+    two_coordinators_flow(false).await;
+}
+
+/// The same as deployed securely: both coordinators on the `coordinator`
+/// credential, under the permissions of `protocol::roles` (the lease bucket,
+/// forwarding to each other, answering on the asker's inbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_coordinators_over_tls_with_the_coordinator_credential() {
+    two_coordinators_flow(true).await;
+}
+
+async fn two_coordinators_flow(secure: bool) {
     let mut sys = System::start_with(Options {
         coordinator: false,
         slots: 8,
+        secure,
         ..Default::default()
     })
     .await;
