@@ -151,32 +151,25 @@ struct Registry {
 impl Registry {
     /// Starts the actor of a session whose lease this coordinator has just
     /// taken (`lost`: cancelled should the lease be lost).
-    async fn start(&mut self, session_id: &str, lost: CancellationToken) -> bool {
+    fn start(&mut self, session_id: &str, lost: CancellationToken) {
         let handle = crate::session::spawn(
             self.shared.clone(),
             session_id.to_owned(),
             lost,
             &mut self.tasks,
             self.ended_tx.clone(),
-        )
-        .await;
-        match handle {
-            Some(handle) => {
-                self.forwarders.remove(session_id);
-                self.sessions.insert(session_id.to_owned(), handle);
-                true
-            }
-            None => {
-                self.leases.forget(session_id);
-                false
-            }
-        }
+        );
+        self.forwarders.remove(session_id);
+        self.sessions.insert(session_id.to_owned(), handle);
     }
 
     /// Takes a session nobody owns, fenced on `expect`; true if it runs here now.
     async fn take(&mut self, session_id: &str, expect: u64) -> bool {
         match self.leases.take(session_id, expect, &self.cancel).await {
-            Ok(Some(lost)) => self.start(session_id, lost).await,
+            Ok(Some(lost)) => {
+                self.start(session_id, lost);
+                true
+            }
             Ok(None) => false,
             Err(e) => {
                 tracing::warn!(session.id = %session_id, error = %e, "could not take the session's lease");

@@ -190,20 +190,21 @@ pub(crate) struct Session {
 /// Starts a session actor whose lease this coordinator holds, restored from
 /// its stored records if it has any (on top of which it stores a claim
 /// record, so that the coordinator that ran it before can store nothing
-/// more). `None` when another coordinator claimed it in between, or
-/// `cancel` fired first. Its id is sent on `ended` when the actor stops.
-pub(crate) async fn spawn(
+/// more). The actor stops at once, putting back what it was given, when
+/// another coordinator claimed it in between or `cancel` fired first. Its
+/// id is sent on `ended` when the actor stops.
+pub(crate) fn spawn(
     shared: Arc<Shared>,
     id: String,
     cancel: CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
     ended: mpsc::UnboundedSender<String>,
-) -> Option<SessionHandle> {
+) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
     let writer = shared.steps.writer(subjects::session_state(&id), &id, 0);
-    let mut session = Session {
+    let session = Session {
         shared,
         id,
         transcript: Vec::new(),
@@ -227,9 +228,9 @@ pub(crate) async fn spawn(
     };
     let idle = session.idle.clone();
     let stop = session.cancel.clone();
-    if !session.restore().await {
-        return None;
-    }
+    // Restored in its own task, so the intake (and the messages other
+    // coordinators forward to it) never waits on one session's records;
+    // what arrives meanwhile waits in the inbox.
     tasks.spawn(async move {
         arbiter_bus::metrics::session_live(1);
         let id = session.id.clone();
@@ -237,12 +238,12 @@ pub(crate) async fn spawn(
         arbiter_bus::metrics::session_live(-1);
         let _ = ended.send(id);
     });
-    Some(SessionHandle {
+    SessionHandle {
         tx,
         put_back,
         idle,
         cancel: stop,
-    })
+    }
 }
 
 impl Session {
@@ -324,7 +325,9 @@ impl Session {
     /// Runs the session until it is stopped (shutdown, hand-over, lease
     /// lost, fenced out), then puts back what it had taken but not stored.
     async fn run(mut self, mut inbox: mpsc::Receiver<Input>) {
-        self.steps(&mut inbox).await;
+        if self.restore().await {
+            self.steps(&mut inbox).await;
+        }
         self.idle.store(false, Ordering::Relaxed);
         inbox.close();
         let mut pending: Vec<crate::forward::Delivery> = std::mem::take(&mut self.acks);
