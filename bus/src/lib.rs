@@ -11,6 +11,7 @@ pub mod connect;
 pub mod metrics;
 pub mod seq;
 pub mod setup;
+pub mod steplog;
 pub mod telemetry;
 mod trace;
 

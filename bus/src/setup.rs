@@ -18,6 +18,9 @@ use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, Result};
 /// How long a service waits for a missing stream to be created (by the
 /// coordinator or `arbiter-admin setup`) before it gives up.
 const MISSING_WAIT: Duration = Duration::from_secs(60);
+/// How long the server keeps the delete marker of a session lease that ran
+/// out (a takeover is fenced on the marker's revision).
+const LEASE_MARKER_TTL: Duration = Duration::from_secs(1);
 /// How long the first check of a stream may take before it is called a timeout.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -108,6 +111,23 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
         })
         .await
         .map_err(|e| BusError::js("creating the sessions bucket", e))?;
+    }
+    if js
+        .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
+        .await
+        .is_err()
+    {
+        js.create_key_value(kv::Config {
+            bucket: subjects::COORDINATOR_LEASES_BUCKET.into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            // Per-key TTLs (`Nats-TTL`) and a delete marker when one runs out,
+            // which the coordinators watch for.
+            limit_markers: Some(LEASE_MARKER_TTL),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BusError::js("creating the coordinator leases bucket", e))?;
     }
     for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
         if js.get_object_store(bucket).await.is_err() {

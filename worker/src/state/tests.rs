@@ -93,7 +93,7 @@ async fn a_retry_of_a_stored_write_counts_as_stored() {
             .await
             .unwrap(),
     );
-    let (rev, last_seq) = (store.rev, store.last_seq);
+    let (rev, last_seq) = (store.rev, store.writer.last_seq());
     let snap = Snapshot::new();
     store
         .write(vec![Message::assistant("once")], &snap, Vec::new(), &never)
@@ -101,7 +101,7 @@ async fn a_retry_of_a_stored_write_counts_as_stored() {
         .unwrap();
     // As if the ack of that write had been lost: the same write again.
     store.rev = rev;
-    store.last_seq = last_seq;
+    store.writer.fence_on(last_seq);
     store
         .write(vec![Message::assistant("once")], &snap, Vec::new(), &never)
         .await
