@@ -212,6 +212,7 @@ pub fn human_message(
         text: text.to_owned(),
         sent_at: chrono::Utc::now(),
         command: None,
+        budget: None,
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());

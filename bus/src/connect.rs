@@ -146,6 +146,8 @@ struct AlarmsInner {
     fatal: watch::Sender<Option<String>>,
     denied: Mutex<Vec<String>>,
     denied_tx: watch::Sender<u64>,
+    /// Counts the connections made (the first and every reconnect).
+    connects: watch::Sender<u64>,
     connected_once: std::sync::atomic::AtomicBool,
 }
 
@@ -156,6 +158,7 @@ impl Default for Alarms {
                 fatal: watch::channel(None).0,
                 denied: Mutex::new(Vec::new()),
                 denied_tx: watch::channel(0).0,
+                connects: watch::channel(0).0,
                 connected_once: std::sync::atomic::AtomicBool::new(false),
             }),
         }
@@ -163,6 +166,12 @@ impl Default for Alarms {
 }
 
 impl Alarms {
+    /// Changes each time the connection is made again: whatever a core
+    /// subscription missed while it was down is to be read from the streams.
+    pub fn reconnects(&self) -> watch::Receiver<u64> {
+        self.inner.connects.subscribe()
+    }
+
     /// Completes with the reason once the connection can no longer be used
     /// (its credentials were refused on a reconnect); never otherwise.
     pub async fn fatal(&self) -> BusError {
@@ -213,6 +222,7 @@ impl Alarms {
         match event {
             Event::Connected => {
                 self.inner.connected_once.store(true, Ordering::SeqCst);
+                self.inner.connects.send_modify(|n| *n += 1);
                 tracing::info!("NATS connected");
             }
             Event::Disconnected => tracing::warn!("NATS connection lost; reconnecting"),

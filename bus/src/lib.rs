@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod retention;
 pub mod seq;
 pub mod setup;
+pub mod steplog;
 pub mod telemetry;
 mod trace;
 
@@ -177,7 +178,7 @@ impl Bus {
         let what = || format!("replaying {subject}");
         let stream = self
             .js
-            .get_stream(stream)
+            .get_stream_no_info(stream)
             .await
             .map_err(|e| BusError::js(what(), e))?;
         let last = match stream.get_last_raw_message_by_subject(subject).await {

@@ -86,7 +86,11 @@ pub fn hop(msg: &jetstream::Message, hop: &'static str) {
     let Ok(info) = msg.info() else {
         return;
     };
-    let stored = info.published;
+    hop_since(info.published, hop);
+}
+
+/// The same, for a message read by direct get (`stored`: its stream time).
+pub fn hop_since(stored: time::OffsetDateTime, hop: &'static str) {
     let now = time::OffsetDateTime::now_utc();
     let seconds = (now - stored).as_seconds_f64().max(0.0);
     instruments()

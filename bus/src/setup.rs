@@ -18,6 +18,9 @@ use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, Result};
 /// How long a service waits for a missing stream to be created (by the
 /// coordinator or `arbiter-admin setup`) before it gives up.
 const MISSING_WAIT: Duration = Duration::from_secs(60);
+/// How long the server keeps the delete marker of a session lease that ran
+/// out (a takeover is fenced on the marker's revision).
+const LEASE_MARKER_TTL: Duration = Duration::from_secs(1);
 /// How long the first check of a stream may take before it is called a timeout.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -39,14 +42,18 @@ pub fn stream_configs() -> Vec<stream::Config> {
                 subjects::ALL_SESSION_LOG,
             ],
         ),
-        stream(
-            subjects::ORCH_STREAM,
-            &[
-                subjects::ALL_ORCH_IN,
-                subjects::ALL_ORCH_OUT,
-                subjects::ALL_ORCH_CTL,
-            ],
-        ),
+        // Workers read an Orchestrator's inputs and control by direct get.
+        stream::Config {
+            allow_direct: true,
+            ..stream(
+                subjects::ORCH_STREAM,
+                &[
+                    subjects::ALL_ORCH_IN,
+                    subjects::ALL_ORCH_OUT,
+                    subjects::ALL_ORCH_CTL,
+                ],
+            )
+        },
         stream::Config {
             retention: stream::RetentionPolicy::WorkQueue,
             ..stream(subjects::SUMMONS_STREAM, &[subjects::ALL_SUMMONS])
@@ -58,7 +65,7 @@ pub fn stream_configs() -> Vec<stream::Config> {
 
 /// Creates every stream, the sessions bucket and the object stores that are
 /// missing. An existing stream keeps its settings, except that subjects this
-/// version needs are added to it.
+/// version needs are added to it, and direct get is allowed where it is used.
 pub async fn declare(js: &jetstream::Context) -> Result<()> {
     for config in stream_configs() {
         let name = config.name.clone();
@@ -76,13 +83,15 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
                     .filter(|s| !have.subjects.contains(s))
                     .cloned()
                     .collect();
-                if !missing.is_empty() {
+                let direct = config.allow_direct && !have.allow_direct;
+                if !missing.is_empty() || direct {
                     let mut updated = have.clone();
                     updated.subjects.extend(missing.iter().cloned());
-                    js.update_stream(updated).await.map_err(|e| {
-                        BusError::js(format!("adding subjects to stream {name}"), e)
-                    })?;
-                    tracing::info!(stream = %name, subjects = ?missing, "stream given the subjects this version uses");
+                    updated.allow_direct |= config.allow_direct;
+                    js.update_stream(updated)
+                        .await
+                        .map_err(|e| BusError::js(format!("updating stream {name}"), e))?;
+                    tracing::info!(stream = %name, subjects = ?missing, direct, "stream given the subjects and settings this version uses");
                 }
             }
             Err(_) => {
@@ -102,6 +111,23 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
         })
         .await
         .map_err(|e| BusError::js("creating the sessions bucket", e))?;
+    }
+    if js
+        .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
+        .await
+        .is_err()
+    {
+        js.create_key_value(kv::Config {
+            bucket: subjects::COORDINATOR_LEASES_BUCKET.into(),
+            history: 1,
+            storage: stream::StorageType::File,
+            // Per-key TTLs (`Nats-TTL`) and a delete marker when one runs out,
+            // which the coordinators watch for.
+            limit_markers: Some(LEASE_MARKER_TTL),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BusError::js("creating the coordinator leases bucket", e))?;
     }
     for bucket in [
         subjects::SESSION_BLOBS_BUCKET,

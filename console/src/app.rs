@@ -261,6 +261,20 @@ impl App {
 
     fn submit(&mut self) -> Option<Action> {
         let text = self.input.submit()?;
+        match crate::budget::typed(&text) {
+            crate::budget::Typed::Wrong(why) => {
+                // Not sent: the line comes back to be put right.
+                self.conversation.notice(Kind::Error, &why);
+                self.input.set_text(&text);
+                return None;
+            }
+            crate::budget::Typed::Show => {
+                let summary = crate::budget::summary(self.vitals.session_status());
+                self.conversation.notice(Kind::Event, &summary);
+                return None;
+            }
+            crate::budget::Typed::Words | crate::budget::Typed::Change(_) => {}
+        }
         let message_id = uuid::Uuid::now_v7().to_string();
         self.conversation.sending(&message_id, &text);
         // What one sends, one wants to see answered.

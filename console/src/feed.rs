@@ -12,12 +12,10 @@ use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{Connection, NatsOptions, Reach};
 use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{
-    ArbiterDelta, HumanMessage, LogEntry, OrchestratorStatus, SessionStatus, VERSION, WireError,
-    subjects,
+    ArbiterDelta, LogEntry, OrchestratorStatus, SessionStatus, WireError, subjects,
 };
 use async_nats::connection::State;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use chrono::Utc;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
@@ -82,14 +80,7 @@ impl Feed {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
         let identity = self.identity.clone();
-        let message = HumanMessage {
-            v: VERSION,
-            session_id: self.session_id.clone(),
-            message_id: message_id.clone(),
-            command: crate::command_of(&text),
-            text,
-            sent_at: Utc::now(),
-        };
+        let message = crate::budget::message(&self.session_id, &message_id, text);
         tokio::spawn(async move {
             let connected = tokio::time::timeout(FIRST_CONNECT_WAIT, async {
                 bus_rx
@@ -435,8 +426,9 @@ fn detail(e: WireError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arbiter_protocol::{ArbiterEntry, LogBody};
+    use arbiter_protocol::{ArbiterEntry, HumanMessage, LogBody, VERSION};
     use arbiter_tests::NatsServer;
+    use chrono::Utc;
 
     async fn next(feed: &mut Feed) -> FeedEvent {
         tokio::time::timeout(Duration::from_secs(20), feed.events.recv())

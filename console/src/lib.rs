@@ -12,6 +12,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod app;
+pub mod budget;
 pub mod conversation;
 mod error;
 mod feed;

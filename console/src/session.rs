@@ -8,9 +8,8 @@ use tracing::Instrument as _;
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{NatsOptions, Reach};
 use arbiter_protocol::roles::NatsRole;
-use arbiter_protocol::{HumanMessage, LogEntry, SessionStatus, VERSION, WireError, subjects};
+use arbiter_protocol::{LogEntry, SessionStatus, WireError, subjects};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
-use chrono::Utc;
 use futures::StreamExt;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 use tokio::time::Instant;
@@ -73,6 +72,7 @@ where
         notices: terminal.notices,
         progress: Progress::default(),
         shown: ShownSeqs::default(),
+        status: attached.status.clone(),
     };
     if let Some(at) = archived {
         return Ended {
@@ -208,6 +208,8 @@ struct Console<'a, W, E> {
     progress: Progress,
     /// Each log seq is printed (or reported malformed) at most once.
     shown: ShownSeqs,
+    /// The newest session status, for `/budget`.
+    status: Option<SessionStatus>,
 }
 
 impl<W, E> Console<'_, W, E>
@@ -344,7 +346,13 @@ where
 
     fn status_message(&mut self, subject: &str, payload: &[u8]) {
         match arbiter_bus::decode::<SessionStatus>(subject, payload) {
-            Ok(status) => self.progress.status(status),
+            Ok(status) => {
+                let newer = self.status.as_ref().is_none_or(|s| s.at <= status.at);
+                if newer {
+                    self.status = Some(status.clone());
+                }
+                self.progress.status(status);
+            }
             Err(e) => {
                 tracing::warn!(error = %inert::one_line(&e.to_string()), "session status ignored");
             }
@@ -354,15 +362,19 @@ where
     /// Publishes one line typed by the human. A failed publish is reported and
     /// the console goes on: the human may type it again.
     async fn send(&mut self, text: String) -> Result<()> {
+        match crate::budget::typed(&text) {
+            crate::budget::Typed::Wrong(why) => {
+                // Refused here: nothing is sent, the human may type it again.
+                return write_line(self.notices, &inert::block("! ", &why)).await;
+            }
+            crate::budget::Typed::Show => {
+                let summary = crate::budget::summary(self.status.as_ref());
+                return write_line(self.notices, &inert::block("", &summary)).await;
+            }
+            crate::budget::Typed::Words | crate::budget::Typed::Change(_) => {}
+        }
         let message_id = uuid::Uuid::now_v7().to_string();
-        let message = HumanMessage {
-            v: VERSION,
-            session_id: self.session_id.to_owned(),
-            message_id: message_id.clone(),
-            command: crate::command_of(&text),
-            text,
-            sent_at: Utc::now(),
-        };
+        let message = crate::budget::message(self.session_id, &message_id, text);
         self.progress.sending(&message_id);
         let span = crate::line_span(self.session_id, &message_id);
         let sent = self

@@ -42,6 +42,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
         text: "/stop".to_owned(),
         sent_at: Utc::now(),
         command: Some(HumanCommand::Stop),
+        budget: None,
     };
     bus.publish_js(
         subjects::session_human_from(session_id, identity),

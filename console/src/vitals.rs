@@ -273,6 +273,7 @@ mod tests {
         SessionStatus {
             spend: Default::default(),
             archived_at: None,
+            budget: Default::default(),
             v: 1,
             session_id: "s".into(),
             state,

@@ -73,6 +73,7 @@ impl Scene {
         let status = SessionStatus {
             spend: Default::default(),
             archived_at: None,
+            budget: Default::default(),
             v: 1,
             session_id: SESSION.into(),
             state,

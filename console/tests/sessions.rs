@@ -29,6 +29,7 @@ fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
     SessionStatus {
         spend: Default::default(),
         archived_at: None,
+        budget: Default::default(),
         v: VERSION,
         session_id: id.into(),
         state,

@@ -31,6 +31,10 @@ const COMPARED_CHARS: usize = 4000;
 pub(crate) struct Hold {
     pub reason: String,
     pub waiting: VecDeque<Pending>,
+    /// Held at the session's budget cap: only raising the cap ends it (see
+    /// `budget.rs`), not the human's next message.
+    #[serde(default)]
+    pub budget: bool,
 }
 
 /// What the guard remembers of the exchange with the active Orchestrator.
@@ -56,14 +60,20 @@ impl Session {
     }
 
     /// Stops Arbiter turns until the human writes; says why in one line.
-    fn hold(&mut self, reason: String) {
+    pub(crate) fn hold(&mut self, reason: String) {
         self.log(LogBody::System(SystemEntry {
             text: reason.clone(),
         }));
         let waiting = std::mem::take(&mut self.state.queue);
         match self.state.hold.as_mut() {
             Some(hold) => hold.waiting.extend(waiting),
-            None => self.state.hold = Some(Hold { reason, waiting }),
+            None => {
+                self.state.hold = Some(Hold {
+                    reason,
+                    waiting,
+                    budget: false,
+                });
+            }
         }
     }
 
@@ -71,6 +81,10 @@ impl Session {
     pub(crate) fn human_spoke(&mut self) {
         self.state.turns_since_human = 0;
         self.state.exchange.stale_rounds = 0;
+        if self.state.hold.as_ref().is_some_and(|h| h.budget) {
+            // Held at the budget cap: the message waits with the hold.
+            return;
+        }
         if let Some(hold) = self.state.hold.take() {
             let mut queue = hold.waiting;
             queue.append(&mut self.state.queue);

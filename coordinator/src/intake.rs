@@ -1,6 +1,14 @@
 //! Reads the coordinator's two durable consumers (human messages, Orchestrator
 //! output) and hands each message to its session's actor, creating sessions
 //! on first contact. Malformed messages are rejected here, never routed.
+//!
+//! Every coordinator pulls from the same durables. A session is run by the
+//! coordinator that holds its lease (`lease.rs`): a message of a session
+//! another live coordinator owns is passed to it (`forward.rs`); one of a
+//! session nobody owns makes this coordinator take the lease. Leases that
+//! run out or are handed over are taken by the coordinators with the fewest
+//! sessions first, and a coordinator with more than its share hands idle
+//! sessions over.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,14 +18,26 @@ use std::time::Duration;
 use arbiter_bus::{TraceContext, decode};
 use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::forward::{Delivery, Forwarder, Incoming, RETRY_DELAY};
+use crate::lease::{Leases, Owner};
 use crate::session::{Input, Refused, SessionHandle};
 use crate::state;
 use crate::{Error, Result, Shared};
+
+/// How often a coordinator checks whether it owns more than its share.
+const REBALANCE_EVERY: Duration = Duration::from_secs(3);
+/// Sessions handed over in one round of rebalancing.
+const HAND_OVER_AT_ONCE: usize = 16;
+/// How long a coordinator over its share (or that handed the session over
+/// itself) waits before taking a free session, leaving it to the others first.
+const BUSY_TAKE_DELAY: Duration = Duration::from_secs(1);
+/// How long a coordinator remembers that it handed a session over.
+const HANDED_OVER_MEMORY: Duration = Duration::from_secs(10);
 
 /// How long a message may stay unacknowledged before the server sends it again.
 /// A session acknowledges right after storing the step that took it, so this only
@@ -101,35 +121,100 @@ fn js_error(what: String, e: impl std::fmt::Display) -> Error {
     })
 }
 
+/// Where a session's messages go.
+enum Route {
+    /// To its actor here.
+    Local,
+    /// To the coordinator that owns it.
+    Remote(String),
+    /// Nowhere for now: the message is put back, to be routed again.
+    Later,
+}
+
 /// The live sessions of this coordinator.
 struct Registry {
     shared: Arc<Shared>,
+    leases: Leases,
     sessions: HashMap<String, SessionHandle>,
+    /// Sessions of other coordinators this one passes messages to.
+    forwarders: HashMap<String, Forwarder>,
+    /// Sessions being handed over: their lease is released when their actor ends.
+    handing_over: std::collections::HashSet<String>,
+    /// Sessions this coordinator handed over, and when.
+    handed_over: HashMap<String, Instant>,
     cancel: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
+    /// Each session actor's id when it ends.
+    ended_tx: mpsc::UnboundedSender<String>,
 }
 
 impl Registry {
-    async fn handle(&mut self, session_id: &str) -> &SessionHandle {
-        if !self.sessions.contains_key(session_id) {
-            let handle = crate::session::spawn(
-                self.shared.clone(),
-                session_id.to_owned(),
-                self.cancel.child_token(),
-                &mut self.tasks,
-            )
-            .await;
-            self.sessions.insert(session_id.to_owned(), handle);
-        }
-        &self.sessions[session_id]
+    /// Starts the actor of a session whose lease this coordinator has just
+    /// taken (`lost`: cancelled should the lease be lost).
+    fn start(&mut self, session_id: &str, lost: CancellationToken) {
+        let handle = crate::session::spawn(
+            self.shared.clone(),
+            session_id.to_owned(),
+            lost,
+            &mut self.tasks,
+            self.ended_tx.clone(),
+        );
+        self.forwarders.remove(session_id);
+        self.sessions.insert(session_id.to_owned(), handle);
     }
 
-    /// Sessions an earlier run left with work undone start at once: nobody
-    /// else would wake them.
+    /// Takes a session nobody owns, fenced on `expect`; true if it runs here now.
+    async fn take(&mut self, session_id: &str, expect: u64) -> bool {
+        match self.leases.take(session_id, expect, &self.cancel).await {
+            Ok(Some(lost)) => {
+                self.start(session_id, lost);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(session.id = %session_id, error = %e, "could not take the session's lease");
+                false
+            }
+        }
+    }
+
+    /// Where `session_id`'s messages go: here (taking the lease when nobody
+    /// holds it), or to the coordinator that owns it.
+    async fn route(&mut self, session_id: &str) -> Route {
+        for _ in 0..3 {
+            if self.sessions.contains_key(session_id) && self.leases.holds(session_id) {
+                return Route::Local;
+            }
+            match self.leases.owner(session_id).await {
+                Ok(Owner::Me) => {
+                    if !self.sessions.contains_key(session_id) {
+                        // Its actor stopped: start it again under the same lease.
+                        self.leases.forget(session_id);
+                        continue;
+                    }
+                    return Route::Local;
+                }
+                Ok(Owner::Other(owner)) => return Route::Remote(owner),
+                Ok(Owner::Free(expect)) => {
+                    if self.take(session_id, expect).await {
+                        return Route::Local;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session.id = %session_id, error = %e, "could not read the session's lease");
+                    return Route::Later;
+                }
+            }
+        }
+        Route::Later
+    }
+
+    /// Sessions an earlier run left with work undone start at once, unless
+    /// another coordinator owns them: nobody else would wake them.
     async fn resume_unfinished(&mut self) {
         let mut delay = Duration::from_millis(100);
         let unfinished = loop {
-            match state::unfinished(&self.shared.bus).await {
+            match state::unfinished(&self.shared.steps).await {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
                     tracing::warn!(error = %e, ?delay, "could not scan the stored sessions; retrying");
@@ -143,16 +228,119 @@ impl Registry {
             }
         };
         for session_id in unfinished {
-            tracing::info!(session.id = %session_id, "resuming an unfinished session");
-            self.handle(&session_id).await;
+            if let Ok(Owner::Free(expect)) = self.leases.owner(&session_id).await
+                && self.take(&session_id, expect).await
+            {
+                tracing::info!(session.id = %session_id, "resuming an unfinished session");
+            }
         }
     }
 
-    /// Hands `input` to its session without waiting: a session whose inbox
-    /// is full must not stall the others. Its message goes back to the
+    /// A session whose lease ran out or was handed over: taken at once by
+    /// a coordinator under its share, after [`BUSY_TAKE_DELAY`] by the others
+    /// (`again`: this is that second try).
+    async fn on_free(
+        &mut self,
+        session_id: String,
+        expect: u64,
+        again: bool,
+        retry: &mpsc::Sender<(String, u64)>,
+    ) {
+        if self.sessions.contains_key(&session_id) || self.handing_over.contains(&session_id) {
+            return;
+        }
+        // Sessions this coordinator handed over itself are left to the
+        // others first (if there are others); so are all while it owns more
+        // than its share.
+        let handed_over_here = self.leases.live() > 1
+            && self
+                .handed_over
+                .get(&session_id)
+                .is_some_and(|at| at.elapsed() < HANDED_OVER_MEMORY);
+        if !again && (handed_over_here || self.leases.count() > self.leases.fair_share()) {
+            let retry = retry.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(BUSY_TAKE_DELAY).await;
+                let _ = retry.send((session_id, expect)).await;
+            });
+            return;
+        }
+        // The marker lives 1 s: a later try reads the key again, and so
+        // does a take the fence refused (the marker may have just gone).
+        let mut expect = expect;
+        for attempt in 0..2 {
+            if again || attempt > 0 {
+                match self.leases.owner(&session_id).await {
+                    Ok(Owner::Free(now)) => expect = now,
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::warn!(session.id = %session_id, error = %e, "could not read a free session's lease; it is taken by the next message for it");
+                        return;
+                    }
+                }
+            }
+            if self.take(&session_id, expect).await {
+                tracing::info!(session.id = %session_id, "took over a session whose lease was free");
+                return;
+            }
+        }
+    }
+
+    /// A session actor ended: its lease is handed over if it was asked to
+    /// stop for that, forgotten otherwise (fenced out, lease lost).
+    async fn on_ended(&mut self, session_id: String) {
+        self.sessions.remove(&session_id);
+        if self.handing_over.remove(&session_id) {
+            self.handed_over
+                .retain(|_, at| at.elapsed() < HANDED_OVER_MEMORY);
+            self.handed_over.insert(session_id.clone(), Instant::now());
+            self.leases.release(&session_id).await;
+            tracing::info!(session.id = %session_id, "session handed over");
+        } else {
+            self.leases.forget(&session_id);
+        }
+    }
+
+    /// Hands idle sessions over while this coordinator owns more than its share.
+    fn rebalance(&mut self) {
+        let owned = self.leases.count();
+        let fair = self.leases.fair_share();
+        if owned <= fair + 1 {
+            return;
+        }
+        let excess = (owned - fair).min(HAND_OVER_AT_ONCE);
+        let idle: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(id, handle)| handle.is_idle() && !self.handing_over.contains(*id))
+            .map(|(id, _)| id.clone())
+            .take(excess)
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        tracing::info!(
+            owned,
+            fair,
+            handing_over = idle.len(),
+            "owning more than a fair share of the sessions: handing idle ones over"
+        );
+        for session_id in idle {
+            if let Some(handle) = self.sessions.get(&session_id) {
+                handle.stop();
+                self.handing_over.insert(session_id);
+            }
+        }
+    }
+
+    /// Hands `input` to its session, here, without waiting: a session whose
+    /// inbox is full must not stall the others. Its message goes back to the
     /// server, to come again; the session's log says so.
     async fn deliver(&mut self, session_id: &str, input: Input) {
-        let handle = self.handle(session_id).await;
+        let Some(handle) = self.sessions.get(session_id) else {
+            put_back_input(session_id, input, "its session stopped here").await;
+            return;
+        };
         match handle.offer(input) {
             Ok(()) => {}
             Err(Refused::Full(input)) => {
@@ -164,17 +352,63 @@ impl Registry {
                     // Admitted but not taken: it is admitted again when it comes back.
                     self.shared.caps.taken(session_id);
                 }
-                if let Some(msg) = input.into_ack() {
-                    let delay = Some(crate::session::PUT_BACK_DELAY);
-                    if let Err(e) = msg.ack_with(AckKind::Nak(delay)).await {
-                        tracing::warn!(error = %e, "could not put a message back; it comes again after the ack wait");
-                    }
+                if let Some(delivery) = input.into_ack() {
+                    delivery.put_back(crate::session::PUT_BACK_DELAY).await;
                 }
             }
-            Err(Refused::Stopped) => tracing::error!(
-                session.id = session_id,
-                "session actor has stopped; input dropped"
-            ),
+            Err(Refused::Stopped(input)) => {
+                self.sessions.remove(session_id);
+                put_back_input(session_id, *input, "its session stopped here").await;
+            }
+        }
+    }
+
+    /// Routes a message of `session_id`: `Some` when it is to be taken here.
+    async fn admit(&mut self, session_id: &str, incoming: Incoming) -> Option<Incoming> {
+        if matches!(incoming.delivery, Delivery::Forwarded { .. }) {
+            // Passed here by a coordinator that read the lease: taken only if
+            // this one still owns the session (never taken over on its word).
+            if self.sessions.contains_key(session_id) && self.leases.holds(session_id) {
+                return Some(incoming);
+            }
+            incoming.not_owner().await;
+            return None;
+        }
+        let Delivery::Js(msg) = incoming.delivery else {
+            return None;
+        };
+        let incoming_back = |msg| Incoming {
+            subject: incoming.subject.clone(),
+            payload: incoming.payload.clone(),
+            headers: incoming.headers.clone(),
+            delivery: Delivery::Js(msg),
+        };
+        match self.route(session_id).await {
+            Route::Local => Some(incoming_back(msg)),
+            Route::Remote(owner) => {
+                let forwarder = self
+                    .forwarders
+                    .entry(session_id.to_owned())
+                    .or_insert_with(|| {
+                        Forwarder::start(
+                            self.shared.bus.client.clone(),
+                            session_id.to_owned(),
+                            owner.clone(),
+                        )
+                    });
+                if let Err(msg) = forwarder.offer(msg) {
+                    // Stopped (its owner changed) or full: routed afresh next time.
+                    self.forwarders.remove(session_id);
+                    tracing::warn!(session.id = %session_id, coordinator = %owner, "could not pass a message to the session's owner now; put back to be routed again");
+                    Delivery::Js(msg).put_back(RETRY_DELAY).await;
+                }
+                None
+            }
+            Route::Later => {
+                tracing::warn!(session.id = %session_id, "no coordinator could take the session now; message put back to be routed again");
+                Delivery::Js(msg).put_back(RETRY_DELAY).await;
+                None
+            }
         }
     }
 
@@ -193,33 +427,49 @@ impl Registry {
         }
     }
 
-    async fn on_human(&mut self, msg: jetstream::Message) {
-        let subject = msg.subject.to_string();
+    async fn on_human(&mut self, incoming: Incoming) {
+        let subject = incoming.subject.clone();
         let subject = subject.as_str();
         let Some((session_id, console)) = subjects::human_of(subject) else {
             tracing::error!(subject, "human message on an unexpected subject; rejected");
-            ack(&msg).await;
+            incoming.delivery.ack().await;
             return;
         };
-        arbiter_bus::metrics::hop(&msg, "console→coordinator");
-        if self.shared.archived.contains(session_id) {
+        // A session this coordinator does not hold is read from the bucket
+        // once: an archive made by the admin since the last sweep counts.
+        if !self.sessions.contains_key(session_id)
+            && !self.shared.archived.contains(session_id)
+            && let Ok(Some(status)) =
+                arbiter_bus::retention::status(&self.shared.bus, session_id).await
+            && status.archived_at.is_some()
+        {
+            self.shared.archived.insert(session_id);
+        }
+        if self.shared.archived.contains(session_id) && matches!(incoming.delivery, Delivery::Js(_))
+        {
             // Read-only: the console says so and sends nothing; a line
-            // that comes anyway is dropped, and the session's actor goes.
+            // that comes anyway is dropped.
             tracing::warn!(
                 session.id = session_id,
                 "human line to an archived session dropped"
             );
-            self.sessions.remove(session_id);
-            ack(&msg).await;
+            incoming.delivery.ack().await;
             return;
         }
-        let trace = TraceContext::from_headers(msg.headers.as_ref());
+        if let Delivery::Js(msg) = &incoming.delivery {
+            arbiter_bus::metrics::hop(msg, "console→coordinator");
+        }
+        let Some(incoming) = self.admit(session_id, incoming).await else {
+            return;
+        };
+        let msg = incoming.delivery;
+        let trace = TraceContext::from_headers(incoming.headers.as_ref());
         let rejected = |error: WireError| {
             tracing::error!(subject, %error, "malformed human message rejected");
             error
         };
         // The session acknowledges the message once the step that took it is stored.
-        let input = match decode::<HumanMessage>(subject, &msg.payload) {
+        let input = match decode::<HumanMessage>(subject, &incoming.payload) {
             Ok(human) if human.session_id != session_id => Input::Malformed(
                 rejected(WireError::MalformedMessage {
                     subject: subject.to_owned(),
@@ -259,12 +509,14 @@ impl Registry {
         self.deliver(session_id, input).await;
     }
 
-    async fn on_orchestrator(&mut self, msg: jetstream::Message) {
-        let subject = msg.subject.to_string();
+    async fn on_orchestrator(&mut self, incoming: Incoming) {
+        let subject = incoming.subject.clone();
         let subject = subject.as_str();
-        arbiter_bus::metrics::hop(&msg, "worker→coordinator");
-        let trace = TraceContext::from_headers(msg.headers.as_ref());
-        let decoded = decode::<OrchestratorMessage>(subject, &msg.payload).and_then(|m| {
+        if let Delivery::Js(msg) = &incoming.delivery {
+            arbiter_bus::metrics::hop(msg, "worker→coordinator");
+        }
+        let trace = TraceContext::from_headers(incoming.headers.as_ref());
+        let decoded = decode::<OrchestratorMessage>(subject, &incoming.payload).and_then(|m| {
             let subject_orch = subjects::id_of(subject, "orch", "out");
             if subject_orch != Some(m.orch_id.as_str()) || !subjects::is_valid_token(&m.session_id)
             {
@@ -278,25 +530,34 @@ impl Registry {
         match decoded {
             Ok(message) => {
                 let session_id = message.session_id.clone();
+                let Some(incoming) = self.admit(&session_id, incoming).await else {
+                    return;
+                };
                 self.deliver(
                     &session_id,
-                    Input::Orchestrator(Box::new(message), trace, Some(msg)),
+                    Input::Orchestrator(Box::new(message), trace, Some(incoming.delivery)),
                 )
                 .await;
             }
             Err(error) => {
                 tracing::error!(subject, %error, "malformed Orchestrator message rejected");
                 // When the session can still be told, its log shows the rejection.
-                let session = serde_json::from_slice::<serde_json::Value>(&msg.payload)
+                let session = serde_json::from_slice::<serde_json::Value>(&incoming.payload)
                     .ok()
                     .and_then(|v| v.get("session_id")?.as_str().map(str::to_owned))
                     .filter(|id| subjects::is_valid_token(id));
                 match session {
                     Some(session_id) => {
-                        self.deliver(&session_id, Input::Malformed(error, Some(msg)))
-                            .await
+                        let Some(incoming) = self.admit(&session_id, incoming).await else {
+                            return;
+                        };
+                        self.deliver(
+                            &session_id,
+                            Input::Malformed(error, Some(incoming.delivery)),
+                        )
+                        .await
                     }
-                    None => ack(&msg).await,
+                    None => incoming.delivery.ack().await,
                 }
             }
         }
@@ -330,46 +591,114 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         .messages()
         .await
         .map_err(|e| js_error("reading Orchestrator output".into(), e))?;
+    let leases = Leases::open(&shared.bus, shared.config.id.clone()).await?;
+    let forwarded = shared
+        .bus
+        .client
+        .subscribe(subjects::coordinator_forward(&leases.id))
+        .await
+        .map_err(|e| js_error("listening for forwarded messages".into(), e))?;
+    let background = CancellationToken::new();
+    let (free_tx, mut free_rx) = mpsc::channel::<(String, u64)>(1024);
+    let (retry_tx, mut retry_rx) = mpsc::channel::<(String, u64)>(1024);
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let mut background_tasks = tokio::task::JoinSet::new();
+    {
+        let leases = leases.clone();
+        let stop = background.clone();
+        background_tasks.spawn(async move { leases.keep(stop).await });
+    }
+    {
+        let leases = leases.clone();
+        let stop = background.clone();
+        background_tasks.spawn(async move { leases.follow_peers(stop).await });
+    }
+    {
+        let leases = leases.clone();
+        let stop = background.clone();
+        background_tasks.spawn(async move { leases.watch_free(free_tx, stop).await });
+    }
+    tracing::info!(coordinator = %leases.id, "coordinator taking sessions");
     let mut registry = Registry {
         shared,
+        leases,
         sessions: HashMap::new(),
+        forwarders: HashMap::new(),
+        handing_over: std::collections::HashSet::new(),
+        handed_over: HashMap::new(),
         cancel: CancellationToken::new(),
         tasks: tokio::task::JoinSet::new(),
+        ended_tx,
     };
     registry.resume_unfinished().await;
+    let mut forwarded = forwarded;
+    let mut rebalance = tokio::time::interval(REBALANCE_EVERY);
+    rebalance.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
-    loop {
+    let client = registry.shared.bus.client.clone();
+    let result = loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut shutdown => break Ok(()),
             next = human_msgs.next() => match next {
-                Some(Ok(msg)) => registry.on_human(msg).await,
+                Some(Ok(msg)) => registry.on_human(Incoming::pulled(msg)).await,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "human consumer hiccup");
-                    registry.stop_if_deleted().await?;
+                    if let Err(e) = registry.stop_if_deleted().await {
+                        break Err(e);
+                    }
                 }
-                None => return Err(js_error("reading human messages".into(), "the consumer stream ended")),
+                None => break Err(js_error("reading human messages".into(), "the consumer stream ended")),
             },
             next = orch_msgs.next() => match next {
-                Some(Ok(msg)) => registry.on_orchestrator(msg).await,
+                Some(Ok(msg)) => registry.on_orchestrator(Incoming::pulled(msg)).await,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "Orchestrator consumer hiccup");
-                    registry.stop_if_deleted().await?;
+                    if let Err(e) = registry.stop_if_deleted().await {
+                        break Err(e);
+                    }
                 }
-                None => return Err(js_error("reading Orchestrator output".into(), "the consumer stream ended")),
+                None => break Err(js_error("reading Orchestrator output".into(), "the consumer stream ended")),
             },
+            Some(msg) = forwarded.next() => {
+                let subject = msg.subject.to_string();
+                match Incoming::forwarded(&client, msg) {
+                    Some(incoming) if subjects::human_of(&incoming.subject).is_some() => registry.on_human(incoming).await,
+                    Some(incoming) => registry.on_orchestrator(incoming).await,
+                    None => tracing::warn!(subject, "a forwarded message without its subject, sequence or reply subject; dropped (its sender puts it back after its wait)"),
+                }
+            }
+            Some((session_id, expect)) = free_rx.recv() => {
+                registry.on_free(session_id, expect, false, &retry_tx).await;
+            }
+            Some((session_id, expect)) = retry_rx.recv() => {
+                registry.on_free(session_id, expect, true, &retry_tx).await;
+            }
+            Some(session_id) = ended_rx.recv() => registry.on_ended(session_id).await,
+            _ = rebalance.tick() => registry.rebalance(),
         }
-    }
-    tracing::info!("coordinator shutting down");
+    };
+    tracing::info!(coordinator = %registry.leases.id, sessions = registry.sessions.len(), "coordinator shutting down: stopping its sessions and handing them over");
+    drop(human_msgs);
+    drop(orch_msgs);
+    let _ = forwarded.unsubscribe().await;
+    // The other coordinators see this one gone before its sessions come free.
+    registry.leases.withdraw().await;
     registry.cancel.cancel();
-    drop(registry.sessions);
+    registry.sessions.clear();
     while registry.tasks.join_next().await.is_some() {}
-    Ok(())
+    background.cancel();
+    while background_tasks.join_next().await.is_some() {}
+    // Every actor has stopped at a step boundary: the leases go at once.
+    for session_id in registry.leases.sessions() {
+        registry.leases.release(&session_id).await;
+    }
+    result
 }
 
-/// Acknowledges a message no session will take (it was rejected), so it is
-/// not delivered forever.
-async fn ack(msg: &jetstream::Message) {
-    if let Err(e) = msg.ack_with(AckKind::Ack).await {
-        tracing::warn!(subject = %msg.subject, error = %e, "ack failed; the message may come again");
+/// Puts back the message of an input that cannot be taken here now.
+async fn put_back_input(session_id: &str, input: Input, why: &str) {
+    tracing::warn!(session.id = %session_id, why, "message put back to be routed again");
+    if let Some(delivery) = input.into_ack() {
+        delivery.put_back(RETRY_DELAY).await;
     }
 }

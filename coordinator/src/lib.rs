@@ -4,11 +4,14 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod budget;
 mod caps;
 mod delta;
 mod fleet;
+mod forward;
 mod guard;
 mod intake;
+mod lease;
 mod outputs;
 pub mod prompt;
 pub mod retention;
@@ -43,6 +46,10 @@ pub use caps::{ConsoleCaps, DEFAULT_CONSOLE_RATE, DEFAULT_MAX_SESSIONS_PER_CONSO
 /// Everything the coordinator needs to run; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// This coordinator's id among those sharing the sessions (letters,
+    /// digits, - or _): its session leases and its forwarding subject carry
+    /// it. Unique per running process; [`new_id`] makes one.
+    pub id: String,
     /// How to reach NATS, and the coordinator's credential.
     pub nats: arbiter_bus::NatsOptions,
     /// The worker pool summons go to.
@@ -77,11 +84,15 @@ pub struct Config {
     pub prices: arbiter_llm::price::PriceTable,
     /// Stream limits, and when idle sessions are archived or deleted.
     pub retention: retention::Retention,
+    /// The caps every session starts with (none unless the config file's
+    /// `[budget.*]` set them); a console's `/budget` changes a session's own.
+    pub budget: arbiter_protocol::Budget,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
+            id: new_id(),
             nats: arbiter_bus::NatsOptions::default(),
             pool: "default".into(),
             orchestrator_runtime: None,
@@ -95,8 +106,15 @@ impl Default for Config {
             max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
             prices: arbiter_llm::price::PriceTable::defaults(),
             retention: retention::Retention::default(),
+            budget: arbiter_protocol::Budget::default(),
         }
     }
+}
+
+/// A new coordinator id: `c-` and 12 random hex digits.
+pub fn new_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("c-{}", &id[..12])
 }
 
 /// How long a gap in an Orchestrator's output `seq`s may stay open: three
@@ -127,6 +145,8 @@ pub enum Error {
 /// What each session shares: the bus, the model and the settings.
 pub(crate) struct Shared {
     pub bus: Bus,
+    /// The sessions' step records (`session.<id>.state`).
+    pub steps: arbiter_bus::steplog::StepLog,
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
@@ -140,6 +160,12 @@ pub(crate) struct Shared {
 
 /// Runs the coordinator until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    if !arbiter_protocol::subjects::is_valid_token(&config.id) {
+        return Err(Error::Config(format!(
+            "coordinator id {:?} must be letters, digits, - or _",
+            config.id
+        )));
+    }
     if !arbiter_protocol::subjects::is_valid_token(&config.pool) {
         return Err(Error::Config(format!(
             "pool name {:?} must be letters, digits, - or _",
@@ -168,7 +194,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     )
     .await?;
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
+    let steps = arbiter_bus::steplog::StepLog::open(
+        &bus,
+        arbiter_protocol::subjects::STATE_STREAM,
+        arbiter_protocol::subjects::SESSION_BLOBS_BUCKET,
+    )
+    .await?;
     let shared = Arc::new(Shared {
+        steps,
         bus,
         model,
         fleet: fleet::Fleet::default(),

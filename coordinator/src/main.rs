@@ -21,6 +21,10 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     nats: NatsArgs,
+    /// This coordinator's id among those that share the sessions (default:
+    /// a new random one at each start; two running at once must differ).
+    #[arg(long, env = "ARBITER_COORDINATOR_ID")]
+    id: Option<String>,
     /// Worker pool that summoned Orchestrators go to.
     #[arg(long, env = "ARBITER_POOL", default_value = "default")]
     pool: String,
@@ -132,7 +136,9 @@ async fn run_main() -> anyhow::Result<()> {
     }
     let prices = file.price_table();
     let config = arbiter_coordinator::Config {
+        id: cli.id.unwrap_or_else(arbiter_coordinator::new_id),
         prices,
+        budget: file.budget.defaults(),
         nats: cli.nats.options(),
         pool: cli.pool,
         orchestrator_runtime: cli.orchestrator_runtime,

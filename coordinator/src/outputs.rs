@@ -265,6 +265,7 @@ impl Session {
                 self.enqueue(Pending::System { text });
             }
         }
+        self.check_budget();
     }
 }
 
@@ -305,8 +306,7 @@ fn report_words(number: u32, text: &str, evidence: Option<&Evidence>) -> String 
 
 /// The stream sequence of a delivery: the same for every delivery of one message.
 fn stream_seq(ack: &Ack) -> Option<u64> {
-    ack.as_ref()
-        .and_then(|msg| msg.info().ok().map(|info| info.stream_sequence))
+    ack.as_ref().and_then(|delivery| delivery.stream_seq())
 }
 
 #[cfg(test)]

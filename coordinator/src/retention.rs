@@ -54,6 +54,12 @@ impl Archived {
             .unwrap_or(false)
     }
 
+    pub(crate) fn insert(&self, session_id: &str) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(session_id.to_owned());
+        }
+    }
+
     fn replace(&self, ids: HashSet<String>) {
         if let Ok(mut set) = self.0.lock() {
             *set = ids;

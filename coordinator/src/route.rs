@@ -89,6 +89,7 @@ impl Session {
             orch_id: active.orch_id.clone(),
             text: text.clone(),
         }));
+        let budget = self.allowance(&active.orch_id);
         self.effect(Effect::Input(OrchestratorInput {
             v: VERSION,
             session_id: self.id.clone(),
@@ -96,6 +97,7 @@ impl Session {
             seq,
             message: text,
             sent_at: Utc::now(),
+            budget,
         }));
     }
 
@@ -122,7 +124,8 @@ impl Session {
         tracing::info!(orch.id = %orch_id, number, pool = %pool, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
-        self.effect(Effect::Summon(Summon {
+        // Sent now, or once the budget allows (`budget.rs`).
+        self.send_summons(Summon {
             v: VERSION,
             session_id: self.id.clone(),
             orch_id: orch_id.clone(),
@@ -133,7 +136,8 @@ impl Session {
             summoned_at: Utc::now(),
             runtime: self.shared.config.orchestrator_runtime.clone(),
             handoff,
-        }));
+            budget: None,
+        });
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
         tokio::spawn(async move {

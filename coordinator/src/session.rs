@@ -4,7 +4,7 @@
 //! inputs acknowledged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arbiter_bus::TraceContext;
@@ -15,7 +15,6 @@ use arbiter_protocol::{
     LogEntry, OrchestratorMessage, Role, SessionStatus, SystemEntry, VERSION, WireError,
     orchestrator_name, subjects,
 };
-use async_nats::jetstream;
 use chrono::Utc;
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -45,8 +44,9 @@ const DIGEST_NOTES: usize = 10;
 /// Characters of one note quoted in a digest.
 const DIGEST_NOTE_CHARS: usize = 300;
 
-/// The JetStream message an input came in, acknowledged once its step is stored.
-pub(crate) type Ack = Option<jetstream::Message>;
+/// The message an input came in (pulled, or forwarded by another
+/// coordinator), acknowledged once its step is stored.
+pub(crate) type Ack = Option<crate::forward::Delivery>;
 
 /// What the intake hands a session.
 pub(crate) enum Input {
@@ -89,14 +89,18 @@ pub(crate) struct SessionHandle {
     tx: mpsc::Sender<Input>,
     /// Messages put back since the session last said so in its log.
     put_back: Arc<AtomicU64>,
+    /// No turn running and nothing queued: it can be handed over now.
+    idle: Arc<AtomicBool>,
+    /// Stops the actor (at a step boundary).
+    cancel: CancellationToken,
 }
 
 /// Why an input was not handed to its session.
 pub(crate) enum Refused {
     /// The inbox is full: the input comes back to the caller, to put back.
     Full(Box<Input>),
-    /// The session actor has stopped.
-    Stopped,
+    /// The session actor has stopped: the input comes back too.
+    Stopped(Box<Input>),
 }
 
 impl SessionHandle {
@@ -107,8 +111,17 @@ impl SessionHandle {
                 self.put_back.fetch_add(1, Ordering::Relaxed);
                 Refused::Full(Box::new(input))
             }
-            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+            mpsc::error::TrySendError::Closed(input) => Refused::Stopped(Box::new(input)),
         })
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        self.idle.load(Ordering::Relaxed)
+    }
+
+    /// Stops the actor after the step it is in, to hand the session over.
+    pub(crate) fn stop(&self) {
+        self.cancel.cancel();
     }
 }
 
@@ -155,10 +168,12 @@ pub(crate) struct Session {
     /// Effects decided in the current step, published after it is stored.
     effects: Vec<Effect>,
     /// Inputs of the current step, acknowledged after it is stored.
-    acks: Vec<jetstream::Message>,
+    acks: Vec<crate::forward::Delivery>,
     /// Transcript turns already stored.
     stored_turns: usize,
     rev: u64,
+    /// Appends the session's records, fenced on the last one.
+    writer: arbiter_bus::steplog::Writer,
     pub changed: bool,
     status_dirty: bool,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
@@ -168,19 +183,28 @@ pub(crate) struct Session {
     abandon_turn: bool,
     /// Messages the intake put back because the inbox was full.
     put_back: Arc<AtomicU64>,
+    /// See [`SessionHandle::is_idle`].
+    idle: Arc<AtomicBool>,
 }
 
-/// Starts a session actor, restored from its stored records if it has any.
-pub(crate) async fn spawn(
+/// Starts a session actor whose lease this coordinator holds, restored from
+/// its stored records if it has any (on top of which it stores a claim
+/// record, so that the coordinator that ran it before can store nothing
+/// more). The actor stops at once, putting back what it was given, when
+/// another coordinator claimed it in between or `cancel` fired first. Its
+/// id is sent on `ended` when the actor stops.
+pub(crate) fn spawn(
     shared: Arc<Shared>,
     id: String,
     cancel: CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
+    ended: mpsc::UnboundedSender<String>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
-    let mut session = Session {
+    let writer = shared.steps.writer(subjects::session_state(&id), &id, 0);
+    let session = Session {
         shared,
         id,
         transcript: Vec::new(),
@@ -193,35 +217,52 @@ pub(crate) async fn spawn(
         acks: Vec::new(),
         stored_turns: 0,
         rev: 0,
+        writer,
         changed: false,
         status_dirty: true,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
         put_back: put_back.clone(),
+        idle: Arc::new(AtomicBool::new(false)),
     };
-    session.restore().await;
+    let idle = session.idle.clone();
+    let stop = session.cancel.clone();
+    // Restored in its own task, so the intake (and the messages other
+    // coordinators forward to it) never waits on one session's records;
+    // what arrives meanwhile waits in the inbox.
     tasks.spawn(async move {
         arbiter_bus::metrics::session_live(1);
+        let id = session.id.clone();
         session.run(rx).await;
         arbiter_bus::metrics::session_live(-1);
+        let _ = ended.send(id);
     });
-    SessionHandle { tx, put_back }
+    SessionHandle {
+        tx,
+        put_back,
+        idle,
+        cancel: stop,
+    }
 }
 
 impl Session {
     /// Loads the session's records, trying again while the server cannot be
     /// read: starting afresh on a passing error would lose the transcript.
-    async fn restore(&mut self) {
+    /// A session that has records is claimed: a record of this coordinator's
+    /// own is stored on top of the last one (same snapshot, its outbox
+    /// carried over), fenced on it. False if the claim was fenced out or the
+    /// session cancelled.
+    async fn restore(&mut self) -> bool {
         let bus = self.shared.bus.clone();
         let mut delay = Duration::from_millis(50);
         let loaded = loop {
-            match state::load(&bus, &self.id).await {
+            match state::load(&self.shared.steps, &self.id).await {
                 Ok(loaded) => break loaded,
                 Err(e) => {
                     tracing::warn!(session.id = %self.id, error = %e, ?delay, "could not read the session's state; retrying");
                     tokio::select! {
-                        _ = self.cancel.cancelled() => return,
+                        _ = self.cancel.cancelled() => return false,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     delay = (delay * 2).min(Duration::from_secs(2));
@@ -235,6 +276,27 @@ impl Session {
                 self.stored_turns = self.transcript.len();
                 self.state = restored.snapshot;
                 self.rev = restored.rev;
+                self.writer = self.shared.steps.writer(
+                    subjects::session_state(&self.id),
+                    &self.id,
+                    restored.last_seq,
+                );
+                self.rev += 1;
+                let claim = state::record(
+                    &self.id,
+                    self.rev,
+                    Vec::new(),
+                    self.state.clone(),
+                    restored.outbox.clone(),
+                );
+                match state::persist(&mut self.writer, &claim, &self.trace, &self.cancel).await {
+                    Ok(()) => {}
+                    Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
+                    Err(arbiter_bus::steplog::AppendError::Fenced) => {
+                        tracing::warn!(session.id = %self.id, "another coordinator claimed this session first; not run here");
+                        return false;
+                    }
+                }
                 // The last step may have died between storing and publishing.
                 state::replay(&bus, &restored.outbox, &self.trace, &self.cancel).await;
                 if !restored.unreadable.is_empty() {
@@ -257,10 +319,31 @@ impl Session {
                 }
             }
         }
+        true
+    }
+
+    /// Runs the session until it is stopped (shutdown, hand-over, lease
+    /// lost, fenced out), then puts back what it had taken but not stored.
+    async fn run(mut self, mut inbox: mpsc::Receiver<Input>) {
+        if self.restore().await {
+            self.steps(&mut inbox).await;
+        }
+        self.idle.store(false, Ordering::Relaxed);
+        inbox.close();
+        let mut pending: Vec<crate::forward::Delivery> = std::mem::take(&mut self.acks);
+        while let Ok(input) = inbox.try_recv() {
+            pending.extend(input.into_ack());
+        }
+        if !pending.is_empty() {
+            tracing::info!(session.id = %self.id, messages = pending.len(), "session stopped: messages it had not stored go back to be routed again");
+        }
+        for delivery in pending {
+            delivery.put_back(crate::forward::RETRY_DELAY).await;
+        }
     }
 
     #[tracing::instrument(name = "session", skip_all, fields(session.id = %self.id))]
-    async fn run(mut self, mut inbox: mpsc::Receiver<Input>) {
+    async fn steps(&mut self, inbox: &mut mpsc::Receiver<Input>) {
         let mut turn: Option<RunningTurn> = None;
         let mut heartbeat = tokio::time::interval(STATUS_HEARTBEAT);
         // What restoring found (an unreadable step) is stored and shown first.
@@ -268,10 +351,22 @@ impl Session {
             return;
         }
         loop {
+            self.idle.store(
+                turn.is_none() && !self.state.turn_in_flight && self.state.queue.is_empty(),
+                Ordering::Relaxed,
+            );
             if turn.is_none()
                 && self.state.hold.is_none()
                 && (self.state.turn_in_flight || !self.state.queue.is_empty())
             {
+                if self.hold_at_cap() {
+                    // At the session's budget cap (the log says so).
+                    self.changed = true;
+                    if !self.commit().await {
+                        break;
+                    }
+                    continue;
+                }
                 if !self.state.turn_in_flight && !self.may_start_turn() {
                     // Held: past the turn cap (the log says so).
                     self.changed = true;
@@ -361,8 +456,13 @@ impl Session {
                 self.state.clone(),
                 self.effects.clone(),
             );
-            if !state::persist(&self.shared.bus, &record, &self.trace, &self.cancel).await {
-                return false;
+            match state::persist(&mut self.writer, &record, &self.trace, &self.cancel).await {
+                Ok(()) => {}
+                Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
+                Err(arbiter_bus::steplog::AppendError::Fenced) => {
+                    tracing::warn!(session.id = %self.id, rev = self.rev, "another coordinator took this session over: it stops here at once (its inputs of this step go back to the server)");
+                    return false;
+                }
             }
             self.stored_turns = self.transcript.len();
             self.changed = false;
@@ -373,10 +473,8 @@ impl Session {
             }
             self.status_dirty = true;
         }
-        for msg in self.acks.drain(..) {
-            if let Err(e) = msg.ack().await {
-                tracing::warn!(error = %e, "ack failed; the message may come again and be dropped as seen");
-            }
+        for delivery in self.acks.drain(..) {
+            delivery.ack().await;
         }
         let owner = self
             .state
@@ -457,6 +555,14 @@ impl Session {
                 if !self.remember(&message.message_id) {
                     return;
                 }
+                if let Some(change) = message.budget {
+                    self.log(LogBody::Human(HumanEntry {
+                        message_id: message.message_id,
+                        text: message.text,
+                    }));
+                    self.change_budget(change, &console);
+                    return;
+                }
                 if message.command == Some(arbiter_protocol::HumanCommand::Stop) {
                     self.log(LogBody::Human(HumanEntry {
                         message_id: message.message_id,
@@ -476,7 +582,8 @@ impl Session {
                     text: message.text.clone(),
                 }));
                 let tagged = self.state.active.is_some();
-                self.state.queue.push_back(Pending::Human {
+                // Queued, or with a hold at the budget cap.
+                self.enqueue(Pending::Human {
                     text: message.text,
                     tagged,
                 });
@@ -523,6 +630,7 @@ impl Session {
         if !self.state.notes.is_empty() {
             parts.push(digest(&std::mem::take(&mut self.state.notes)));
         }
+        parts.extend(self.take_budget_notes());
         for pending in self.state.queue.drain(..) {
             parts.push(match pending {
                 Pending::Human { text, tagged: true } => format!("Human: {text}"),
@@ -627,6 +735,7 @@ impl Session {
         // The turn's span ends with this step.
         let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
         self.charge_turn();
+        self.check_budget();
         match result {
             Ok(reply) => {
                 // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
@@ -745,6 +854,7 @@ impl Session {
             at: Utc::now(),
             spend: self.state.spend.clone(),
             archived_at: None,
+            budget: self.budget(),
         };
         let bus = &self.shared.bus;
         if changed {

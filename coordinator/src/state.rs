@@ -4,27 +4,20 @@
 //! summons, inputs, releases). Effects are published only after their record
 //! is stored, each under a message id derived from it, so a coordinator that
 //! dies at any point is restored by replaying the records and republishing
-//! the last outbox: nothing lost, nothing done twice.
+//! the last outbox: nothing lost, nothing done twice. The records go
+//! through the step log of `arbiter_bus::steplog`, fenced: a coordinator
+//! that another one took the session from cannot store another step.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
+use arbiter_bus::steplog::{self, AppendError, StepLog, Writer};
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
     Control, ControlAction, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
-
-/// Longest wait between attempts to store a record or publish an effect.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Records larger than this go to the object store (NATS caps a message at
-/// 1 MB by default) ...
-const INLINE_LIMIT: usize = 900 * 1024;
-/// ... or than the server's `max_payload` less this, for headers and framing.
-const HEADROOM: usize = 64 * 1024;
 
 /// One message of the Arbiter's transcript. The Arbiter has no tools, so text suffices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -120,6 +113,9 @@ pub(crate) struct Snapshot {
     /// each Orchestrator's as its last message said.
     #[serde(default)]
     pub spend: arbiter_protocol::SessionSpend,
+    /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
+    #[serde(default)]
+    pub budget: crate::budget::BudgetState,
 }
 
 impl Snapshot {
@@ -142,6 +138,7 @@ impl Snapshot {
             exchange: crate::guard::Exchange::default(),
             handoff: None,
             spend: arbiter_protocol::SessionSpend::default(),
+            budget: crate::budget::BudgetState::default(),
         }
     }
 }
@@ -206,6 +203,8 @@ pub(crate) struct Restored {
     pub outbox: Vec<Effect>,
     /// Records that could not be decoded and were skipped, as the log shows them.
     pub unreadable: Vec<WireError>,
+    /// Stream sequence of the last record: what the next one is fenced on.
+    pub last_seq: u64,
 }
 
 /// What the state subject holds instead of a record too large for one
@@ -220,79 +219,28 @@ pub(crate) struct Pointer {
     blob: String,
 }
 
-/// The largest record stored inline; larger ones go to the object store.
-fn inline_limit(bus: &Bus) -> usize {
-    // Unknown (0) before the first connect: assume the default 1 MB.
-    let max_payload = match bus.client.server_info().max_payload {
-        0 => 1024 * 1024,
-        n => n,
-    };
-    INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024))
-}
-
-/// Reads a record as stored: inline, or behind a pointer. The outer error is
-/// a failure to read (worth trying again); the inner one a record that
-/// cannot be decoded.
-async fn decode_record(
-    bus: &Bus,
-    subject: &str,
-    payload: &[u8],
-) -> Result<Result<Record, WireError>, String> {
-    #[derive(Deserialize)]
-    struct Probe {
-        #[serde(default)]
-        blob: Option<String>,
-    }
-    let blob = match serde_json::from_slice::<Probe>(payload) {
-        Ok(Probe { blob: Some(blob) }) => blob,
-        _ => return Ok(arbiter_bus::decode::<Record>(subject, payload)),
-    };
-    let read = async {
-        let store = bus
-            .js
-            .get_object_store(subjects::SESSION_BLOBS_BUCKET)
-            .await?;
-        let mut object = store.get(&blob).await?;
-        let mut bytes = Vec::new();
-        object.read_to_end(&mut bytes).await?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(bytes)
-    };
-    let bytes = read.await.map_err(|e| {
-        format!(
-            "reading {blob} from {}: {e}",
-            subjects::SESSION_BLOBS_BUCKET
-        )
-    })?;
-    Ok(arbiter_bus::decode::<Record>(subject, &bytes))
-}
-
 /// Reads every record of a session, in order. `None` for a session with none.
 /// A record that cannot be decoded is skipped (and reported in `unreadable`):
 /// one bad record costs the turns it held, not the whole session. An error
 /// is a failure to read at all, worth trying again.
-pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>, String> {
+pub(crate) async fn load(log: &StepLog, session_id: &str) -> Result<Option<Restored>, String> {
     let subject = subjects::session_state(session_id);
-    let Some((messages, _)) = bus
-        .replay_subject(subjects::STATE_STREAM, &subject)
-        .await
-        .map_err(|e| e.to_string())?
-    else {
+    let Some(replay) = log.replay(&subject).await? else {
         return Ok(None);
     };
     let mut transcript = Vec::new();
     let mut last = None;
     let mut unreadable = Vec::new();
     // Revs run 1, 2, 3…: the count is the last one even if it is unreadable.
-    let count = messages.len() as u64;
-    for msg in messages {
-        match decode_record(bus, &subject, &msg.payload).await? {
+    let count = replay.records.len() as u64;
+    for stored in replay.records {
+        match arbiter_bus::decode::<Record>(&subject, &stored.bytes) {
             Ok(record) => {
                 transcript.extend(record.append);
                 last = Some((record.snapshot, record.rev, record.outbox));
             }
             Err(error) => {
-                let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-                tracing::error!(session.id = %session_id, seq, %error, "a stored step is unreadable; skipped");
+                tracing::error!(session.id = %session_id, seq = stored.seq, %error, "a stored step is unreadable; skipped");
                 unreadable.push(error);
             }
         }
@@ -304,13 +252,15 @@ pub(crate) async fn load(bus: &Bus, session_id: &str) -> Result<Option<Restored>
         rev: rev.max(count),
         outbox,
         unreadable,
+        last_seq: replay.last_seq,
     }))
 }
 
 /// Sessions whose last stored step left work undone: a turn in flight, queued
 /// input, or an outbox that may not have been published in full. Read from the
 /// state stream itself, the only place a step is known to have happened.
-pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
+pub(crate) async fn unfinished(log: &StepLog) -> Result<Vec<String>, String> {
+    let bus = log.bus();
     use futures::TryStreamExt;
     let stream = bus
         .js
@@ -329,8 +279,9 @@ pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
     }
     let mut unfinished = Vec::new();
     for (id, subject) in ids {
-        let last = match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(last) => last,
+        let last = match log.last(&subject).await {
+            Ok(Some(last)) => last,
+            Ok(None) => continue,
             Err(e) => {
                 // Restoring it costs a read; missing an interrupted turn would
                 // leave it waiting for the human's next message.
@@ -339,7 +290,11 @@ pub(crate) async fn unfinished(bus: &Bus) -> Result<Vec<String>, String> {
                 continue;
             }
         };
-        match decode_record(bus, &subject, &last.payload).await {
+        let decoded = log
+            .resolve(&last.payload)
+            .await
+            .map(|bytes| arbiter_bus::decode::<Record>(&subject, &bytes));
+        match decoded {
             Ok(Ok(record)) => {
                 if record.snapshot.turn_in_flight
                     || !record.snapshot.queue.is_empty()
@@ -380,62 +335,41 @@ pub(crate) fn publish_order(outbox: &mut [Effect]) {
     outbox.sort_by_key(|e| matches!(e, Effect::Log(_)));
 }
 
-/// Stores a record, retrying until it is stored or the session is cancelled.
+/// Stores a record, fenced on the session's last one, retrying until it is
+/// stored, fenced (another coordinator took the session) or the session is
+/// cancelled.
 pub(crate) async fn persist(
-    bus: &Bus,
+    writer: &mut Writer,
     record: &Record,
     trace: &TraceContext,
     cancel: &CancellationToken,
-) -> bool {
-    let msg_id = format!("{}:state:{}", record.session_id, record.rev);
-    let subject = subjects::session_state(&record.session_id);
+) -> Result<(), AppendError> {
     let bytes = match serde_json::to_vec(record) {
         Ok(bytes) => bytes::Bytes::from(bytes),
         Err(e) => {
             // Only a bug can get here (every field serialises); retrying cannot help.
             tracing::error!(session.id = %record.session_id, error = %e, "could not encode the session state");
-            return false;
+            return Err(AppendError::Stopped);
         }
     };
-    let size = bytes.len();
-    if size <= inline_limit(bus) {
-        return retry(cancel, "store the session state", || {
-            bus.publish_js_bytes(subject.clone(), &msg_id, trace, bytes.clone())
-        })
-        .await;
-    }
-    // Too large for one message: the record goes to the object store first,
-    // then a pointer to it takes its place on the subject.
-    let blob = subjects::session_blob(&record.session_id, record.rev);
-    tracing::info!(session.id = %record.session_id, bytes = size, %blob, "state record too large for a message; storing it in the object store");
-    let stored = retry(cancel, "store a large session state record", || async {
-        let failed = |e: &dyn std::fmt::Display| arbiter_bus::BusError::JetStream {
-            what: format!("storing {blob}"),
-            message: e.to_string(),
+    let pointer = |blob: &str| {
+        let pointer = Pointer {
+            v: VERSION,
+            session_id: record.session_id.clone(),
+            rev: record.rev,
+            blob: blob.to_owned(),
         };
-        let store = bus
-            .js
-            .get_object_store(subjects::SESSION_BLOBS_BUCKET)
-            .await
-            .map_err(|e| failed(&e))?;
-        store
-            .put(blob.as_str(), &mut bytes.as_ref())
-            .await
-            .map_err(|e| failed(&e))?;
-        Ok(())
-    })
-    .await;
-    let pointer = Pointer {
-        v: VERSION,
-        session_id: record.session_id.clone(),
-        rev: record.rev,
-        blob: blob.clone(),
+        // A pointer is plain data: encoding cannot fail.
+        bytes::Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
     };
-    stored
-        && retry(cancel, "store the session state", || {
-            bus.publish_js(subject.clone(), &msg_id, trace, &pointer)
-        })
-        .await
+    let step = steplog::Step {
+        rev: record.rev,
+        record: bytes,
+        pointer: &pointer,
+        blob: subjects::session_blob(&record.session_id, record.rev, writer.lease()),
+        trace: Some(trace),
+    };
+    writer.append(step, cancel).await.map(|_| ())
 }
 
 /// Publishes one effect, retrying until it is published or the session is cancelled.
@@ -446,7 +380,7 @@ pub(crate) async fn publish(
     cancel: &CancellationToken,
 ) -> bool {
     let (subject, msg_id) = effect.address();
-    retry(cancel, "publish an effect", || async {
+    steplog::retry(cancel, "publish an effect", || async {
         match effect {
             Effect::Log(e) => bus.publish_js(subject.clone(), &msg_id, trace, e).await,
             Effect::Summon(s) => bus.publish_js(subject.clone(), &msg_id, trace, s).await,
@@ -455,6 +389,7 @@ pub(crate) async fn publish(
         }
     })
     .await
+    .is_some()
 }
 
 /// Republishes a restored outbox. Log entries and inputs already in their
@@ -509,20 +444,10 @@ async fn read_last_seq(
     subject: &str,
     cancel: &CancellationToken,
 ) -> Option<Option<u64>> {
-    let mut delay = Duration::from_millis(50);
-    loop {
-        match try_last_seq(bus, stream, subject).await {
-            Ok(last) => return Some(last),
-            Err(e) => {
-                tracing::warn!(subject, error = %e, ?delay, "could not read the last message; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(MAX_BACKOFF);
-            }
-        }
-    }
+    steplog::retry(cancel, "read the last message", || {
+        try_last_seq(bus, stream, subject)
+    })
+    .await
 }
 
 /// Whether a subject holds any message (false when the server cannot say).
@@ -562,27 +487,6 @@ async fn try_last_seq(bus: &Bus, stream: &str, subject: &str) -> Result<Option<u
             Ok(None)
         }
         Err(e) => Err(e.to_string()),
-    }
-}
-
-async fn retry<F, Fut>(cancel: &CancellationToken, what: &str, mut attempt: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), arbiter_bus::BusError>>,
-{
-    let mut delay = Duration::from_millis(50);
-    loop {
-        match attempt().await {
-            Ok(()) => return true,
-            Err(e) => {
-                tracing::warn!(error = %e, ?delay, "could not {what}; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return false,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(MAX_BACKOFF);
-            }
-        }
     }
 }
 

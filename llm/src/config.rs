@@ -62,6 +62,9 @@ pub struct ConfigFile {
     /// `[prices."<model>"]`: prices over the built-in ones (see [`crate::price`]).
     #[serde(default)]
     pub prices: std::collections::BTreeMap<String, crate::price::PriceFile>,
+    /// `[budget.session]`, `[budget.orchestrator]`: the default caps (see [`crate::budget`]).
+    #[serde(default)]
+    pub budget: crate::budget::BudgetFile,
 }
 
 /// `[anthropic]` / `[openai]`: how every role on that provider reaches it.

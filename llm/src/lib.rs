@@ -6,6 +6,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod anthropic;
+pub mod budget;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;

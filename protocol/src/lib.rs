@@ -6,6 +6,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod budget;
 pub mod error;
 pub mod evidence;
 pub mod handoff;
@@ -17,6 +18,7 @@ pub mod session;
 pub mod spend;
 pub mod subjects;
 
+pub use budget::{Budget, BudgetChange, BudgetLimit, BudgetScope, Cap};
 pub use error::{ModelErrorKind, Role, WireError};
 pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
 pub use handoff::{Decision, DoneItem, Handoff, OpenItem, PriorHandoff};

@@ -35,6 +35,12 @@ pub struct Summon {
     /// when there is none (and from older coordinators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<PriorHandoff>,
+    /// The most this Orchestrator's model requests (its subagents'
+    /// included) may spend, counted from its summons as its `spend` is:
+    /// its worker starts no model request once either limit is reached.
+    /// Absent: no cap (and from older coordinators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Cap>,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.
@@ -48,6 +54,11 @@ pub struct OrchestratorInput {
     pub seq: u64,
     pub message: String,
     pub sent_at: DateTime<Utc>,
+    /// The Orchestrator's allowance from now on, as in the summons: it
+    /// replaces the one the worker had once the input is taken. Absent:
+    /// the allowance stays as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Cap>,
 }
 
 /// What the coordinator asks of a running Orchestrator.

@@ -216,6 +216,7 @@ pub fn all_streams() -> Vec<String> {
         subjects::STATE_STREAM.to_owned(),
         subjects::ORCH_STATE_STREAM.to_owned(),
         kv_stream(subjects::SESSIONS_BUCKET),
+        kv_stream(subjects::COORDINATOR_LEASES_BUCKET),
         obj_stream(subjects::SESSION_BLOBS_BUCKET),
         obj_stream(subjects::ORCH_BLOBS_BUCKET),
         obj_stream(subjects::ARCHIVE_BUCKET),
@@ -272,6 +273,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             let state = subjects::STATE_STREAM;
             let orch_state = subjects::ORCH_STATE_STREAM;
             let kv = kv_stream(subjects::SESSIONS_BUCKET);
+            let leases = kv_stream(subjects::COORDINATOR_LEASES_BUCKET);
             let streams = all_streams();
             vec![
                 own_inbox,
@@ -304,8 +306,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         api(&format!("CONSUMER.CREATE.{summons}.*.{PREFIX}.summon.*")),
                         api(&format!("CONSUMER.INFO.{summons}.*")),
                     ]),
-                Grant::new("restore sessions: last log and input seqs, last step record, replay of its records")
-                    .publish([msg_get(sessions), msg_get(orch), msg_get(state)])
+                Grant::new("restore sessions: last log and input seqs, last step record, replay of its records, whether a summoned Orchestrator was taken (its first state record)")
+                    .publish([
+                        msg_get(sessions),
+                        msg_get(orch),
+                        msg_get(state),
+                        msg_get(subjects::ORCH_STATE_STREAM),
+                    ])
                     .publish(ordered(state)),
                 Grant::new("session state records too large for one message")
                     .publish(object_store(subjects::SESSION_BLOBS_BUCKET)),
@@ -330,6 +337,17 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     )
                     .publish(object_store(subjects::ORCH_BLOBS_BUCKET))
                     .publish(object_store(subjects::ARCHIVE_BUCKET)),
+                Grant::new("session leases: take, renew and hand over a session, say it is up, watch for leases that ran out")
+                    .publish([
+                        format!("$KV.{}.>", subjects::COORDINATOR_LEASES_BUCKET),
+                        api(&format!("DIRECT.GET.{leases}.>")),
+                        msg_get(&leases),
+                        format!("$JS.FC.{leases}.>"),
+                    ])
+                    .publish(ordered(&leases)),
+                Grant::new("pass a message of a session another coordinator owns to it, and take those passed to it (core request; it answers on the asker's inbox)")
+                    .publish([subjects::ALL_COORDINATOR_FORWARD])
+                    .subscribe([subjects::ALL_COORDINATOR_FORWARD]),
             ]
         }
         NatsRole::Worker => {
@@ -361,7 +379,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::ALL_ORCH_STATE,
                         subjects::ALL_ORCH_STATUS,
                     ]),
-                Grant::new("read each Orchestrator's inputs and control through `orch-<orch_id>` (made afresh on claim, deleted at the end); never the coordinator's durable")
+                Grant::new("read each Orchestrator's inputs and control from the stream by direct get, woken by core subscriptions on the two subjects")
+                    .publish([
+                        api(&format!("DIRECT.GET.{orch}")),
+                        api(&format!("DIRECT.GET.{orch}.>")),
+                    ])
+                    .subscribe([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
+                Grant::new("or, as protocol v1 workers do, through a durable `orch-<orch_id>` made on claim and deleted at the end; never the coordinator's durable")
                     .publish([
                         api(&format!("CONSUMER.CREATE.{orch}.*")),
                         api(&format!("CONSUMER.DELETE.{orch}.*")),
@@ -434,7 +458,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
 /// A role's whole permission set: the union of its [`grants`].
 pub fn permissions(who: Identity<'_>) -> Permissions {
     let mut out = Permissions {
-        allow_responses: who.role == NatsRole::Worker,
+        allow_responses: matches!(who.role, NatsRole::Worker | NatsRole::Coordinator),
         ..Permissions::default()
     };
     for grant in grants(who) {
@@ -486,6 +510,11 @@ pub fn render_table() -> String {
                 grant.operation,
                 code(&grant.subscribe),
             ));
+        }
+        if role == NatsRole::Coordinator {
+            out.push_str(
+                "| coordinator | answer a forwarded message (to the asker's inbox) | `allow_responses: true` | |\n",
+            );
         }
         if role == NatsRole::Worker {
             out.push_str("| worker | answer requests made to it | `allow_responses: true` | |\n");

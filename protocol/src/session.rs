@@ -21,6 +21,11 @@ pub struct HumanMessage {
     /// plain message. Readers that do not know the field see the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<HumanCommand>,
+    /// A change to one of the session's budget caps (`/budget session $5`)
+    /// instead of words for the Arbiter; absent for a plain message. A
+    /// coordinator that does not know the field takes `text` as words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::BudgetChange>,
 }
 
 /// What a human can tell the session itself, rather than the Arbiter.
@@ -171,6 +176,10 @@ pub struct SessionStatus {
     /// archive bucket, read-only from then on (absent while it is live).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived_at: Option<DateTime<Utc>>,
+    /// The session's budget caps (none by default), and whether it holds
+    /// at its cap.
+    #[serde(default)]
+    pub budget: crate::Budget,
 }
 
 /// `session.<session_id>.delta`: the Arbiter's words as the model generates

@@ -25,6 +25,29 @@ pub const ARCHIVE_BUCKET: &str = "arbiter_archive";
 pub fn session_archive(session_id: &str) -> String {
     format!("{session_id}.jsonl.gz")
 }
+/// KV bucket (per-key TTL, delete markers kept 1 s): which coordinator owns
+/// which session (`session.<session_id>`, value: the coordinator's id), and
+/// which coordinators are up (`coordinator.<id>`, value: how many sessions it owns).
+pub const COORDINATOR_LEASES_BUCKET: &str = "arbiter_coordinator_leases";
+
+/// The key of a session's lease in [`COORDINATOR_LEASES_BUCKET`].
+pub fn session_lease_key(session_id: &str) -> String {
+    format!("session.{session_id}")
+}
+/// Keys of sessions' leases, for a watch.
+pub const ALL_SESSION_LEASE_KEYS: &str = "session.>";
+/// The key of a coordinator's presence in [`COORDINATOR_LEASES_BUCKET`].
+pub fn coordinator_presence_key(coordinator_id: &str) -> String {
+    format!("coordinator.{coordinator_id}")
+}
+/// Keys of coordinators' presence, for a watch.
+pub const ALL_COORDINATOR_PRESENCE_KEYS: &str = "coordinator.*";
+/// Core NATS request subject on which a coordinator takes messages of the
+/// sessions it owns that another coordinator pulled.
+pub fn coordinator_forward(coordinator_id: &str) -> String {
+    format!("{PREFIX}.coordinator.{coordinator_id}.forward")
+}
+pub const ALL_COORDINATOR_FORWARD: &str = "arbiter.v1.coordinator.*.forward";
 
 /// The NATS micro service every worker registers as (presence).
 pub const WORKER_SERVICE: &str = "arbiter-worker";
@@ -70,9 +93,10 @@ pub fn orch_blob(orch_id: &str, rev: u64, lease: &str) -> String {
 }
 /// Session state records too large for one message.
 pub const SESSION_BLOBS_BUCKET: &str = "arbiter_session_blobs";
-/// The name, in [`SESSION_BLOBS_BUCKET`], of one large session state record.
-pub fn session_blob(session_id: &str, rev: u64) -> String {
-    format!("{session_id}.{rev}")
+/// The name, in [`SESSION_BLOBS_BUCKET`], of one large session state record
+/// (`lease`: the writing coordinator's token, so two never write one name).
+pub fn session_blob(session_id: &str, rev: u64, lease: &str) -> String {
+    format!("{session_id}.{rev}.{lease}")
 }
 pub const ALL_ORCH_STATE: &str = "arbiter.v1.orch.*.state";
 pub const ALL_ORCH_IN: &str = "arbiter.v1.orch.*.in";

@@ -100,7 +100,7 @@ async fn seed_flow(sys: System) {
         other => panic!("expected the summons at index 3, got {other:?}"),
     };
     arbiter_tests::eventually(WAIT, "the worker to take the relayed words", || async {
-        (sys.orch_inputs_acked(&orch_id).await >= 2).then_some(())
+        (sys.orch_inputs_taken(&orch_id).await >= 2).then_some(())
     })
     .await;
 

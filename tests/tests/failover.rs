@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use arbiter_protocol::{
     CommandRun, ControlAction, Evidence, FileChanges, LogBody, OrchestratorEvent,
-    OrchestratorState, ToolCalls,
+    OrchestratorState, ToolCalls, subjects,
 };
 use arbiter_tests::{Gate, MockReply, eventually};
 use common::*;
 use direct::*;
+use futures::TryStreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -77,6 +78,17 @@ async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool(
     let detected = killed.elapsed();
     let after = sys.mock.wait_for_requests(&lane, 4, WAIT).await;
     let resumed = killed.elapsed();
+    // Neither the claim nor the takeover made a consumer for the
+    // Orchestrator: it reads its inputs from the stream.
+    let stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+    let consumers: Vec<_> = stream.consumers().try_collect().await.unwrap();
+    let inputs = subjects::orch_in(&orch_id);
+    let reading_inputs: Vec<&str> = consumers
+        .iter()
+        .filter(|c| c.config.filter_subject == inputs || c.config.filter_subjects.contains(&inputs))
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(reading_inputs.is_empty(), "consumers: {reading_inputs:?}");
     sys.settled(s, 5).await;
     never.open();
 

@@ -326,7 +326,7 @@ async fn a_waiting_orchestrator_parks_and_its_slot_runs_another_session() {
     // and waits, parked, for a slot.
     answer_a.open();
     eventually(WAIT, "A's input to be stored", || async {
-        (sys.orch_inputs_acked(&orch_a).await >= 1).then_some(())
+        (sys.orch_inputs_taken(&orch_a).await >= 1).then_some(())
     })
     .await;
     assert_eq!(sys.mock.requests_for(&orch_lane(brief_a)).len(), 1);

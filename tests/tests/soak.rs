@@ -225,6 +225,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             text: human(&t),
             sent_at: chrono::Utc::now(),
             command: None,
+            budget: None,
         };
         // Sent again (same id) until the server has it; the id drops repeats.
         let give_up = Instant::now() + ROUND_TIMEOUT;

@@ -7,7 +7,8 @@
 //!
 //! Every step is stored (see `state.rs`) before its effects: a model reply
 //! before its tool calls run, each tool result before the next model call,
-//! inputs before they are acknowledged, an output before it is published.
+//! an output before it is published. Inputs are read from the stream past
+//! the stored `in_seq`, so one taken but not stored is read again.
 //! So a worker that takes the Orchestrator over goes on from the last stored
 //! step: a tool whose result was stored never runs again, a model call whose
 //! reply was not stored may.
@@ -21,7 +22,6 @@ use arbiter_protocol::{
     OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
     OrchestratorState, Role, WireError,
 };
-use async_nats::jetstream::AckKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +43,7 @@ use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
 
+mod budget;
 mod cli;
 mod waiting;
 
@@ -88,10 +89,10 @@ pub(crate) struct Agent {
     stored: Snapshot,
     store: StateStore,
     inputs: mpsc::Receiver<Input>,
-    /// Inputs taken into the transcript, acknowledged once that is stored.
-    held: Vec<async_nats::jetstream::Message>,
+    /// Text blocks put into the transcript from inputs since the last record.
+    input_blocks: usize,
     /// Inputs that came ahead of their turn (a `seq` past the next one),
-    /// unacknowledged until the input before them arrives or the wait runs out.
+    /// held until the input before them arrives or the wait runs out.
     ahead: Gaps<Input>,
     /// Its slot, given back while it is parked.
     seat: Seat,
@@ -112,6 +113,9 @@ pub(crate) struct Agent {
     /// The span of the turn in flight, from the input that started it to
     /// the output that ends it (none while it waits).
     turn: tracing::Span,
+    /// The model is to be told, with its next request, that it used 80 %
+    /// of its allowance (see `agent/budget.rs`).
+    budget_warning: Option<String>,
 }
 
 impl Agent {
@@ -143,7 +147,7 @@ impl Agent {
             snap: start.snapshot,
             store: start.store,
             inputs,
-            held: Vec::new(),
+            input_blocks: 0,
             ahead,
             seat: start.seat,
             status,
@@ -155,6 +159,7 @@ impl Agent {
             cli_restored: start.cli_transcript,
             cli: None,
             turn: tracing::Span::none(),
+            budget_warning: None,
         }
     }
 
@@ -238,17 +243,6 @@ impl Agent {
         self.seat.leave();
     }
 
-    /// Hands back the inputs taken but not stored, and those held ahead of
-    /// their turn, so whoever goes on gets them at once.
-    pub(crate) async fn hand_back_inputs(&mut self) {
-        for msg in self.held.drain(..) {
-            let _ = msg.ack_with(AckKind::Nak(None)).await;
-        }
-        for (_, input) in self.ahead.drain().dropped {
-            let _ = input.msg.ack_with(AckKind::Nak(None)).await;
-        }
-    }
-
     /// One step of work, on this worker's runtime.
     async fn work(&mut self) -> Result<(), Stop> {
         match self.shared.config.runtime {
@@ -277,9 +271,16 @@ impl Agent {
                 s.current_tool = None;
             })
             .await;
-        // Stored before the call, so whoever goes on makes the same call.
-        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+        // Stored before the call, so whoever goes on makes the same call;
+        // unless all that is new is inputs taken, which whoever goes on
+        // reads again from the stream (past the stored `in_seq`).
+        if (self.snap != self.stored || !self.transcript.unstored().is_empty())
+            && !self.only_inputs_unstored()
+        {
             self.step(Vec::new()).await?;
+        }
+        if let Some(error) = self.over_budget() {
+            return self.fail(error).await;
         }
         let response = match self.call_model().await? {
             Ok(response) => response,
@@ -383,7 +384,9 @@ impl Agent {
             let outcome = self.during(call).await?;
             tools::record(&span, &outcome);
             arbiter_bus::metrics::tool_call(&name, outcome.is_error);
+            let before = self.snap.spend;
             self.snap.spend = self.snap.spend.plus(&outcome.spend);
+            self.note_budget(&before);
             let spend = self.snap.spend;
             self.status.update(|s| s.spend = spend).await;
             self.snap.tally.record(&name, &input, &outcome);
@@ -394,6 +397,11 @@ impl Agent {
             }];
             if i == last
                 && let Some(warning) = self.warning()
+            {
+                blocks.push(Block::Text { text: warning });
+            }
+            if i == last
+                && let Some(warning) = self.budget_warning.take()
             {
                 blocks.push(Block::Text { text: warning });
             }
@@ -452,6 +460,9 @@ impl Agent {
             if let Some(warning) = self.warning() {
                 content.push(Block::Text { text: warning });
             }
+            if let Some(warning) = self.budget_warning.take() {
+                content.push(Block::Text { text: warning });
+            }
             self.transcript.push_user(content);
         }
         self.step(vec![message]).await
@@ -475,6 +486,25 @@ impl Agent {
         Err(Stop::Failed)
     }
 
+    /// Whether everything not stored yet is inputs taken: the stored state
+    /// with a later `in_seq` (its inbox and phase aside), and a transcript
+    /// that grew by the inputs' text only.
+    fn only_inputs_unstored(&self) -> bool {
+        let mut probe = self.snap.clone();
+        probe.in_seq = self.stored.in_seq;
+        probe.phase = self.stored.phase;
+        probe.inbox.clone_from(&self.stored.inbox);
+        if probe != self.stored || self.input_blocks == 0 {
+            return false;
+        }
+        let unstored = self.transcript.unstored();
+        let all_text = unstored.iter().all(|m| {
+            m.role == MessageRole::User && m.content.iter().all(|b| matches!(b, Block::Text { .. }))
+        });
+        let blocks: usize = unstored.iter().map(|m| m.content.len()).sum();
+        all_text && blocks == self.input_blocks
+    }
+
     /// Stores a step while running (given up on if the Orchestrator stops).
     async fn step(&mut self, outbox: Vec<OrchestratorMessage>) -> Result<(), Stop> {
         let until = self.stopper.token().clone();
@@ -484,7 +514,7 @@ impl Agent {
         })
     }
 
-    /// Stores what changed, then acknowledges the inputs it took and publishes its outputs.
+    /// Stores what changed, then publishes its outputs.
     async fn commit(
         &mut self,
         outbox: Vec<OrchestratorMessage>,
@@ -495,19 +525,15 @@ impl Agent {
             .write(append, &self.snap, outbox.clone(), until)
             .await?;
         self.transcript.mark_stored();
+        self.input_blocks = 0;
         self.stored = self.snap.clone();
         self.outbox.trace = arbiter_bus::TraceContext::of(&self.turn);
-        for msg in self.held.drain(..) {
-            if let Err(e) = msg.ack().await {
-                tracing::warn!(error = %e, "ack of an input failed; it may come again and be dropped as stored");
-            }
-        }
         self.outbox.publish(&outbox, until).await;
         Ok(())
     }
 
-    /// Runs `work` while storing the inputs that arrive meanwhile (in the
-    /// inbox, acknowledged once stored), so none waits unacknowledged.
+    /// Runs `work` while taking the inputs that arrive meanwhile (into the
+    /// stored inbox).
     async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Stop> {
         tokio::pin!(work);
         let stop = self.stopper.token().clone();
@@ -534,6 +560,7 @@ impl Agent {
         let shared = self.shared.clone();
         let ctx = self.ctx.clone();
         let status = self.status.clone();
+        let allowance = self.subagent_allowance();
         async move {
             if name != task::NAME {
                 return tools::run(&ctx, &name, &input).await;
@@ -546,7 +573,7 @@ impl Agent {
                         gen_ai.operation.name = "invoke_agent",
                         gen_ai.agent.name = "subagent",
                     );
-                    subagent::run(&shared.subagent, &ctx, task, &status)
+                    subagent::run(&shared.subagent, &ctx, task, &status, allowance)
                         .instrument(span)
                         .await
                 }
@@ -572,10 +599,12 @@ impl Agent {
             Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
         };
         let model = &self.shared.config.model.model;
+        let before = self.snap.spend;
         self.shared
             .config
             .prices
             .charge(&mut self.snap.spend, model, response.usage.as_ref());
+        self.note_budget(&before);
         let spend = self.snap.spend;
         self.status.update(|s| s.spend = spend).await;
         if let Some(tokens) = context::tokens_of(&response) {

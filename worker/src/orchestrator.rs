@@ -1,18 +1,18 @@
 //! One Orchestrator on this worker, from its summons to its end: claim it
 //! (start it, or take it over from its stored state), hold its lease, run the
-//! agent loop between its input consumer, its status heartbeat and its
+//! agent loop between its inputs, its status heartbeat and its
 //! outbox, and finish according to why it stopped:
 //!
-//! - released or cancelled: the end is stored, then the control message and
-//!   the summons are acknowledged and the input consumer deleted;
+//! - released or cancelled: the end is stored, then the summons is
+//!   acknowledged;
 //! - failed: the failure is stored and published, then the same;
 //! - fenced (another worker took it over): nothing more is written,
-//!   published or acknowledged; the inputs it held go back;
+//!   published or acknowledged;
 //! - the worker is shutting down: the summons goes back to the pool at once.
 //!
 //! In every case its slot is freed as soon as the agent loop stops. While it
 //! waits for the Arbiter it may park: give the slot back for a while (see
-//! `slots.rs`); its lease and its input consumer stay.
+//! `slots.rs`); its lease and its inputs stay.
 
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ use crate::stop::{Cause, Stopper};
 use crate::tools::ToolContext;
 use crate::workspace::Workspace;
 
-/// Inputs buffered between the consumer and the agent loop.
+/// Inputs buffered between the reader and the agent loop.
 const INPUT_BUFFER: usize = 64;
 
 /// What a summons hands the runner: the Orchestrator, its lease, its slot.
@@ -79,7 +79,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         stopper.token(),
     )
     .await;
-    let (mut store, transcript, snapshot, replay, baseline, cli_transcript) = match claim {
+    let (mut store, transcript, mut snapshot, replay, baseline, cli_transcript) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
             (store, transcript, Snapshot::new(), Vec::new(), None, None)
@@ -99,7 +99,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             tracing::info!("Orchestrator already ended; summons acknowledged");
             drop(registered);
             drop(slot);
-            inputs::delete(&shared, &summon.orch_id).await;
             lease.release().await;
             return;
         }
@@ -126,6 +125,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             return;
         }
     };
+    if snapshot.budget.is_none() {
+        // Stored with its next record; an input may change it later.
+        snapshot.budget = summon.budget;
+    }
     lease.watch(store.fence(), stopper.clone());
     let status = StatusHandle::new(
         initial_status(&shared, &summon, &snapshot),
@@ -159,7 +162,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                     stop_status(&status, heartbeat).await;
                     drop(registered);
                     drop(slot);
-                    inputs::delete(&shared, &summon.orch_id).await;
                     lease.release().await;
                 }
                 Err(_) => {
@@ -186,10 +188,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             baseline
         }
     };
-    let messages = match inputs::open(&shared, &summon.orch_id).await {
-        Ok(messages) => messages,
+    let feed = match inputs::open(&shared.bus, &summon.orch_id).await {
+        Ok(feed) => feed,
         Err(e) => {
-            tracing::error!(error = %e, "no input consumer; handing the summons back");
+            tracing::error!(error = %e, "cannot read the inputs; handing the summons back");
             heartbeat.abort();
             drop(registered);
             drop(slot);
@@ -199,9 +201,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     };
     let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_BUFFER);
     let reader = tokio::spawn(inputs::read(
-        shared.clone(),
-        summon.orch_id.clone(),
-        messages,
+        feed,
+        snapshot.in_seq,
         inputs_tx,
         stopper.clone(),
     ));
@@ -233,10 +234,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     // The runtime's process (the CLI) ends with the loop, whatever ended it.
     agent.close_runtime().await;
     let end = match stopped {
-        Stop::Failed => End::Done(None),
+        Stop::Failed => End::Done,
         Stop::Fenced => End::Fenced,
         Stop::Interrupted => match stopper.take_cause() {
-            Cause::Control { action, msg } => {
+            Cause::Control { action } => {
                 let reason = match action {
                     ControlAction::Release => EndReason::Released,
                     ControlAction::Cancel => EndReason::Cancelled,
@@ -245,11 +246,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 // Whatever runs must stop before the end is stored.
                 stopper.token().cancel();
                 match agent.end(reason, &shutdown).await {
-                    Ok(()) => End::Done(Some(msg)),
+                    Ok(()) => End::Done,
                     Err(e) => {
-                        let _ = msg
-                            .ack_with(async_nats::jetstream::AckKind::Nak(None))
-                            .await;
                         if e == state::WriteError::Fenced {
                             End::Fenced
                         } else {
@@ -266,7 +264,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     // processes and subagents watch this token.
     stopper.token().cancel();
     match end {
-        End::Done(control) => {
+        End::Done => {
             tracing::info!("Orchestrator ended");
             // The CLI's home (claude-code runtime): its session is in the records.
             let home = shared
@@ -282,15 +280,9 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             agent.leave_seat();
             // Before the summons (the lease) goes: the fence still holds.
             agent.roll_up().await;
-            if let Some(msg) = control
-                && let Err(e) = msg.ack().await
-            {
-                tracing::warn!(error = %e, "could not ack the control message");
-            }
             lease.release().await;
             reader.abort();
             let _ = reader.await;
-            inputs::delete(&shared, &summon.orch_id).await;
         }
         End::Fenced => {
             tracing::warn!(
@@ -298,7 +290,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             );
             heartbeat.abort();
             reader.abort();
-            agent.hand_back_inputs().await;
             drop(registered);
             agent.leave_seat();
             lease.abandon();
@@ -307,7 +298,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             tracing::info!("worker shutting down; the Orchestrator goes back to the pool");
             heartbeat.abort();
             reader.abort();
-            agent.hand_back_inputs().await;
             drop(registered);
             agent.leave_seat();
             lease.hand_back(None).await;
@@ -317,8 +307,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
 
 /// How an Orchestrator's run ended on this worker.
 enum End {
-    /// Ended for good and stored; the control message that ended it, if any.
-    Done(Option<Box<async_nats::jetstream::Message>>),
+    /// Ended for good and stored.
+    Done,
     Fenced,
     Shutdown,
 }

@@ -5,16 +5,14 @@
 //! `Nats-Expected-Last-Subject-Sequence` set to the sequence of the previous
 //! record, so a worker that lost its lease cannot write another one (see
 //! `lease.rs`). A record too large for one NATS message is stored whole in
-//! the object store, and the subject gets a small pointer to it.
-
-use std::time::Duration;
+//! the object store, and the subject gets a small pointer to it. The writing,
+//! fencing and retrying is the step log of `arbiter_bus::steplog`; this
+//! module keeps the Orchestrator's own records.
 
 use arbiter_bus::Bus;
+use arbiter_bus::steplog::{self, AppendError, StepLog, Writer};
 use arbiter_llm::Message;
 use arbiter_protocol::{OrchestratorMessage, Summon, VERSION, subjects};
-use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::{object_store, stream};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -25,18 +23,6 @@ use crate::evidence::{Baseline, Tally};
 mod claim;
 
 pub(crate) use claim::{Claim, claim};
-
-/// Longest wait between attempts to store a record.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Records larger than this keep their transcript part in the object store
-/// (NATS caps a message at 1 MB by default).
-const INLINE_LIMIT: usize = 900 * 1024;
-/// Room left for headers and the rest of the record under the server's `max_payload`.
-const HEADROOM: usize = 64 * 1024;
-/// The header that makes a record replace every earlier one of its subject.
-const ROLLUP_HEADER: &str = "Nats-Rollup";
-/// Attempts at the end-of-life rollup before the records are left as they are.
-const ROLLUP_TRIES: u32 = 3;
 
 /// Where an Orchestrator stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -88,6 +74,10 @@ pub(crate) struct Snapshot {
     /// What its model requests (its subagents' included) cost so far.
     #[serde(default)]
     pub spend: arbiter_protocol::Spend,
+    /// The most its model requests may spend (from its summons, or the
+    /// latest input that carried one); absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<arbiter_protocol::Cap>,
 }
 
 /// An Orchestrator's model use as the Claude Code CLI reported it: totals
@@ -143,6 +133,7 @@ impl Snapshot {
             tally: Tally::default(),
             cost: Cost::default(),
             spend: arbiter_protocol::Spend::default(),
+            budget: None,
         }
     }
 }
@@ -239,12 +230,20 @@ pub(crate) enum WriteError {
     Stopped,
 }
 
+impl From<AppendError> for WriteError {
+    fn from(e: AppendError) -> Self {
+        match e {
+            AppendError::Fenced => WriteError::Fenced,
+            AppendError::Stopped => WriteError::Stopped,
+        }
+    }
+}
+
 /// The JetStream handles the state lives in.
 #[derive(Clone)]
 pub(crate) struct StateBackend {
     pub bus: Bus,
-    pub stream: stream::Stream,
-    pub blobs: object_store::ObjectStore,
+    pub log: StepLog,
 }
 
 impl StateBackend {
@@ -252,37 +251,17 @@ impl StateBackend {
     /// coordinator or `arbiter-admin setup`; [`arbiter_bus::Bus::open`] has
     /// checked that they exist).
     pub(crate) async fn setup(bus: &Bus) -> Result<Self, String> {
-        let stream = bus
-            .js
-            .get_stream(subjects::ORCH_STATE_STREAM)
-            .await
-            .map_err(|e| format!("opening the Orchestrator state stream: {e}"))?;
-        let blobs = bus
-            .js
-            .get_object_store(subjects::ORCH_BLOBS_BUCKET)
-            .await
-            .map_err(|e| format!("opening the Orchestrator blob bucket: {e}"))?;
+        let log = StepLog::open(
+            bus,
+            subjects::ORCH_STATE_STREAM,
+            subjects::ORCH_BLOBS_BUCKET,
+        )
+        .await
+        .map_err(|e| format!("opening the Orchestrator state: {e}"))?;
         Ok(Self {
             bus: bus.clone(),
-            stream,
-            blobs,
+            log,
         })
-    }
-
-    /// Sequence and `Nats-Msg-Id` of the last record on `subject`; `None` if it has none.
-    async fn last_record(&self, subject: &str) -> Result<Option<(u64, String)>, String> {
-        match self.stream.get_last_raw_message_by_subject(subject).await {
-            Ok(msg) => {
-                let id = msg
-                    .headers
-                    .get(arbiter_bus::MSG_ID_HEADER)
-                    .map(|v| v.as_str().to_owned())
-                    .unwrap_or_default();
-                Ok(Some((msg.sequence, id)))
-            }
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(format!("reading the last state record: {e}")),
-        }
     }
 }
 
@@ -298,8 +277,8 @@ pub(crate) struct Fence {
 impl Fence {
     /// `Some(false)` once another worker has written; `None` when it cannot tell.
     pub(crate) async fn holds(&self) -> Option<bool> {
-        match self.backend.last_record(&self.subject).await {
-            Ok(Some((_, id))) => Some(id.ends_with(&self.suffix)),
+        match self.backend.log.last(&self.subject).await {
+            Ok(Some(last)) => Some(last.msg_id.ends_with(&self.suffix)),
             Ok(None) => Some(false),
             Err(e) => {
                 tracing::debug!(error = %e, "lease check skipped");
@@ -317,18 +296,13 @@ pub(crate) struct StateStore {
     number: u32,
     worker_id: String,
     summons_seq: u64,
-    /// Unique per claim: part of every record's message id.
-    lease: String,
-    subject: String,
+    /// Appends the records, fenced; its lease token is unique per claim.
+    writer: Writer,
     rev: u64,
-    last_seq: u64,
-    inline_limit: usize,
     /// A workspace walk to store with the next record.
     baseline: Option<Baseline>,
     /// A piece of the CLI's transcript to store with the next record.
     cli_transcript: Option<CliTranscript>,
-    /// The last record stored was a rollup.
-    rolled_up: bool,
 }
 
 impl StateStore {
@@ -340,11 +314,6 @@ impl StateStore {
         rev: u64,
         last_seq: u64,
     ) -> Self {
-        // Unknown (0) before the first connect: assume the default 1 MB.
-        let max_payload = match backend.bus.client.server_info().max_payload {
-            0 => 1024 * 1024,
-            n => n,
-        };
         Self {
             backend: backend.clone(),
             orch_id: summon.orch_id.clone(),
@@ -352,14 +321,14 @@ impl StateStore {
             number: summon.number,
             worker_id: worker_id.to_owned(),
             summons_seq,
-            lease: uuid::Uuid::new_v4().simple().to_string(),
-            subject: subjects::orch_state(&summon.orch_id),
+            writer: backend.log.writer(
+                subjects::orch_state(&summon.orch_id),
+                &summon.orch_id,
+                last_seq,
+            ),
             rev,
-            last_seq,
-            inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
             baseline: None,
             cli_transcript: None,
-            rolled_up: false,
         }
     }
 
@@ -377,8 +346,8 @@ impl StateStore {
     pub(crate) fn fence(&self) -> Fence {
         Fence {
             backend: self.backend.clone(),
-            subject: self.subject.clone(),
-            suffix: format!(":{}", self.lease),
+            subject: self.writer.subject().to_owned(),
+            suffix: format!(":{}", self.writer.lease()),
         }
     }
 
@@ -390,38 +359,7 @@ impl StateStore {
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
     ) -> Result<(), WriteError> {
-        self.write_record(append, snapshot, outbox, false, until)
-            .await
-    }
-
-    /// Once the end is stored: replaces every record of the Orchestrator by
-    /// one snapshot (`Nats-Rollup: sub`, fenced like any record) that holds
-    /// the whole transcript in its `append` and the ended snapshot, so a
-    /// reader still gets the transcript by concatenating `append`s. `false`
-    /// when the stream does not allow rollups (its records are kept).
-    pub(crate) async fn roll_up(
-        &mut self,
-        transcript: Vec<Message>,
-        snapshot: &Snapshot,
-        until: &CancellationToken,
-    ) -> Result<bool, WriteError> {
-        self.baseline = None;
-        self.cli_transcript = None;
-        self.write_record(transcript, snapshot, Vec::new(), true, until)
-            .await
-            .map(|()| self.rolled_up)
-    }
-
-    async fn write_record(
-        &mut self,
-        append: Vec<Message>,
-        snapshot: &Snapshot,
-        outbox: Vec<OrchestratorMessage>,
-        rollup: bool,
-        until: &CancellationToken,
-    ) -> Result<(), WriteError> {
         self.rev += 1;
-        let mut refused = 0;
         let record = Record {
             v: VERSION,
             orch_id: self.orch_id.clone(),
@@ -437,131 +375,95 @@ impl StateStore {
             cli_transcript: self.cli_transcript.clone(),
             at: Utc::now(),
         };
-        let msg_id = format!("{}:state:{}:{}", self.orch_id, self.rev, self.lease);
-        let mut delay = Duration::from_millis(50);
-        let mut payload = encode(&record);
-        if payload.len() > self.inline_limit {
-            let name = subjects::orch_blob(&self.orch_id, self.rev, &self.lease);
-            tracing::info!(bytes = payload.len(), %name, "state record too large for a message; storing it in the object store");
-            loop {
-                match self
-                    .backend
-                    .blobs
-                    .put(name.as_str(), &mut payload.as_ref())
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not store a large state record; retrying");
-                        backoff(&mut delay, until).await?;
-                    }
-                }
-            }
+        let pointer = |blob: &str| {
             let pointer = Pointer {
                 v: VERSION,
-                orch_id: record.orch_id,
-                session_id: record.session_id,
+                orch_id: record.orch_id.clone(),
+                session_id: record.session_id.clone(),
                 number: record.number,
                 rev: record.rev,
-                worker_id: record.worker_id,
-                blob: name,
+                worker_id: record.worker_id.clone(),
+                blob: blob.to_owned(),
                 at: record.at,
             };
-            payload = Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default());
-        }
-        loop {
-            match self.publish(&msg_id, payload.clone(), rollup).await {
-                Ok(seq) => {
-                    self.last_seq = seq;
-                    self.baseline = None;
-                    self.cli_transcript = None;
-                    self.rolled_up = rollup;
-                    return Ok(());
-                }
-                Err(Some(PublishErrorKind::WrongLastSequence)) => {
-                    match self.backend.last_record(&self.subject).await {
-                        // Our own write, whose ack was lost: stored.
-                        Ok(Some((seq, id))) if id == msg_id => {
-                            self.last_seq = seq;
-                            self.baseline = None;
-                            self.cli_transcript = None;
-                            return Ok(());
-                        }
-                        // An earlier write of this lease that was given up on
-                        // but landed: still ours, so go on from it.
-                        Ok(Some((seq, id))) if id.ends_with(&format!(":{}", self.lease)) => {
-                            self.last_seq = seq;
-                        }
-                        Ok(_) => {
-                            tracing::warn!(
-                                rev = self.rev,
-                                "another worker wrote this Orchestrator's state: the lease is lost"
-                            );
-                            return Err(WriteError::Fenced);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not check the state's last record; retrying");
-                            backoff(&mut delay, until).await?;
-                        }
-                    }
-                }
-                Err(kind) if rollup && refused >= ROLLUP_TRIES => {
-                    // A stream made before rollups were allowed (10111):
-                    // the records stay as they are.
-                    tracing::warn!(
-                        ?kind,
-                        "could not roll the ended Orchestrator's records up; they are kept"
-                    );
-                    self.rev -= 1;
-                    self.rolled_up = false;
-                    return Ok(());
-                }
-                Err(kind) => {
-                    refused += 1;
-                    tracing::warn!(?kind, "could not store the Orchestrator state; retrying");
-                    backoff(&mut delay, until).await?;
-                }
-            }
-        }
-    }
-
-    /// One fenced publish; the stream sequence it got, or the error's kind.
-    async fn publish(
-        &self,
-        msg_id: &str,
-        payload: Bytes,
-        rollup: bool,
-    ) -> Result<u64, Option<PublishErrorKind>> {
-        let mut message = PublishMessage::build()
-            .payload(payload)
-            .message_id(msg_id)
-            .expected_last_subject_sequence(self.last_seq);
-        if rollup {
-            message = message.header(ROLLUP_HEADER, "sub");
-        }
-        let ack = self
-            .backend
-            .bus
-            .js
-            .send_publish(self.subject.clone(), message)
-            .await
-            .map_err(|e| Some(e.kind()))?;
-        ack.await.map(|a| a.sequence).map_err(|e| Some(e.kind()))
+            Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
+        };
+        let step = steplog::Step {
+            rev: self.rev,
+            record: encode(&record),
+            pointer: &pointer,
+            blob: subjects::orch_blob(&self.orch_id, self.rev, self.writer.lease()),
+            trace: None,
+        };
+        self.writer.append(step, until).await?;
+        self.baseline = None;
+        self.cli_transcript = None;
+        Ok(())
     }
 }
+
+impl StateStore {
+    /// Once the end is stored: replaces every record of the Orchestrator by
+    /// one snapshot (`Nats-Rollup: sub`, fenced like any record) that holds
+    /// the whole transcript in its `append` and the ended snapshot, so a
+    /// reader still gets the transcript by concatenating `append`s. `false`
+    /// when the stream does not allow rollups (its records are kept).
+    pub(crate) async fn roll_up(
+        &mut self,
+        transcript: Vec<Message>,
+        snapshot: &Snapshot,
+        until: &CancellationToken,
+    ) -> Result<bool, WriteError> {
+        let rev = self.rev + 1;
+        let record = Record {
+            v: VERSION,
+            orch_id: self.orch_id.clone(),
+            session_id: self.session_id.clone(),
+            number: self.number,
+            rev,
+            worker_id: self.worker_id.clone(),
+            summons_seq: self.summons_seq,
+            append: transcript,
+            snapshot: snapshot.clone(),
+            outbox: Vec::new(),
+            baseline: None,
+            cli_transcript: None,
+            at: Utc::now(),
+        };
+        let pointer = |blob: &str| {
+            let pointer = Pointer {
+                v: VERSION,
+                orch_id: record.orch_id.clone(),
+                session_id: record.session_id.clone(),
+                number: record.number,
+                rev: record.rev,
+                worker_id: record.worker_id.clone(),
+                blob: blob.to_owned(),
+                at: record.at,
+            };
+            Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
+        };
+        let step = steplog::Step {
+            rev,
+            record: encode(&record),
+            pointer: &pointer,
+            blob: subjects::orch_blob(&self.orch_id, rev, self.writer.lease()),
+            trace: None,
+        };
+        let rolled = self.writer.roll_up(step, ROLLUP_TRIES, until).await?;
+        if rolled {
+            self.rev = rev;
+        }
+        Ok(rolled)
+    }
+}
+
+/// Attempts at the end-of-life rollup before the records are left as they are.
+const ROLLUP_TRIES: u32 = 3;
 
 fn encode(record: &Record) -> Bytes {
     // A record is plain data: encoding cannot fail.
     Bytes::from(serde_json::to_vec(record).unwrap_or_default())
-}
-
-async fn backoff(delay: &mut Duration, until: &CancellationToken) -> Result<(), WriteError> {
-    tokio::select! {
-        () = until.cancelled() => return Err(WriteError::Stopped),
-        () = tokio::time::sleep(*delay) => {}
-    }
-    *delay = (*delay * 2).min(MAX_BACKOFF);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -6,15 +6,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arbiter_protocol::ControlAction;
-use async_nats::jetstream::Message;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) enum Cause {
-    /// A control message; acked once the end is stored.
-    Control {
-        action: ControlAction,
-        msg: Box<Message>,
-    },
+    /// A release or cancel stored for it.
+    Control { action: ControlAction },
     /// Another worker took the Orchestrator over.
     Fenced,
     /// The worker is shutting down: the Orchestrator goes back to the pool.

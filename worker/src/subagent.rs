@@ -38,9 +38,10 @@ pub(crate) async fn run(
     ctx: &ToolContext,
     input: TaskInput,
     status: &StatusHandle,
+    allowance: Option<arbiter_protocol::Cap>,
 ) -> ToolOutcome {
     let mut spend = arbiter_protocol::Spend::default();
-    let mut outcome = work(role, ctx, input, status, &mut spend).await;
+    let mut outcome = work(role, ctx, input, status, allowance, &mut spend).await;
     outcome.spend = spend;
     outcome
 }
@@ -51,6 +52,7 @@ async fn work(
     ctx: &ToolContext,
     input: TaskInput,
     status: &StatusHandle,
+    allowance: Option<arbiter_protocol::Cap>,
     spend: &mut arbiter_protocol::Spend,
 ) -> ToolOutcome {
     if input.prompt.trim().is_empty() {
@@ -66,6 +68,15 @@ async fn work(
     let mut pct = 0.0;
     let mut last_words = String::new();
     for call in 1..=role.max_calls {
+        if let Some((unit, limit)) = allowance.and_then(|cap| cap.reached(spend)) {
+            tracing::warn!(task = %title, call, "subagent stopped: the Orchestrator's budget is spent");
+            return ToolOutcome::error(format!(
+                "task: the subagent was stopped before its model call {call}: the \
+                 Orchestrator's budget is spent (the subagent had {} left). Check the \
+                 workspace for what it did before relying on it.",
+                unit.amount(limit)
+            ));
+        }
         status
             .update(|s| s.current_tool = Some(TASK.to_owned()))
             .await;

@@ -45,6 +45,15 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         .map(|s| s.spend.total)
         .filter(|spend| spend.requests > 0)
         .map(|spend| format!("session {}", spend.cost_text()));
+    // The session's cap and what is left of it, or that it holds there.
+    let budget = vitals
+        .session_status()
+        .and_then(crate::budget::status_words);
+    let session_cost = match (session_cost, budget) {
+        (Some(cost), Some(budget)) => Some(format!("{cost} · {budget}")),
+        (None, Some(budget)) => Some(budget),
+        (cost, None) => cost,
+    };
     let arbiter_state = match (arbiter_state, session_cost) {
         (Some((text, style)), Some(cost)) => Some((format!("{text} · {cost}"), style)),
         (None, Some(cost)) => Some((cost, theme::dim())),

@@ -505,6 +505,7 @@ impl System {
             text: text.to_owned(),
             sent_at: chrono::Utc::now(),
             command,
+            budget: None,
         };
         self.console
             .as_ref()
@@ -603,20 +604,22 @@ impl System {
         self.workspaces.path().join(session)
     }
 
-    /// Acks the worker has given for an Orchestrator's inputs (its delivery progress).
-    pub async fn orch_inputs_acked(&self, orch_id: &str) -> u64 {
-        let stream = self.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
-        match stream
-            .get_consumer::<pull::Config>(&subjects::orch_consumer(orch_id))
+    /// The last input seq an Orchestrator's stored state has taken (its
+    /// `in_seq`), 0 before it has any record.
+    pub async fn orch_inputs_taken(&self, orch_id: &str) -> u64 {
+        let Ok(stream) = self.bus.js.get_stream(subjects::ORCH_STATE_STREAM).await else {
+            return 0;
+        };
+        let Ok(last) = stream
+            .get_last_raw_message_by_subject(&subjects::orch_state(orch_id))
             .await
-        {
-            Ok(mut consumer) => consumer
-                .info()
-                .await
-                .map(|i| i.ack_floor.consumer_sequence)
-                .unwrap_or(0),
-            Err(_) => 0,
-        }
+        else {
+            return 0;
+        };
+        serde_json::from_slice::<serde_json::Value>(&last.payload)
+            .ok()
+            .and_then(|record| record["snapshot"]["in_seq"].as_u64())
+            .unwrap_or(0)
     }
 }
 

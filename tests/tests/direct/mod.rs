@@ -60,6 +60,7 @@ pub async fn summon_as(
         summoned_at: chrono::Utc::now(),
         runtime: None,
         handoff: None,
+        budget: None,
     };
     sys.bus
         .publish_js(
@@ -81,6 +82,7 @@ pub async fn input(sys: &System, session: &str, orch_id: &str, seq: u64, text: &
         seq,
         message: text.into(),
         sent_at: chrono::Utc::now(),
+        budget: None,
     };
     sys.bus
         .publish_js(

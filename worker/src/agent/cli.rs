@@ -36,6 +36,10 @@ impl Agent {
         if self.snap != self.stored || !self.transcript.unstored().is_empty() {
             self.step(Vec::new()).await?;
         }
+        // Checked per CLI turn: the CLI's own requests within a turn are its own.
+        if let Some(error) = self.over_budget() {
+            return self.fail(error).await;
+        }
         let mut process = match self.cli.take() {
             Some(process) => process,
             None => match self.start_cli().await {

@@ -7,7 +7,6 @@
 use arbiter_bus::seq::{self, Hold, Order};
 use arbiter_llm::Block;
 use arbiter_protocol::OrchestratorState;
-use async_nats::jetstream::AckKind;
 use tokio::time::Instant;
 
 use super::{Agent, Stop};
@@ -17,8 +16,7 @@ use crate::state::Phase;
 impl Agent {
     /// Waits for the Arbiter's next message (unless some came while it
     /// worked). After the park time it parks: gives its slot back, and takes
-    /// one again once input has come (stored meanwhile, so nothing waits
-    /// unacknowledged). A release or cancel ends it without a slot: storing
+    /// one again once input has come (stored meanwhile). A release or cancel ends it without a slot: storing
     /// the end runs no model and no tool.
     pub(super) async fn wait(&mut self) -> Result<(), Stop> {
         self.status
@@ -59,8 +57,10 @@ impl Agent {
             self.unpark().await?;
         }
         self.take_inputs().await?;
+        // Stored with the turn's first record (before its model call, or with
+        // its reply): until then the stream holds what was taken.
         self.snap.phase = Phase::Working;
-        self.step(Vec::new()).await
+        Ok(())
     }
 
     /// Gives the slot back, if fewer than the most allowed are parked.
@@ -107,12 +107,11 @@ impl Agent {
 
     /// Takes one input, and any held ones that follow it in order: into the
     /// pending user message (`now`) or the stored inbox. False when nothing
-    /// was taken: a duplicate (acknowledged if already stored), or an input
+    /// was taken: a duplicate, or an input
     /// ahead of its turn, held until the one before it comes.
     pub(super) async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
         if input.seq <= self.stored.in_seq {
             tracing::info!(seq = input.seq, "duplicate input dropped");
-            let _ = input.msg.ack().await;
             return Ok(false);
         }
         match seq::order(self.snap.in_seq, input.seq) {
@@ -135,7 +134,7 @@ impl Agent {
         Ok(true)
     }
 
-    /// An input that came ahead of its turn waits, unacknowledged, for the one before it.
+    /// An input that came ahead of its turn waits for the one before it.
     async fn hold_ahead(&mut self, input: Input) {
         let seq = input.seq;
         let orch_id = self.status.get().orch_id;
@@ -147,24 +146,18 @@ impl Agent {
                 let same = self
                     .ahead
                     .get(seq)
-                    .is_some_and(|first| stream_seq(&first.msg) == stream_seq(&again.msg));
-                if same {
-                    // Delivered again (the ack wait ran out): this delivery is the one to ack.
-                    self.ahead.replace(seq, again);
-                } else {
-                    tracing::warn!(orch.id = %orch_id, seq, "a second input with a seq already held; terminated");
-                    let _ = again.msg.ack_with(AckKind::Term).await;
+                    .is_some_and(|first| first.stream_seq == again.stream_seq);
+                if !same {
+                    tracing::warn!(orch.id = %orch_id, seq, "a second input with a seq already held; passed over");
                 }
             }
             Hold::Full(turned_away) => {
-                tracing::error!(orch.id = %orch_id, seq, "too many inputs held ahead of their turn; terminated");
-                let _ = turned_away.msg.ack_with(AckKind::Term).await;
+                tracing::error!(orch.id = %orch_id, seq = turned_away.seq, "too many inputs held ahead of their turn; passed over");
             }
         }
     }
 
-    /// Inputs held for a gap that never filled: logged and terminated, so
-    /// that they never come again.
+    /// Inputs held for a gap that never filled: logged and dropped.
     pub(super) async fn expire_ahead(&mut self) {
         let Some(expired) = self.ahead.expire(Instant::now()) else {
             return;
@@ -178,21 +171,19 @@ impl Agent {
             wait = ?self.ahead.wait(),
             "input seq never arrived; the inputs held after it are dropped"
         );
-        for (_, input) in expired.dropped {
-            let _ = input.msg.ack_with(AckKind::Term).await;
-        }
     }
 
     /// Takes the next input in order.
     async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
-        self.begin_turn(&arbiter_bus::TraceContext::from_headers(
-            input.msg.headers.as_ref(),
-        ));
+        self.begin_turn(&input.trace);
         self.snap.in_seq = input.seq;
-        self.held.push(input.msg);
+        if let Some(budget) = input.budget {
+            self.snap.budget = Some(budget);
+        }
         if now {
             self.transcript
                 .push_user(vec![Block::Text { text: input.text }]);
+            self.input_blocks += 1;
         } else {
             self.snap.inbox.push(input.text);
             self.step(Vec::new()).await?;
@@ -205,6 +196,7 @@ impl Agent {
     pub(super) async fn take_inputs(&mut self) -> Result<(), Stop> {
         let inbox = std::mem::take(&mut self.snap.inbox);
         if !inbox.is_empty() {
+            self.input_blocks += inbox.len();
             let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
             self.transcript.push_user(blocks);
         }
@@ -221,9 +213,4 @@ pub(super) async fn until(deadline: Option<Instant>) {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
-}
-
-/// The stream sequence of a delivery: the same for every delivery of one message.
-fn stream_seq(msg: &async_nats::jetstream::Message) -> Option<u64> {
-    msg.info().ok().map(|info| info.stream_sequence)
 }

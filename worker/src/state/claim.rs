@@ -7,8 +7,6 @@ use std::time::Duration;
 use arbiter_llm::{Message, MessageRole};
 use arbiter_protocol::{Summon, subjects};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
-use serde::Deserialize;
-use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{Phase, Record, Restored, Snapshot, StateBackend, StateStore, WriteError};
@@ -17,57 +15,23 @@ use crate::transcript;
 /// Times a claim is retried when another worker writes in between.
 const CLAIM_ATTEMPTS: u32 = 10;
 
-/// A record as stored: inline, or behind a pointer.
-async fn decode(backend: &StateBackend, payload: &[u8]) -> Result<Record, String> {
-    #[derive(Deserialize)]
-    struct Probe {
-        #[serde(default)]
-        blob: Option<String>,
-    }
-    let probe: Probe = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
-    match probe.blob {
-        None => serde_json::from_slice(payload).map_err(|e| e.to_string()),
-        Some(name) => {
-            let mut object = backend
-                .blobs
-                .get(&name)
-                .await
-                .map_err(|e| format!("reading {name} from the blob bucket: {e}"))?;
-            let mut bytes = Vec::new();
-            object
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| format!("reading {name} from the blob bucket: {e}"))?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("{name}: {e}"))
-        }
-    }
-}
-
 /// Reads every record of an Orchestrator, in order. `None` for one with none.
 pub(crate) async fn load(
     backend: &StateBackend,
     orch_id: &str,
 ) -> Result<Option<Restored>, String> {
     let subject = subjects::orch_state(orch_id);
-    let Some((messages, last_seq)) = backend
-        .bus
-        .replay_subject(subjects::ORCH_STATE_STREAM, &subject)
-        .await
-        .map_err(|e| e.to_string())?
-    else {
+    let Some(replay) = backend.log.replay(&subject).await? else {
         return Ok(None);
     };
+    let last_seq = replay.last_seq;
     let mut messages_of = Vec::new();
     let mut last_record = None;
     let mut baseline = None;
     let mut cli_transcript: Option<String> = None;
-    for msg in messages {
-        let seq = msg
-            .info()
-            .map_err(|e| format!("replaying the state: {e}"))?
-            .stream_sequence;
-        let mut record = decode(backend, &msg.payload)
-            .await
+    for stored in replay.records {
+        let seq = stored.seq;
+        let mut record: Record = serde_json::from_slice(&stored.bytes)
             .map_err(|e| format!("state record {seq} is unreadable: {e}"))?;
         for message in std::mem::take(&mut record.append) {
             transcript::push(&mut messages_of, message);

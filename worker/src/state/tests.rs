@@ -30,6 +30,7 @@ fn summon(orch_id: &str) -> Summon {
         summoned_at: Utc::now(),
         runtime: None,
         handoff: None,
+        budget: None,
     }
 }
 
@@ -93,7 +94,7 @@ async fn a_retry_of_a_stored_write_counts_as_stored() {
             .await
             .unwrap(),
     );
-    let (rev, last_seq) = (store.rev, store.last_seq);
+    let (rev, last_seq) = (store.rev, store.writer.last_seq());
     let snap = Snapshot::new();
     store
         .write(vec![Message::assistant("once")], &snap, Vec::new(), &never)
@@ -101,7 +102,7 @@ async fn a_retry_of_a_stored_write_counts_as_stored() {
         .unwrap();
     // As if the ack of that write had been lost: the same write again.
     store.rev = rev;
-    store.last_seq = last_seq;
+    store.writer.fence_on(last_seq);
     store
         .write(vec![Message::assistant("once")], &snap, Vec::new(), &never)
         .await
@@ -224,7 +225,17 @@ async fn a_stream_that_refuses_rollups_keeps_the_records() {
     let nats = NatsServer::start().await;
     let backend = backend(&nats).await;
     // A stream made before rollups were allowed.
-    let mut config = backend.stream.cached_info().config.clone();
+    let mut config = backend
+        .bus
+        .js
+        .get_stream(subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
     config.allow_rollup = false;
     backend.bus.js.update_stream(config).await.unwrap();
     let never = CancellationToken::new();

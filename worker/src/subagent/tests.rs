@@ -143,7 +143,7 @@ async fn a_subagent_works_with_tools_and_returns_its_last_text() {
         text("Wrote out.txt (1 line)."),
     ]);
     let (_base, ctx, role, status) = setup(model.clone(), 10);
-    let out = run(&role, &ctx, task("Write out.txt."), &status).await;
+    let out = run(&role, &ctx, task("Write out.txt."), &status, None).await;
     assert_eq!(out.content, "Wrote out.txt (1 line).");
     assert!(!out.is_error);
     assert_eq!(
@@ -173,7 +173,7 @@ async fn a_subagent_is_stopped_at_its_call_limit() {
         text("never reached"),
     ]);
     let (_base, ctx, role, status) = setup(model.clone(), 3);
-    let out = run(&role, &ctx, task("Loop forever."), &status).await;
+    let out = run(&role, &ctx, task("Loop forever."), &status, None).await;
     assert!(out.is_error);
     assert!(
         out.content.contains("stopped after 3 model calls"),
@@ -189,21 +189,21 @@ async fn a_subagent_is_stopped_at_its_call_limit() {
 #[tokio::test]
 async fn failures_and_cancellation_are_error_results() {
     let (_base, ctx, role, status) = setup(Scripted::new(vec![]), 5);
-    let out = run(&role, &ctx, task("Anything."), &status).await;
+    let out = run(&role, &ctx, task("Anything."), &status, None).await;
     assert!(
         out.is_error && out.content.contains("model call failed"),
         "{out:?}"
     );
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![text("  ")]), 5);
-    let out = run(&role, &ctx, task("Anything."), &status).await;
+    let out = run(&role, &ctx, task("Anything."), &status, None).await;
     assert!(
         out.is_error && out.content.contains("without a report"),
         "{out:?}"
     );
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![]), 5);
-    let out = run(&role, &ctx, task(" "), &status).await;
+    let out = run(&role, &ctx, task(" "), &status, None).await;
     assert!(
         out.is_error && out.content.contains("prompt is empty"),
         "{out:?}"
@@ -211,10 +211,47 @@ async fn failures_and_cancellation_are_error_results() {
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![None]), 5);
     let cancel = ctx.cancel.clone();
-    let call = async { run(&role, &ctx, task("Hang."), &status).await };
+    let call = async { run(&role, &ctx, task("Hang."), &status, None).await };
     let (out, ()) = tokio::join!(call, async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         cancel.cancel();
     });
     assert!(out.is_error && out.content.contains("cancelled"), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_subagent_starts_no_request_past_the_orchestrators_allowance() {
+    let costly = |response: Option<Response>| {
+        response.map(|r| Response {
+            usage: Some(arbiter_llm::Usage {
+                input_tokens: 900,
+                output_tokens: 100,
+                ..Default::default()
+            }),
+            ..r
+        })
+    };
+    let model = Scripted::new(vec![
+        costly(tool("bash", json!({"command": "true"}))),
+        costly(tool("bash", json!({"command": "true"}))),
+        text("never reached"),
+    ]);
+    let (_base, ctx, role, status) = setup(model.clone(), 10);
+    let left = arbiter_protocol::Cap {
+        tokens: Some(1_500),
+        cost_nanos: None,
+    };
+    let out = run(&role, &ctx, task("Loop."), &status, Some(left)).await;
+    assert!(out.is_error);
+    assert!(
+        out.content.starts_with(
+            "task: the subagent was stopped before its model call 3: the Orchestrator's budget \
+             is spent"
+        ),
+        "{}",
+        out.content
+    );
+    assert_eq!(model.requests().len(), 2);
+    // What it spent still counts.
+    assert_eq!(out.spend.tokens(), 2_000);
 }

@@ -1,0 +1,458 @@
+//! The durable step log that an Arbiter session (coordinator) and an
+//! Orchestrator (worker) each keep on a subject of their own: one record per
+//! step, appended inline, or as a small pointer to the object store when the
+//! record is too large for one message. Every append is fenced on the
+//! subject's last sequence (`Nats-Expected-Last-Subject-Sequence`), so once
+//! another writer has claimed the subject this one's next write is refused
+//! by the server. Retries go through [`retry`], and a write whose ack was
+//! lost is recognised by its `Nats-Msg-Id` (a 10071 on one server, a
+//! duplicate PubAck on a cluster). [`StepLog::replay`] reads a subject's
+//! records back, pointers resolved, on restart or takeover.
+//!
+//! Each crate keeps its own record types and rules; this module only moves
+//! bytes.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{object_store, stream};
+use bytes::Bytes;
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Bus, BusError, MSG_ID_HEADER, TraceContext};
+
+/// Longest wait between two attempts of anything retried here.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First wait between two attempts.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// Records larger than this go to the object store (NATS caps a message at
+/// 1 MB by default) ...
+const INLINE_LIMIT: usize = 900 * 1024;
+/// ... or than the server's `max_payload` less this, for headers and framing.
+const HEADROOM: usize = 64 * 1024;
+
+/// Retries `attempt` with doubling pauses (50 ms up to [`MAX_BACKOFF`]) until it
+/// succeeds; `None` once `until` is cancelled. Each failure is logged at WARN
+/// as "could not {what}".
+pub async fn retry<T, E, F, Fut>(until: &CancellationToken, what: &str, mut attempt: F) -> Option<T>
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut delay = FIRST_BACKOFF;
+    loop {
+        match attempt().await {
+            Ok(value) => return Some(value),
+            Err(e) => {
+                tracing::warn!(error = %e, ?delay, "could not {what}; retrying");
+                if !pause(&mut delay, until).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `delay` and doubles it; false if `until` fires first.
+async fn pause(delay: &mut Duration, until: &CancellationToken) -> bool {
+    tokio::select! {
+        () = until.cancelled() => return false,
+        () = tokio::time::sleep(*delay) => {}
+    }
+    *delay = (*delay * 2).min(MAX_BACKOFF);
+    true
+}
+
+/// Why a step was not appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendError {
+    /// Another writer appended in between: this one no longer owns the subject.
+    Fenced,
+    /// Given up on because `until` was cancelled.
+    Stopped,
+}
+
+/// One stored record, pointer resolved.
+#[derive(Debug)]
+pub struct Stored {
+    /// Its stream sequence.
+    pub seq: u64,
+    /// The record's bytes as the writer encoded them.
+    pub bytes: Vec<u8>,
+}
+
+/// A subject's records, oldest first.
+#[derive(Debug)]
+pub struct Replay {
+    pub records: Vec<Stored>,
+    /// Stream sequence of the last record: what the next append is fenced on.
+    pub last_seq: u64,
+}
+
+/// The last record of a subject as stored (a pointer is not resolved).
+#[derive(Debug)]
+pub struct Last {
+    pub seq: u64,
+    /// Its `Nats-Msg-Id`, empty if it has none.
+    pub msg_id: String,
+    pub payload: Bytes,
+}
+
+/// A step log: a stream of per-owner subjects, and the object store that
+/// holds records too large for a message.
+#[derive(Clone)]
+pub struct StepLog {
+    bus: Bus,
+    stream: stream::Stream,
+    stream_name: String,
+    blobs: object_store::ObjectStore,
+    inline_limit: usize,
+}
+
+impl StepLog {
+    /// Opens the stream and the object store (declared by the coordinator or
+    /// `arbiter-admin setup`).
+    pub async fn open(bus: &Bus, stream: &str, blobs: &str) -> crate::Result<Self> {
+        let opened = bus
+            .js
+            .get_stream(stream)
+            .await
+            .map_err(|e| BusError::js(format!("opening stream {stream}"), e))?;
+        let store = bus
+            .js
+            .get_object_store(blobs)
+            .await
+            .map_err(|e| BusError::js(format!("opening the object store {blobs}"), e))?;
+        // Unknown (0) before the first connect: assume the default 1 MB.
+        let max_payload = match bus.client.server_info().max_payload {
+            0 => 1024 * 1024,
+            n => n,
+        };
+        Ok(Self {
+            bus: bus.clone(),
+            stream: opened,
+            stream_name: stream.to_owned(),
+            blobs: store,
+            inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
+        })
+    }
+
+    /// The bus this log writes through.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// The last record on `subject`; `None` if it has none.
+    pub async fn last(&self, subject: &str) -> Result<Option<Last>, String> {
+        match self.stream.get_last_raw_message_by_subject(subject).await {
+            Ok(msg) => Ok(Some(Last {
+                seq: msg.sequence,
+                msg_id: msg
+                    .headers
+                    .get(MSG_ID_HEADER)
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default(),
+                payload: msg.payload,
+            })),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(format!("reading the last record of {subject}: {e}")),
+        }
+    }
+
+    /// A record's bytes as stored: inline, or read from the object store
+    /// when the payload is a pointer (a JSON object with a `blob` field).
+    /// An error is a failure to read the object, worth trying again.
+    pub async fn resolve(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
+        #[derive(Deserialize)]
+        struct Probe {
+            #[serde(default)]
+            blob: Option<String>,
+        }
+        let Ok(Probe { blob: Some(name) }) = serde_json::from_slice::<Probe>(payload) else {
+            return Ok(payload.to_vec());
+        };
+        let failed = |e: &dyn Display| format!("reading {name} from the object store: {e}");
+        let mut object = self.blobs.get(&name).await.map_err(|e| failed(&e))?;
+        let mut bytes = Vec::new();
+        object
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(bytes)
+    }
+
+    /// Every record of `subject`, in order, pointers resolved; `None` for
+    /// a subject with none. An error is a failure to read, worth trying again.
+    pub async fn replay(&self, subject: &str) -> Result<Option<Replay>, String> {
+        let Some((messages, last_seq)) = self
+            .bus
+            .replay_subject(&self.stream_name, subject)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let mut records = Vec::with_capacity(messages.len());
+        for msg in messages {
+            let seq = msg
+                .info()
+                .map_err(|e| format!("replaying {subject}: {e}"))?
+                .stream_sequence;
+            let bytes = self
+                .resolve(&msg.payload)
+                .await
+                .map_err(|e| format!("record {seq} of {subject}: {e}"))?;
+            records.push(Stored { seq, bytes });
+        }
+        Ok(Some(Replay { records, last_seq }))
+    }
+
+    /// A writer of `subject` whose last record has sequence `last_seq` (0:
+    /// none). `id` names the owner (a session or Orchestrator id) in message
+    /// ids; each writer has a lease token of its own, in every message id it
+    /// writes, so a retried write is told apart from another writer's.
+    pub fn writer(&self, subject: String, id: &str, last_seq: u64) -> Writer {
+        Writer {
+            log: self.clone(),
+            subject,
+            id: id.to_owned(),
+            lease: uuid_like(),
+            last_seq,
+        }
+    }
+}
+
+/// A random token, 32 hex digits.
+fn uuid_like() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// The header that makes a record replace every earlier one of its subject.
+const ROLLUP_HEADER: &str = "Nats-Rollup";
+
+/// One step to append.
+pub struct Step<'a> {
+    /// 1, 2, 3… per subject, across writers: part of the message id.
+    pub rev: u64,
+    /// The encoded record.
+    pub record: Bytes,
+    /// What to store instead when the record goes to the object store
+    /// under the given name.
+    pub pointer: &'a (dyn Fn(&str) -> Bytes + Sync),
+    /// The object's name should the record be too large for a message.
+    pub blob: String,
+    /// Trace context carried in the headers.
+    pub trace: Option<&'a TraceContext>,
+}
+
+/// Appends the records of one subject for the writer that owns it.
+pub struct Writer {
+    log: StepLog,
+    subject: String,
+    id: String,
+    lease: String,
+    last_seq: u64,
+}
+
+impl Writer {
+    /// This writer's lease token (in every message id and blob name it writes).
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The stream sequence the next append is fenced on.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Fences the next append on `last_seq` instead (a caller that read the
+    /// subject again; tests that replay a write whose ack was lost).
+    pub fn fence_on(&mut self, last_seq: u64) {
+        self.last_seq = last_seq;
+    }
+
+    /// The `Nats-Msg-Id` of the record with `rev`.
+    pub fn msg_id(&self, rev: u64) -> String {
+        format!("{}:state:{rev}:{}", self.id, self.lease)
+    }
+
+    /// Whether a message id was written by this writer.
+    pub fn wrote(&self, msg_id: &str) -> bool {
+        msg_id
+            .rsplit_once(':')
+            .is_some_and(|(_, lease)| lease == self.lease)
+    }
+
+    /// Stores a step, fenced on the last one, retrying until it is stored,
+    /// fenced, or `until` fires. Returns the stream sequence it got.
+    pub async fn append(
+        &mut self,
+        step: Step<'_>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
+        let msg_id = self.msg_id(step.rev);
+        let mut payload = step.record;
+        if payload.len() > self.log.inline_limit {
+            let name = step.blob;
+            tracing::info!(bytes = payload.len(), blob = %name, "step record too large for a message; storing it in the object store");
+            let store = &self.log.blobs;
+            retry(until, "store a large step record", || async {
+                store.put(name.as_str(), &mut payload.as_ref()).await
+            })
+            .await
+            .ok_or(AppendError::Stopped)?;
+            payload = (step.pointer)(&name);
+        }
+        let mut delay = FIRST_BACKOFF;
+        loop {
+            match self.publish(&msg_id, payload.clone(), step.trace).await {
+                // A duplicate PubAck (on a cluster) is our own earlier write: stored.
+                Ok(seq) => {
+                    self.last_seq = seq;
+                    return Ok(seq);
+                }
+                Err(Some(PublishErrorKind::WrongLastSequence)) => {
+                    match self.log.last(&self.subject).await {
+                        // Our own write, whose ack was lost: stored.
+                        Ok(Some(last)) if last.msg_id == msg_id => {
+                            self.last_seq = last.seq;
+                            return Ok(last.seq);
+                        }
+                        // An earlier write of this writer that was given up
+                        // on but landed: still ours, so go on from it.
+                        Ok(Some(last)) if self.wrote(&last.msg_id) => {
+                            self.last_seq = last.seq;
+                        }
+                        Ok(_) => {
+                            tracing::warn!(
+                                subject = %self.subject,
+                                rev = step.rev,
+                                "another writer appended to this step log: fenced out"
+                            );
+                            return Err(AppendError::Fenced);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not check the step log's last record; retrying");
+                            if !pause(&mut delay, until).await {
+                                return Err(AppendError::Stopped);
+                            }
+                        }
+                    }
+                }
+                Err(kind) => {
+                    tracing::warn!(subject = %self.subject, ?kind, "could not store a step; retrying");
+                    if !pause(&mut delay, until).await {
+                        return Err(AppendError::Stopped);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores `step` as the subject's only record (`Nats-Rollup: sub`,
+    /// fenced like any append): the server drops every earlier one. `false`
+    /// when the stream refuses rollups (10111) or another error persists
+    /// for `tries` attempts: the records are left as they are.
+    pub async fn roll_up(
+        &mut self,
+        step: Step<'_>,
+        tries: u32,
+        until: &CancellationToken,
+    ) -> Result<bool, AppendError> {
+        let msg_id = self.msg_id(step.rev);
+        let mut payload = step.record;
+        if payload.len() > self.log.inline_limit {
+            let name = step.blob;
+            let store = &self.log.blobs;
+            retry(until, "store a large rollup record", || async {
+                store.put(name.as_str(), &mut payload.as_ref()).await
+            })
+            .await
+            .ok_or(AppendError::Stopped)?;
+            payload = (step.pointer)(&name);
+        }
+        let mut delay = FIRST_BACKOFF;
+        for _ in 0..tries.max(1) {
+            match self
+                .publish_with(&msg_id, payload.clone(), step.trace, true)
+                .await
+            {
+                Ok(seq) => {
+                    self.last_seq = seq;
+                    return Ok(true);
+                }
+                Err(Some(PublishErrorKind::WrongLastSequence)) => {
+                    match self.log.last(&self.subject).await {
+                        Ok(Some(last)) if last.msg_id == msg_id => {
+                            self.last_seq = last.seq;
+                            return Ok(true);
+                        }
+                        Ok(_) => return Err(AppendError::Fenced),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not check the step log's last record")
+                        }
+                    }
+                }
+                Err(kind) => {
+                    tracing::warn!(subject = %self.subject, ?kind, "could not roll the step log up");
+                }
+            }
+            if !pause(&mut delay, until).await {
+                return Err(AppendError::Stopped);
+            }
+        }
+        Ok(false)
+    }
+
+    /// One fenced publish; the stream sequence it got, or the error's kind.
+    async fn publish(
+        &self,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+    ) -> Result<u64, Option<PublishErrorKind>> {
+        self.publish_with(msg_id, payload, trace, false).await
+    }
+
+    /// [`Writer::publish`], as a rollup when `rollup`.
+    async fn publish_with(
+        &self,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        rollup: bool,
+    ) -> Result<u64, Option<PublishErrorKind>> {
+        let mut headers = HeaderMap::new();
+        if rollup {
+            headers.insert(ROLLUP_HEADER, "sub");
+        }
+        if let Some(trace) = trace {
+            trace.inject(&mut headers);
+        }
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+        headers.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            self.last_seq.to_string().as_str(),
+        );
+        let message = PublishMessage::build().payload(payload).headers(headers);
+        let ack = self
+            .log
+            .bus
+            .js
+            .send_publish(self.subject.clone(), message)
+            .await
+            .map_err(|e| Some(e.kind()))?;
+        ack.await.map(|a| a.sequence).map_err(|e| Some(e.kind()))
+    }
+}

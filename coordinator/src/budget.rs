@@ -1,0 +1,272 @@
+//! A session's budget: caps on what its model requests may spend, in tokens
+//! or money, for the whole session and for each Orchestrator. The defaults
+//! come from the config file (`[budget.*]`); a console's `/budget` changes a
+//! session's own, stored with its records. At 80 % of a cap the Arbiter is
+//! told, once per cap, with its next turn. At the session cap the session
+//! holds: no Arbiter turn starts (what would start one waits with the hold)
+//! until the cap is raised. Each Orchestrator gets an allowance in its
+//! summons and in every input (its own cap, within what the session has
+//! left), which its worker enforces before each model request.
+
+use arbiter_protocol::{
+    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, Summon, SystemEntry, orchestrator_name,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::session::Session;
+use crate::state::Effect;
+
+/// What a session stores of its budget.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct BudgetState {
+    /// The session's cap as a console set it; absent: the config file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Cap>,
+    /// Each Orchestrator's cap as a console set it; absent: the config file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrator: Option<Cap>,
+    /// The caps the Arbiter was told it has used 80 % of (`session:cost:<cap>`,
+    /// `<orch_id>:tokens:<cap>`): told once per cap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub noted: Vec<String>,
+    /// What the Arbiter is told with its next turn (these start none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// A summons decided while the session held at its cap: sent, with a
+    /// fresh allowance, once the cap is raised (an allowance of nothing
+    /// would only have its worker stop it at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<Summon>,
+}
+
+impl Session {
+    /// The caps in force, and whether the session holds at its cap.
+    pub(crate) fn budget(&self) -> Budget {
+        let defaults = &self.shared.config.budget;
+        Budget {
+            session: self.state.budget.session.unwrap_or(defaults.session),
+            orchestrator: self
+                .state
+                .budget
+                .orchestrator
+                .unwrap_or(defaults.orchestrator),
+            held: self.state.hold.as_ref().is_some_and(|h| h.budget),
+        }
+    }
+
+    /// What Orchestrator `orch_id` may spend, counted from its summons: its
+    /// own cap, within what the session has left. `None` while this session
+    /// has never had a cap, so that summonses and inputs stay as they were.
+    pub(crate) fn allowance(&self, orch_id: &str) -> Option<Cap> {
+        let budget = self.budget();
+        let set_here =
+            self.state.budget.session.is_some() || self.state.budget.orchestrator.is_some();
+        if budget.session.is_none() && budget.orchestrator.is_none() && !set_here {
+            return None;
+        }
+        let spent = self
+            .state
+            .spend
+            .orchestrator(orch_id)
+            .copied()
+            .unwrap_or_default();
+        let session_left = budget.session.left(&self.state.spend.total).after(&spent);
+        Some(budget.orchestrator.min(&session_left))
+    }
+
+    /// After spend changed: the 80 % notes, then the hold at the session cap.
+    pub(crate) fn check_budget(&mut self) {
+        let budget = self.budget();
+        let total = self.state.spend.total;
+        for (unit, limit) in budget
+            .session
+            .past(&total, arbiter_protocol::budget::NOTE_AT_PERCENT)
+        {
+            let key = format!("session:{}:{limit}", unit.key());
+            if self.first_note(key) {
+                let text = format!(
+                    "This session has used {} % of its budget ({} of {}). Wrap up: have the \
+                     work finished and reported, and tell the human where things stand; at the \
+                     cap no new model request starts until the human raises it.",
+                    percent(unit.used(&total), limit),
+                    unit.amount(unit.used(&total)),
+                    unit.amount(limit)
+                );
+                self.budget_note(text);
+            }
+        }
+        if let Some(active) = self.state.active.clone() {
+            let spent = self
+                .state
+                .spend
+                .orchestrator(&active.orch_id)
+                .copied()
+                .unwrap_or_default();
+            for (unit, limit) in budget
+                .orchestrator
+                .past(&spent, arbiter_protocol::budget::NOTE_AT_PERCENT)
+            {
+                let key = format!("{}:{}:{limit}", active.orch_id, unit.key());
+                if self.first_note(key) {
+                    let name = orchestrator_name(active.number);
+                    let text = format!(
+                        "{name} has used {} % of its budget ({} of {}); at the cap its worker \
+                         stops it. Have it wrap up and report, with its handoff packet.",
+                        percent(unit.used(&spent), limit),
+                        unit.amount(unit.used(&spent)),
+                        unit.amount(limit)
+                    );
+                    self.budget_note(text);
+                }
+            }
+        }
+        self.hold_at_cap();
+    }
+
+    /// At the session cap, the session holds (once: one entry says why and
+    /// how to raise it). True when it holds for its budget.
+    pub(crate) fn hold_at_cap(&mut self) -> bool {
+        if self.budget().held {
+            return true;
+        }
+        let cap = self.budget().session;
+        let total = self.state.spend.total;
+        let Some((unit, limit)) = cap.reached(&total) else {
+            return false;
+        };
+        let raise = match unit {
+            arbiter_protocol::budget::Unit::Money => {
+                arbiter_protocol::spend::format_usd(limit.max(1_000_000_000).saturating_mul(2))
+            }
+            arbiter_protocol::budget::Unit::Tokens => format!(
+                "{} tokens",
+                arbiter_protocol::budget::thousands(limit.max(1000).saturating_mul(2))
+            ),
+        };
+        self.hold(format!(
+            "Held: this session has spent {}; its budget is {}, so no new model request \
+             starts. Nothing is lost: the work so far is kept, and what waits for the Arbiter \
+             goes on once the cap is raised. Raise it with /budget session {raise} (or \
+             /budget session off), or change [budget.session] in the coordinator's config file.",
+            unit.amount(unit.used(&total)),
+            unit.amount(limit),
+        ));
+        if let Some(hold) = self.state.hold.as_mut() {
+            hold.budget = true;
+        }
+        true
+    }
+
+    /// A console's `/budget`: the cap is stored with the session, the log
+    /// says what it is now, and a session held at its cap goes on when the
+    /// new one allows.
+    pub(crate) fn change_budget(&mut self, change: BudgetChange, console: &str) {
+        let budget = self.budget();
+        let total = self.state.spend.total;
+        let text = match change.scope {
+            BudgetScope::Session => {
+                let cap = budget.session.with(change.limit);
+                self.state.budget.session = Some(cap);
+                // A new cap is told at its own 80 %.
+                self.state
+                    .budget
+                    .noted
+                    .retain(|k| !k.starts_with("session:"));
+                format!(
+                    "Budget set by console {console}: the session's cap is now {} ({}; spent {}).",
+                    cap.text(),
+                    cap.left_text(&total),
+                    spent_text(&total)
+                )
+            }
+            BudgetScope::Orchestrator => {
+                let cap = budget.orchestrator.with(change.limit);
+                self.state.budget.orchestrator = Some(cap);
+                let active = self.state.active.as_ref().map(|a| a.orch_id.clone());
+                self.state
+                    .budget
+                    .noted
+                    .retain(|k| active.as_deref().is_none_or(|id| !k.starts_with(id)));
+                format!(
+                    "Budget set by console {console}: each Orchestrator's cap is now {}, counted \
+                     from its summons (the active one gets it with the Arbiter's next message).",
+                    cap.text()
+                )
+            }
+        };
+        self.log(LogBody::System(SystemEntry { text }));
+        let held = self.budget().held;
+        if held && self.budget().session.reached(&total).is_none() {
+            // The hold ends: what waited goes on.
+            if let Some(hold) = self.state.hold.take() {
+                let mut queue = hold.waiting;
+                queue.append(&mut self.state.queue);
+                self.state.queue = queue;
+            }
+            self.log(LogBody::System(SystemEntry {
+                text: "The session goes on under its new budget.".to_owned(),
+            }));
+            if let Some(summon) = self.state.budget.deferred.take() {
+                self.send_summons(summon);
+            }
+        }
+        self.check_budget();
+    }
+
+    /// Publishes a summons with the Orchestrator's allowance as it stands;
+    /// while the session holds at its cap it waits for the cap to be raised,
+    /// and only while its Orchestrator is still the active one.
+    pub(crate) fn send_summons(&mut self, mut summon: Summon) {
+        if self.budget().held {
+            self.state.budget.deferred = Some(summon);
+            self.changed = true;
+            return;
+        }
+        let active = self.state.active.as_ref();
+        if active.is_none_or(|a| a.orch_id != summon.orch_id) {
+            return;
+        }
+        summon.budget = self.allowance(&summon.orch_id);
+        self.effect(Effect::Summon(summon));
+    }
+
+    /// The notes for the Arbiter's next turn, taken.
+    pub(crate) fn take_budget_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.state.budget.notes)
+            .into_iter()
+            .map(|text| format!("System: {text}"))
+            .collect()
+    }
+
+    /// False when the cap under `key` was told already.
+    fn first_note(&mut self, key: String) -> bool {
+        if self.state.budget.noted.contains(&key) {
+            return false;
+        }
+        self.state.budget.noted.push(key);
+        true
+    }
+
+    /// Told to the human now (a `system` entry) and to the Arbiter with its
+    /// next turn.
+    fn budget_note(&mut self, text: String) {
+        self.log(LogBody::System(SystemEntry { text: text.clone() }));
+        self.state.budget.notes.push(text);
+        self.changed = true;
+    }
+}
+
+fn percent(used: u64, limit: u64) -> u64 {
+    if limit == 0 {
+        return 100;
+    }
+    u64::try_from(u128::from(used) * 100 / u128::from(limit)).unwrap_or(u64::MAX)
+}
+
+fn spent_text(spend: &Spend) -> String {
+    format!(
+        "{} tokens, {}",
+        arbiter_protocol::budget::thousands(spend.tokens()),
+        spend.cost_text()
+    )
+}
