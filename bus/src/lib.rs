@@ -30,6 +30,14 @@ pub use trace::TraceContext;
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// How long JetStream remembers message ids for deduplication.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How long a JetStream write or check is retried, quietly and with the
+/// same `Nats-Msg-Id`, through the loss of one server of a cluster before it
+/// is reported: a stream or consumer whose leader died elects another in
+/// 4–9 s (hard-coded in nats-server), and meanwhile publishes answer "no
+/// responders" and fetches time out. See docs/protocol.md, "A NATS cluster".
+pub const RIDE_OUT: Duration = Duration::from_secs(30);
+/// Longest wait between two tries within [`RIDE_OUT`].
+const RIDE_OUT_STEP: Duration = Duration::from_secs(1);
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
 
@@ -124,6 +132,7 @@ impl Bus {
             client,
             alarms: Alarms::default(),
             user: None,
+            replicas: None,
         };
         Self::open(conn, NatsRole::Admin, Reach::FailFast).await
     }
@@ -153,14 +162,30 @@ impl Bus {
         let mut headers = HeaderMap::new();
         headers.insert(MSG_ID_HEADER, msg_id);
         trace.inject(&mut headers);
-        let ack = self
-            .js
-            .publish_with_headers(subject.clone(), headers, payload)
-            .await
-            .map_err(|e| BusError::js(format!("publish to {subject}"), e))?;
-        ack.await
-            .map_err(|e| BusError::js(format!("ack of {subject}"), e))?;
-        Ok(())
+        // Tried again with the same headers (so the same `Nats-Msg-Id`: a
+        // try that was stored but not acknowledged is not stored twice)
+        // while the failure is one a leader election gives.
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let sent = match self
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await
+            {
+                Ok(ack) => ack.await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(()) => return Ok(()),
+                Err(e) if passing(&e) && started.elapsed() < RIDE_OUT => {
+                    tracing::debug!(%subject, error = %e, "publish not acknowledged yet (a NATS leader election?); trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RIDE_OUT_STEP);
+                }
+                Err(e) => return Err(BusError::js(format!("publish to {subject}"), e)),
+            }
+        }
     }
 
     /// Every message stored on `subject`, oldest first, up to the newest one
@@ -218,6 +243,22 @@ impl Bus {
             .publish(subject.clone(), bytes.into())
             .await
             .map_err(|e| BusError::js(format!("publish to {subject}"), e))
+    }
+}
+
+/// Whether a failed publish may succeed when tried again shortly: what the
+/// loss of a server gives (no responders while a stream elects a leader,
+/// no ack in time, the connection dropped, JetStream "temporarily
+/// unavailable"), as opposed to a refusal (a wrong expected sequence).
+pub fn passing(e: &jetstream::context::PublishError) -> bool {
+    use jetstream::context::PublishErrorKind as Kind;
+    match e.kind() {
+        Kind::StreamNotFound | Kind::TimedOut | Kind::BrokenPipe => true,
+        Kind::Other => {
+            let text = e.to_string().to_lowercase();
+            text.contains("unavailable") || text.contains("10008")
+        }
+        _ => false,
     }
 }
 

@@ -13,7 +13,7 @@ use arbiter_protocol::subjects;
 use async_nats::jetstream::{self, kv, object_store, stream};
 
 use crate::connect::{Connection, Reach};
-use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, Result};
+use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, RIDE_OUT, Result};
 
 /// How long a service waits for a missing stream to be created (by the
 /// coordinator or `arbiter-admin setup`) before it gives up.
@@ -57,10 +57,22 @@ pub fn stream_configs() -> Vec<stream::Config> {
 }
 
 /// Creates every stream, the sessions bucket and the object stores that are
-/// missing. An existing stream keeps its settings, except that subjects this
-/// version needs are added to it.
+/// missing, with one replica; existing ones keep theirs (see [`declare_with`]).
 pub async fn declare(js: &jetstream::Context) -> Result<()> {
+    declare_with(js, None).await
+}
+
+/// Creates every stream, the sessions bucket and the object stores that are
+/// missing, with `replicas` copies (1 when `None`). An existing stream keeps
+/// its settings, except that subjects this version needs are added to it
+/// and, when `replicas` is given, its replicas are changed to that number.
+pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> Result<()> {
+    let copies = replicas.unwrap_or(1);
     for config in stream_configs() {
+        let config = stream::Config {
+            num_replicas: copies,
+            ..config
+        };
         let name = config.name.clone();
         match js.get_stream(&name).await {
             Ok(mut existing) => {
@@ -85,6 +97,9 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
                     tracing::info!(stream = %name, subjects = ?missing, "stream given the subjects this version uses");
                 }
             }
+            Err(e) if !is_not_found(&e) => {
+                return Err(BusError::js(format!("reading stream {name}"), e));
+            }
             Err(_) => {
                 js.create_stream(config)
                     .await
@@ -98,6 +113,7 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
             bucket: subjects::SESSIONS_BUCKET.into(),
             history: 1,
             storage: stream::StorageType::File,
+            num_replicas: copies,
             ..Default::default()
         })
         .await
@@ -108,12 +124,57 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
             js.create_object_store(object_store::Config {
                 bucket: bucket.into(),
                 storage: stream::StorageType::File,
+                num_replicas: copies,
                 ..Default::default()
             })
             .await
             .map_err(|e| BusError::js(format!("creating the object store {bucket}"), e))?;
         }
     }
+    if let Some(replicas) = replicas {
+        for name in store_streams() {
+            set_replicas(js, &name, replicas).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The name of every JetStream stream Arbiter keeps: its streams and those
+/// under the sessions bucket and the object stores.
+pub fn store_streams() -> Vec<String> {
+    let mut names: Vec<String> = stream_configs().into_iter().map(|c| c.name).collect();
+    names.push(format!("KV_{}", subjects::SESSIONS_BUCKET));
+    for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
+        names.push(format!("OBJ_{bucket}"));
+    }
+    names
+}
+
+/// Changes the replicas of stream `name` to `replicas` if it has others
+/// (NATS copies or drops the data in the background; the stream stays
+/// usable meanwhile).
+async fn set_replicas(js: &jetstream::Context, name: &str, replicas: usize) -> Result<()> {
+    let mut stream = js
+        .get_stream(name)
+        .await
+        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?;
+    let have = stream
+        .info()
+        .await
+        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+        .config
+        .clone();
+    if have.num_replicas == replicas {
+        return Ok(());
+    }
+    let from = have.num_replicas;
+    js.update_stream(stream::Config {
+        num_replicas: replicas,
+        ..have
+    })
+    .await
+    .map_err(|e| BusError::js(format!("changing the replicas of stream {name}"), e))?;
+    tracing::info!(stream = %name, from, to = replicas, "stream replicas changed");
     Ok(())
 }
 
@@ -139,12 +200,18 @@ impl Bus {
         let js = jetstream::new(conn.client.clone());
         let alarms = conn.alarms.clone();
         if matches!(role, NatsRole::Admin | NatsRole::Coordinator) {
-            guarded(&alarms, role, declare(&js)).await?;
+            riding_out("declaring the streams", || {
+                guarded(&alarms, role, declare_with(&js, conn.replicas))
+            })
+            .await?;
         } else {
             let started = Instant::now();
             let mut told = false;
             loop {
-                match first_missing(&js, &alarms, role).await? {
+                let missing =
+                    riding_out("checking the streams", || first_missing(&js, &alarms, role))
+                        .await?;
+                match missing {
                     None => break,
                     Some(stream) if reach == Reach::Wait && started.elapsed() < MISSING_WAIT => {
                         if !told {
@@ -157,10 +224,12 @@ impl Bus {
                 }
             }
         }
-        let sessions_kv = guarded(&alarms, role, async {
-            js.get_key_value(subjects::SESSIONS_BUCKET)
-                .await
-                .map_err(|e| BusError::js("opening the sessions bucket", e))
+        let sessions_kv = riding_out("opening the sessions bucket", || {
+            guarded(&alarms, role, async {
+                js.get_key_value(subjects::SESSIONS_BUCKET)
+                    .await
+                    .map_err(|e| BusError::js("opening the sessions bucket", e))
+            })
         })
         .await?;
         Ok(Self {
@@ -174,9 +243,50 @@ impl Bus {
 }
 
 /// The first stream `role` uses that does not exist now: after errors, to
-/// tell a passing failure from streams deleted under a running process.
+/// tell a passing failure from streams deleted under a running process. A
+/// stream reported missing is asked about again for [`RIDE_OUT`] (the loss
+/// of a server must not pass for a deletion): it is missing only if no
+/// answer in that time says it exists.
 pub async fn missing_stream(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
-    first_missing(&bus.js, &bus.alarms, role).await
+    let Some(stream) = first_missing(&bus.js, &bus.alarms, role).await? else {
+        return Ok(None);
+    };
+    tracing::warn!(%stream, within = ?RIDE_OUT, "the server says a stream is missing; asking again before stopping");
+    let started = Instant::now();
+    while started.elapsed() < RIDE_OUT {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(None) = first_missing(&bus.js, &bus.alarms, role).await {
+            tracing::info!(%stream, "the stream is there after all");
+            return Ok(None);
+        }
+    }
+    Ok(Some(stream))
+}
+
+/// Runs `op` again while it fails with a JetStream error (no answer, no
+/// leader: the loss of a server of a cluster), for up to [`RIDE_OUT`]; a
+/// refusal (a denied permission, a missing file) is returned at once.
+pub async fn riding_out<T, F, Fut>(what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match op().await {
+            Err(e @ BusError::JetStream { .. })
+                if started.elapsed() < RIDE_OUT && !says_not_found(&e.to_string()) =>
+            {
+                if !told {
+                    tracing::warn!(error = %e, within = ?RIDE_OUT, "{what}: JetStream does not answer yet (a NATS leader election, a server lost?); trying again");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The first stream `role` uses that does not exist.
@@ -205,7 +315,15 @@ async fn first_missing(
 }
 
 fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
-    let text = e.to_string().to_lowercase();
+    says_not_found(&e.to_string())
+}
+
+/// Whether an error's text is the server's "stream not found" (10059), which
+/// only the meta leader says: an answer, not a passing failure. ("No
+/// responders", which async-nats words "requested JetStream resource does not
+/// exist", is the passing one.)
+fn says_not_found(text: &str) -> bool {
+    let text = text.to_lowercase();
     text.contains("not found") || text.contains("10059")
 }
 

@@ -26,8 +26,8 @@ pub(crate) const CLIENT_NAME: &str = "arbiter-console";
 /// With no status for the session and nothing sent, an empty log after this
 /// long means there is nothing to wait for.
 const REPLAY_WINDOW: Duration = Duration::from_secs(1);
-/// The log consumer recreates itself on most errors; this many in a row means
-/// it cannot.
+/// The log consumer recreates itself on most errors; this many in a row, for
+/// longer than the bus rides out the loss of a server, means it cannot.
 const MAX_LOG_ERRORS: u32 = 10;
 
 /// The human's side: what they type, where the log goes, where notices go.
@@ -209,6 +209,7 @@ where
         let replay_deadline = Instant::now() + REPLAY_WINDOW;
         let mut replay_window_over = false;
         let mut log_errors = 0;
+        let mut failing_since = Instant::now();
         loop {
             if !input_open && !self.config.follow && self.progress.settled(replay_window_over) {
                 tracing::debug!("session settled");
@@ -222,9 +223,14 @@ where
                         self.log_message(&message.subject, &message.payload).await?;
                     }
                     Some(Err(e)) => {
+                        if log_errors == 0 {
+                            failing_since = Instant::now();
+                        }
                         log_errors += 1;
                         tracing::warn!(error = %e, "log consumer error");
-                        if log_errors >= MAX_LOG_ERRORS {
+                        if log_errors >= MAX_LOG_ERRORS
+                            && failing_since.elapsed() >= arbiter_bus::RIDE_OUT
+                        {
                             return Err(self.log_error(e));
                         }
                     }

@@ -400,6 +400,7 @@ impl StateStore {
             at: Utc::now(),
         };
         let msg_id = format!("{}:state:{}:{}", self.orch_id, self.rev, self.lease);
+        let started = std::time::Instant::now();
         let mut delay = Duration::from_millis(50);
         let mut payload = encode(&record);
         if payload.len() > self.inline_limit {
@@ -433,6 +434,10 @@ impl StateStore {
         }
         loop {
             match self.publish(&msg_id, payload.clone()).await {
+                // Also a try of this very write that was stored but not
+                // acknowledged: on R3 the server answers it with a duplicate
+                // PubAck carrying the stored sequence (on R1 with 10071,
+                // below).
                 Ok(seq) => {
                     self.last_seq = seq;
                     self.baseline = None;
@@ -467,7 +472,24 @@ impl StateStore {
                     }
                 }
                 Err(kind) => {
-                    tracing::warn!(?kind, "could not store the Orchestrator state; retrying");
+                    // What the loss of a NATS node gives is said quietly
+                    // for `RIDE_OUT`; the same `Nats-Msg-Id` is sent again.
+                    let passing = matches!(
+                        kind,
+                        Some(
+                            PublishErrorKind::StreamNotFound
+                                | PublishErrorKind::TimedOut
+                                | PublishErrorKind::BrokenPipe
+                        )
+                    );
+                    if passing && started.elapsed() < arbiter_bus::RIDE_OUT {
+                        tracing::debug!(
+                            ?kind,
+                            "Orchestrator state not stored yet (a NATS leader election?); retrying"
+                        );
+                    } else {
+                        tracing::warn!(?kind, "could not store the Orchestrator state; retrying");
+                    }
                     backoff(&mut delay, until).await?;
                 }
             }
