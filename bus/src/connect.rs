@@ -155,6 +155,9 @@ struct AlarmsInner {
     denied: Mutex<Vec<String>>,
     denied_tx: watch::Sender<u64>,
     connected_once: std::sync::atomic::AtomicBool,
+    /// The stream the server has said is missing, and since when, with no
+    /// answer since saying it exists (see `setup::missing_stream`).
+    missing: Mutex<Option<(String, Instant)>>,
 }
 
 impl Default for Alarms {
@@ -165,6 +168,7 @@ impl Default for Alarms {
                 denied: Mutex::new(Vec::new()),
                 denied_tx: watch::channel(0).0,
                 connected_once: std::sync::atomic::AtomicBool::new(false),
+                missing: Mutex::new(None),
             }),
         }
     }
@@ -207,6 +211,30 @@ impl Alarms {
     /// Every permission violation so far, as the server worded it.
     pub fn denials(&self) -> Vec<String> {
         self.lock().clone()
+    }
+
+    /// Since when `stream` has been reported missing without an answer
+    /// saying it exists; `None` clears it (the streams are all there).
+    pub(crate) fn missing_since(&self, stream: Option<&str>) -> Option<Instant> {
+        let mut slot = self
+            .inner
+            .missing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match stream {
+            None => {
+                *slot = None;
+                None
+            }
+            Some(name) => match slot.as_ref() {
+                Some((seen, since)) if seen == name => Some(*since),
+                _ => {
+                    let now = Instant::now();
+                    *slot = Some((name.to_owned(), now));
+                    Some(now)
+                }
+            },
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {

@@ -243,24 +243,44 @@ impl Bus {
 }
 
 /// The first stream `role` uses that does not exist now: after errors, to
-/// tell a passing failure from streams deleted under a running process. A
-/// stream reported missing is asked about again for [`RIDE_OUT`] (the loss
-/// of a server must not pass for a deletion): it is missing only if no
-/// answer in that time says it exists.
+/// tell a passing failure from streams deleted under a running process.
+/// During a NATS cluster's leader election no single answer is taken as
+/// final: a stream counts as missing only once the answers have said so,
+/// with none saying it exists, for [`RIDE_OUT`] (across calls: the caller
+/// is never held up). Callers ask
+/// after each failure, so a deleted stream is reported within about
+/// `RIDE_OUT` of the failures starting.
 pub async fn missing_stream(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
     let Some(stream) = first_missing(&bus.js, &bus.alarms, role).await? else {
+        bus.alarms.missing_since(None);
         return Ok(None);
     };
-    tracing::warn!(%stream, within = ?RIDE_OUT, "the server says a stream is missing; asking again before stopping");
+    let since = bus
+        .alarms
+        .missing_since(Some(&stream))
+        .unwrap_or_else(Instant::now);
+    if since.elapsed() >= RIDE_OUT {
+        return Ok(Some(stream));
+    }
+    if since.elapsed() < Duration::from_millis(10) {
+        tracing::warn!(%stream, within = ?RIDE_OUT, "the server says a stream is missing; it counts as deleted only if that holds");
+    }
+    Ok(None)
+}
+
+/// [`missing_stream`] for a caller that cannot ask again later (its
+/// consumer has ended): asks until an answer says every stream exists, or
+/// one has been reported missing for [`RIDE_OUT`].
+pub async fn missing_stream_settled(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
     let started = Instant::now();
-    while started.elapsed() < RIDE_OUT {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Ok(None) = first_missing(&bus.js, &bus.alarms, role).await {
-            tracing::info!(%stream, "the stream is there after all");
-            return Ok(None);
+    loop {
+        match first_missing(&bus.js, &bus.alarms, role).await {
+            Ok(None) => return Ok(None),
+            Ok(Some(stream)) if started.elapsed() >= RIDE_OUT => return Ok(Some(stream)),
+            Err(e) if started.elapsed() >= RIDE_OUT => return Err(e),
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
         }
     }
-    Ok(Some(stream))
 }
 
 /// Runs `op` again while it fails with a JetStream error (no answer, no
@@ -289,15 +309,18 @@ where
     }
 }
 
-/// The first stream `role` uses that does not exist.
+/// The first stream `role` uses that does not exist. The streams are asked
+/// about at once: while a cluster elects leaders each answer can take
+/// seconds, and callers (the coordinator's intake) wait for this.
 async fn first_missing(
     js: &jetstream::Context,
     alarms: &Alarms,
     role: NatsRole,
 ) -> Result<Option<String>> {
-    for name in roles::streams_used(role) {
-        let check = async {
-            match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(&name)).await {
+    let names = roles::streams_used(role);
+    let checks = names.iter().map(|name| {
+        let check = async move {
+            match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(name)).await {
                 Ok(Ok(_)) => Ok(false),
                 Ok(Err(e)) if is_not_found(&e) => Ok(true),
                 Ok(Err(e)) => Err(BusError::js(format!("checking stream {name}"), e)),
@@ -307,8 +330,12 @@ async fn first_missing(
                 )),
             }
         };
-        if guarded(alarms, role, check).await? {
-            return Ok(Some(name));
+        guarded(alarms, role, check)
+    });
+    let answers = futures::future::join_all(checks).await;
+    for (name, answer) in names.iter().zip(answers) {
+        if answer? {
+            return Ok(Some(name.clone()));
         }
     }
     Ok(None)

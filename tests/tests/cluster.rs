@@ -32,37 +32,81 @@ const BRIEF: &str = "Build an authentication system in src/auth/: Google and Git
 const BRIEF_II: &str = "Write the docs for src/auth/.";
 
 /// What the human's console receives: every log entry it is delivered, in
-/// order, over an ordered consumer (as `arbiter-console` follows a log),
-/// connected with the console credential to all three nodes.
+/// order, connected with the console credential to all three nodes. It
+/// follows the log as `arbiter-console`'s screen does (`console/src/feed.rs`):
+/// an ordered consumer, started over from the last entry seen when the
+/// connection came back on another node (the consumer lived on the dead one)
+/// or when the consumer ends.
 struct ConsoleView {
     seen: Arc<Mutex<Vec<LogEntry>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
+async fn open_log(bus: &Bus, session: &str, after: Option<u64>) -> Option<pull::Ordered> {
+    let consumer = bus
+        .js
+        .create_consumer_on_stream(
+            pull::OrderedConfig {
+                name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
+                filter_subject: subjects::session_log(session),
+                deliver_policy: match after {
+                    Some(seq) => DeliverPolicy::ByStartSequence {
+                        start_sequence: seq + 1,
+                    },
+                    None => DeliverPolicy::All,
+                },
+                ..Default::default()
+            },
+            subjects::SESSIONS_STREAM,
+        )
+        .await
+        .ok()?;
+    consumer.messages().await.ok()
+}
+
 impl ConsoleView {
     async fn follow(bus: &Bus, session: &str) -> Self {
-        let consumer = bus
-            .js
-            .create_consumer_on_stream(
-                pull::OrderedConfig {
-                    name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
-                    filter_subject: subjects::session_log(session),
-                    deliver_policy: DeliverPolicy::All,
-                    ..Default::default()
-                },
-                subjects::SESSIONS_STREAM,
-            )
-            .await
-            .unwrap();
-        let mut messages = consumer.messages().await.unwrap();
+        let mut messages = open_log(bus, session, None).await.unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
+        let bus = bus.clone();
+        let session = session.to_owned();
         let task = tokio::spawn(async move {
-            // Errors while a node is down are the consumer recreating itself.
-            while let Some(next) = messages.next().await {
-                if let Ok(msg) = next {
-                    let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
-                    sink.lock().unwrap().push(entry);
+            let stats = bus.client.statistics();
+            let connects = || stats.connects.load(std::sync::atomic::Ordering::Relaxed);
+            let mut seen_connects = connects();
+            let mut last_stream_seq = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                let start_over = tokio::select! {
+                    next = messages.next() => match next {
+                        Some(Ok(msg)) => {
+                            let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
+                            last_stream_seq = msg.info().ok().map(|i| i.stream_sequence);
+                            sink.lock().unwrap().push(entry);
+                            false
+                        }
+                        // The consumer recreating itself.
+                        Some(Err(_)) => false,
+                        None => true,
+                    },
+                    _ = tick.tick() => {
+                        let reconnected = bus.client.connection_state()
+                            == async_nats::connection::State::Connected
+                            && connects() != seen_connects;
+                        if reconnected {
+                            seen_connects = connects();
+                        }
+                        reconnected
+                    }
+                };
+                if start_over {
+                    messages = loop {
+                        if let Some(again) = open_log(&bus, &session, last_stream_seq).await {
+                            break again;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    };
                 }
             }
         });
@@ -398,7 +442,11 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
         .iter()
         .map(|r| r.last_user_text())
         .collect();
-    assert_eq!(asked.len(), 6, "Orchestrator I's model asked once per step: {asked:#?}");
+    assert_eq!(
+        asked.len(),
+        6,
+        "Orchestrator I's model asked once per step: {asked:#?}"
+    );
 
     // 3. The node comes back and catches up; then another node dies while
     //    Orchestrator II works.
@@ -423,8 +471,14 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
     mock.wait_for_requests(&lane_ii, 1, CLUSTER_WAIT).await;
     tracing::info!(node = cluster.name(second), "kill -9 of a second node");
     cluster.kill(second);
+    let killed = Instant::now();
     hold_ii.open();
     settled(&admin, s, 17).await;
+    eprintln!(
+        "second kill ({}): Orchestrator II's report, release and the Arbiter's answer stored {:?} after the kill",
+        cluster.name(second),
+        killed.elapsed()
+    );
     view.wait_len(17, "the second flow").await;
     let bodies: Vec<LogBody> = view.entries().into_iter().map(|e| e.body).collect();
     assert_eq!(

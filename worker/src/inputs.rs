@@ -79,8 +79,7 @@ async fn try_open(shared: &Shared, orch_id: &str) -> Result<Messages, String> {
         })
         .await
         .map_err(|e| format!("creating the input consumer: {e}"))?;
-    consumer
-        .messages()
+    arbiter_bus::follow(&consumer)
         .await
         .map_err(|e| format!("reading inputs: {e}"))
 }
@@ -106,7 +105,9 @@ async fn reopen(shared: &Shared, orch_id: &str) -> Result<Messages, String> {
         .get_consumer::<pull::Config>(&subjects::orch_consumer(orch_id))
         .await
         .map_err(|e| e.to_string())?;
-    consumer.messages().await.map_err(|e| e.to_string())
+    arbiter_bus::follow(&consumer)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Hands the agent its inputs in stream order and turns a release or cancel

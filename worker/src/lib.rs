@@ -396,7 +396,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Err(e) => {
                     let since = *failing_since.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() < arbiter_bus::RIDE_OUT {
-                        tracing::info!(error = %e, "fetching summons failed (a NATS leader election?); retrying");
+                        tracing::debug!(error = %e, "fetching summons failed (a NATS leader election?); retrying");
                     } else {
                         tracing::warn!(error = %e, failing_for = ?since.elapsed(), "fetching summons failed; retrying");
                     }
