@@ -593,7 +593,12 @@ mod tests {
         let routes = layout.server_file("routes.conf");
         let mode = std::fs::metadata(&routes).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "the route password is owner-only");
-        assert!(layout.read(&routes).unwrap().contains("nats-route://route:"));
+        assert!(
+            layout
+                .read(&routes)
+                .unwrap()
+                .contains("nats-route://route:")
+        );
         // Too few nodes to survive the loss of one.
         let small = tempfile::tempdir().unwrap();
         let two = InitOptions {
