@@ -36,11 +36,20 @@ const BRIEF_II: &str = "Write the docs for src/auth/.";
 /// follows the log as `arbiter-console`'s screen does (`console/src/feed.rs`):
 /// an ordered consumer, started over from the last entry seen when the
 /// connection came back on another node (the consumer lived on the dead one)
-/// or when the consumer ends.
+/// or when the consumer ends. One more rule the console binaries do not
+/// have (see `stalls`): an ordered consumer whose node died while this
+/// client stayed connected elsewhere has been seen to deliver nothing more
+/// (async-nats recreating it never finished); after 10 s behind the stored
+/// log it is started over too, and counted.
 struct ConsoleView {
     seen: Arc<Mutex<Vec<LogEntry>>>,
+    /// How many times the view started over because its consumer stalled.
+    stalls: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// How long the view may stay behind the stored log before it starts over.
+const STALL: Duration = Duration::from_secs(10);
 
 async fn open_log(bus: &Bus, session: &str, after: Option<u64>) -> Option<pull::Ordered> {
     let consumer = bus
@@ -64,14 +73,29 @@ async fn open_log(bus: &Bus, session: &str, after: Option<u64>) -> Option<pull::
     consumer.messages().await.ok()
 }
 
+/// The stream sequence of the session's last stored log entry (0: none, or
+/// the server could not say).
+async fn stored_last(bus: &Bus, session: &str) -> u64 {
+    let Ok(stream) = bus.js.get_stream(subjects::SESSIONS_STREAM).await else {
+        return 0;
+    };
+    stream
+        .get_last_raw_message_by_subject(&subjects::session_log(session))
+        .await
+        .map_or(0, |m| m.sequence)
+}
+
 impl ConsoleView {
     async fn follow(bus: &Bus, session: &str) -> Self {
         let mut messages = open_log(bus, session, None).await.unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
+        let stalls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stalled = stalls.clone();
         let bus = bus.clone();
         let session = session.to_owned();
         let task = tokio::spawn(async move {
+            let mut progress_at = Instant::now();
             let stats = bus.client.statistics();
             let connects = || stats.connects.load(std::sync::atomic::Ordering::Relaxed);
             let mut seen_connects = connects();
@@ -84,6 +108,7 @@ impl ConsoleView {
                             let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
                             last_stream_seq = msg.info().ok().map(|i| i.stream_sequence);
                             sink.lock().unwrap().push(entry);
+                            progress_at = Instant::now();
                             false
                         }
                         // The consumer recreating itself.
@@ -97,7 +122,13 @@ impl ConsoleView {
                         if reconnected {
                             seen_connects = connects();
                         }
-                        reconnected
+                        let behind = progress_at.elapsed() >= STALL
+                            && stored_last(&bus, &session).await > last_stream_seq.unwrap_or(0);
+                        if behind {
+                            stalled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            progress_at = Instant::now();
+                        }
+                        reconnected || behind
                     }
                 };
                 if start_over {
@@ -110,7 +141,11 @@ impl ConsoleView {
                 }
             }
         });
-        Self { seen, task }
+        Self { seen, stalls, task }
+    }
+
+    fn stalls(&self) -> usize {
+        self.stalls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn entries(&self) -> Vec<LogEntry> {
@@ -492,6 +527,10 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
         ]
     );
     check_log(&admin, &view, s, 17, &sent).await;
+    eprintln!(
+        "the console view started over {} time(s) because its consumer stalled",
+        view.stalls()
+    );
     assert_eq!(
         mock.requests_for(&lane_ii).len(),
         1,
