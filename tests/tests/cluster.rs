@@ -86,13 +86,16 @@ async fn stored_last(bus: &Bus, session: &str) -> u64 {
 }
 
 impl ConsoleView {
-    async fn follow(bus: &Bus, session: &str) -> Self {
+    /// Follows `session` as `bus` (the console); `stored` (the admin, who
+    /// may read the stream's last message) tells when it is behind.
+    async fn follow(bus: &Bus, stored: &Bus, session: &str) -> Self {
         let mut messages = open_log(bus, session, None).await.unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let stalls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stalled = stalls.clone();
         let bus = bus.clone();
+        let stored = stored.clone();
         let session = session.to_owned();
         let task = tokio::spawn(async move {
             let mut progress_at = Instant::now();
@@ -123,7 +126,7 @@ impl ConsoleView {
                             seen_connects = connects();
                         }
                         let behind = progress_at.elapsed() >= STALL
-                            && stored_last(&bus, &session).await > last_stream_seq.unwrap_or(0);
+                            && stored_last(&stored, &session).await > last_stream_seq.unwrap_or(0);
                         if behind {
                             stalled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             progress_at = Instant::now();
@@ -361,7 +364,7 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
     );
 
     let s = "s-cluster";
-    let view = ConsoleView::follow(&console, s).await;
+    let view = ConsoleView::follow(&console, &admin, s).await;
     let arb = arbiter_lane("Build me an auth system");
     let lane = orch_lane(BRIEF);
     let mut sent = Vec::new();
