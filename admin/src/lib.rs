@@ -35,7 +35,7 @@ use arbiter_protocol::subjects;
 use nkeys::KeyPair;
 
 pub use layout::Layout;
-pub use registry::{Registry, UserRecord};
+pub use registry::{Cluster, ClusterNode, Registry, UserRecord};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -81,6 +81,10 @@ pub struct InitOptions {
     pub days: i64,
     /// Overwrite an existing directory (every old credential stops working).
     pub force: bool,
+    /// A JetStream cluster: one config per node (`server/<node>.conf`),
+    /// routes over mutual TLS with a route password. Clients get every
+    /// node's URL.
+    pub cluster: Option<Cluster>,
 }
 
 impl Default for InitOptions {
@@ -94,6 +98,7 @@ impl Default for InitOptions {
             resolver_dir: None,
             days: 730,
             force: false,
+            cluster: None,
         }
     }
 }
@@ -119,6 +124,23 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
     }
     for pool in &options.pools {
         check_token("pool", pool)?;
+    }
+    if let Some(cluster) = &options.cluster {
+        check_token("cluster name", &cluster.name)?;
+        for node in &cluster.nodes {
+            check_token("node name", &node.name)?;
+            if ["nats-server", "resolver", "accounts", "routes"].contains(&node.name.as_str()) {
+                return Err(Error::Usage(format!(
+                    "node name {:?} is taken by another file of server/",
+                    node.name
+                )));
+            }
+        }
+        if cluster.nodes.len() < 3 {
+            return Err(Error::Usage(
+                "a JetStream cluster needs at least 3 nodes (--node, repeated) to survive the loss of one".into(),
+            ));
+        }
     }
     layout.create_dirs()?;
     let root = match &options.server_root {
@@ -160,9 +182,13 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    for name in &options.server_names {
-        if !names.contains(name) {
-            names.push(name.clone());
+    let node_hosts = options
+        .cluster
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(|n| n.host.clone()));
+    for name in options.server_names.iter().cloned().chain(node_hosts) {
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
     let server = pki::issue(&ca, "nats-server", "server", &names, true, options.days)?;
@@ -177,7 +203,15 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
         account: account.public_key(),
         signing_key: signing.public_key(),
         account_iat: iat,
-        url: options.url.clone(),
+        url: match &options.cluster {
+            Some(cluster) => cluster
+                .nodes
+                .iter()
+                .map(ClusterNode::url)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => options.url.clone(),
+        },
         listen: options.listen.clone(),
         server_root: root.clone(),
         resolver_dir: options
@@ -186,7 +220,11 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
             .unwrap_or_else(|| root.join("server").join("jwt")),
         server_names: names,
         users: Vec::new(),
+        cluster: options.cluster.clone(),
     };
+    if let Some(cluster) = &registry.cluster {
+        server_conf::write_routes(&layout, cluster, &KeyPair::new_user().public_key())?;
+    }
     for (role, name, pools) in [
         (NatsRole::Admin, "admin", Vec::new()),
         (NatsRole::Coordinator, "coordinator", Vec::new()),
@@ -509,6 +547,74 @@ mod tests {
         let token = line.split('"').nth(1).unwrap();
         let payload = token.split('.').nth(1).unwrap();
         serde_json::from_slice(&BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn cluster_nodes_are_parsed_with_default_ports() {
+        let node = ClusterNode::parse("n1@nats-1").unwrap();
+        assert_eq!((node.client_port, node.route_port), (4222, 6222));
+        let node = ClusterNode::parse("n2@10.0.0.2:4223:6223").unwrap();
+        assert_eq!(
+            node,
+            ClusterNode {
+                name: "n2".into(),
+                host: "10.0.0.2".into(),
+                client_port: 4223,
+                route_port: 6223
+            }
+        );
+        assert!(ClusterNode::parse("nats-1").is_err());
+        assert!(ClusterNode::parse("n1@h:x").is_err());
+    }
+
+    #[test]
+    fn a_cluster_gets_a_config_per_node_and_private_routes() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<ClusterNode> = ["n1@a", "n2@b", "n3@c"]
+            .iter()
+            .map(|n| ClusterNode::parse(n).unwrap())
+            .collect();
+        let registry = init(
+            dir.path(),
+            &InitOptions {
+                cluster: Some(Cluster {
+                    name: "arbiter".into(),
+                    nodes,
+                }),
+                ..InitOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(registry.url, "tls://a:4222,tls://b:4222,tls://c:4222");
+        assert!(registry.server_names.contains(&"b".to_owned()));
+        let layout = Layout::new(dir.path());
+        let n2 = layout.read(&layout.server_file("n2.conf")).unwrap();
+        assert!(n2.contains("server_name: \"n2\""));
+        assert!(n2.contains("include \"routes.conf\""));
+        assert!(n2.contains("/jwt/n2\""));
+        let routes = layout.server_file("routes.conf");
+        let mode = std::fs::metadata(&routes).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the route password is owner-only");
+        assert!(
+            layout
+                .read(&routes)
+                .unwrap()
+                .contains("nats-route://route:")
+        );
+        // Too few nodes to survive the loss of one.
+        let small = tempfile::tempdir().unwrap();
+        let two = InitOptions {
+            cluster: Some(Cluster {
+                name: "arbiter".into(),
+                nodes: vec![
+                    ClusterNode::parse("n1@a").unwrap(),
+                    ClusterNode::parse("n2@b").unwrap(),
+                ],
+            }),
+            ..InitOptions::default()
+        };
+        assert!(matches!(init(small.path(), &two), Err(Error::Usage(_))));
     }
 
     #[test]

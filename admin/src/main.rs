@@ -56,6 +56,14 @@ enum Command {
         /// Replace an existing deployment: every credential it issued stops working.
         #[arg(long)]
         force: bool,
+        /// A node of a NATS cluster, NAME@HOST[:CLIENT_PORT[:ROUTE_PORT]]
+        /// (ports 4222 and 6222 by default); repeat for each node (3 or
+        /// more). Each gets server/NAME.conf; clients get every node's URL.
+        #[arg(long = "node", value_name = "NAME@HOST", value_parser = arbiter_admin::ClusterNode::parse)]
+        nodes: Vec<arbiter_admin::ClusterNode>,
+        /// The cluster's name, with --node.
+        #[arg(long, default_value = "arbiter")]
+        cluster_name: String,
     },
     /// Issue one more credential bundle (creds/<NAME>/); nothing changes on the server.
     Issue {
@@ -167,7 +175,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             resolver_dir,
             days,
             force,
+            nodes,
+            cluster_name,
         } => {
+            let cluster = (!nodes.is_empty()).then_some(arbiter_admin::Cluster {
+                name: cluster_name,
+                nodes,
+            });
             let options = InitOptions {
                 server_names,
                 pools: if pools.is_empty() {
@@ -181,13 +195,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 resolver_dir,
                 days,
                 force,
+                cluster,
             };
             let registry = arbiter_admin::init(&cli.dir, &options)?;
             let d = cli.dir.display();
             println!("wrote a new deployment to {d}:");
-            println!(
-                "  server config   {d}/server/nats-server.conf  (run: nats-server -c {d}/server/nats-server.conf -sd <store dir>)"
-            );
+            match &registry.cluster {
+                None => println!(
+                    "  server config   {d}/server/nats-server.conf  (run: nats-server -c {d}/server/nats-server.conf -sd <store dir>)"
+                ),
+                Some(cluster) => {
+                    for node in &cluster.nodes {
+                        println!(
+                            "  node {:<10} {d}/server/{}.conf  (run: nats-server -c {d}/server/{}.conf -sd <its store dir>)",
+                            node.name, node.name, node.name
+                        );
+                    }
+                    println!(
+                        "  clients use    NATS_URL={}  ARBITER_REPLICAS=3",
+                        registry.url
+                    );
+                }
+            }
             for user in &registry.users {
                 println!(
                     "  {:<12}    {d}/creds/{}/  (source its env file)",

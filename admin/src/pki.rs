@@ -76,11 +76,16 @@ pub fn issue(
         CertificateParams::new(names.to_vec()).map_err(failed("a certificate's names"))?;
     params.distinguished_name = name(common_name, Some(unit));
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![if server {
-        ExtendedKeyUsagePurpose::ServerAuth
+    // A server of a cluster also dials the others' route ports with its
+    // certificate, as a client.
+    params.extended_key_usages = if server {
+        vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ]
     } else {
-        ExtendedKeyUsagePurpose::ClientAuth
-    }];
+        vec![ExtendedKeyUsagePurpose::ClientAuth]
+    };
     validity(&mut params, days);
     let cert = params
         .signed_by(&key, &issuer)

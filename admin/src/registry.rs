@@ -29,6 +29,67 @@ pub struct Registry {
     pub resolver_dir: PathBuf,
     pub server_names: Vec<String>,
     pub users: Vec<UserRecord>,
+    /// The nodes of a NATS cluster, when the deployment runs one (each gets
+    /// its own `server/<node>.conf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+}
+
+/// A JetStream cluster of nats-servers that route to each other over mutual
+/// TLS (the deployment's CA) and a route password (in `server/routes.conf`,
+/// owner-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// The cluster's name (`cluster { name }`).
+    pub name: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One server of a [`Cluster`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Its `server_name` and the name of its file, `server/<name>.conf`.
+    pub name: String,
+    /// Where its clients connect, as they reach it (`nats-1:4222`).
+    pub host: String,
+    pub client_port: u16,
+    /// Its route port, which the other nodes dial.
+    pub route_port: u16,
+}
+
+impl ClusterNode {
+    /// Parses `NAME@HOST[:CLIENT_PORT[:ROUTE_PORT]]` (ports 4222 and 6222 by default).
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let (name, rest) = text
+            .split_once('@')
+            .ok_or_else(|| format!("{text:?}: expected NAME@HOST[:CLIENT_PORT[:ROUTE_PORT]]"))?;
+        let mut parts = rest.split(':');
+        let host = parts.next().unwrap_or_default().to_owned();
+        let port = |p: Option<&str>, default: u16| match p {
+            None => Ok(default),
+            Some(p) => p
+                .parse::<u16>()
+                .map_err(|_| format!("{text:?}: bad port {p:?}")),
+        };
+        let client_port = port(parts.next(), 4222)?;
+        let route_port = port(parts.next(), 6222)?;
+        if name.is_empty() || host.is_empty() || parts.next().is_some() {
+            return Err(format!(
+                "{text:?}: expected NAME@HOST[:CLIENT_PORT[:ROUTE_PORT]]"
+            ));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            host,
+            client_port,
+            route_port,
+        })
+    }
+
+    /// The URL clients reach it at.
+    pub fn url(&self) -> String {
+        format!("tls://{}:{}", self.host, self.client_port)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

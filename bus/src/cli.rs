@@ -43,6 +43,11 @@ pub struct NatsArgs {
     /// Inbox prefix for replies (default: the one the credentials allow, else _INBOX).
     #[arg(long, env = "NATS_INBOX_PREFIX", global = true)]
     pub inbox_prefix: Option<String>,
+    /// Copies of each stream and bucket this process creates: 1 on a single
+    /// server, 3 on a 3-node cluster. Given, it also changes existing ones
+    /// (the coordinator and `arbiter-admin setup` declare them; others ignore it).
+    #[arg(long, env = "ARBITER_REPLICAS", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5), global = true)]
+    pub replicas: Option<u8>,
 }
 
 impl NatsArgs {
@@ -57,6 +62,7 @@ impl NatsArgs {
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             inbox_prefix: self.inbox_prefix.clone(),
+            replicas: self.replicas.map(usize::from),
         }
     }
 }

@@ -69,6 +69,11 @@ pub struct NatsOptions {
     /// Where request replies come; by default the one a `.creds` file's
     /// permissions name (`_INBOX_<user>`), else `_INBOX`.
     pub inbox_prefix: Option<String>,
+    /// How many copies of each stream, bucket and object store a process
+    /// that declares them (the coordinator, `arbiter-admin setup`) keeps: 1
+    /// on a single server, 3 on a 3-node cluster. `None`: new ones get 1 and
+    /// existing ones keep theirs; `Some(n)`: existing ones are changed to `n`.
+    pub replicas: Option<usize>,
 }
 
 impl Default for NatsOptions {
@@ -90,6 +95,7 @@ impl NatsOptions {
             tls_cert: None,
             tls_key: None,
             inbox_prefix: None,
+            replicas: None,
         }
     }
 
@@ -133,6 +139,8 @@ pub struct Connection {
     pub alarms: Alarms,
     /// The user name in the credential, when it carries one (a `.creds` JWT).
     pub user: Option<String>,
+    /// The replicas asked for ([`NatsOptions::replicas`]).
+    pub replicas: Option<usize>,
 }
 
 /// What the server told this connection that a process must act on: the
@@ -149,6 +157,9 @@ struct AlarmsInner {
     /// Counts the connections made (the first and every reconnect).
     connects: watch::Sender<u64>,
     connected_once: std::sync::atomic::AtomicBool,
+    /// The stream the server has said is missing, and since when, with no
+    /// answer since saying it exists (see `setup::missing_stream`).
+    missing: Mutex<Option<(String, Instant)>>,
 }
 
 impl Default for Alarms {
@@ -160,6 +171,7 @@ impl Default for Alarms {
                 denied_tx: watch::channel(0).0,
                 connects: watch::channel(0).0,
                 connected_once: std::sync::atomic::AtomicBool::new(false),
+                missing: Mutex::new(None),
             }),
         }
     }
@@ -208,6 +220,30 @@ impl Alarms {
     /// Every permission violation so far, as the server worded it.
     pub fn denials(&self) -> Vec<String> {
         self.lock().clone()
+    }
+
+    /// Since when `stream` has been reported missing without an answer
+    /// saying it exists; `None` clears it (the streams are all there).
+    pub(crate) fn missing_since(&self, stream: Option<&str>) -> Option<Instant> {
+        let mut slot = self
+            .inner
+            .missing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match stream {
+            None => {
+                *slot = None;
+                None
+            }
+            Some(name) => match slot.as_ref() {
+                Some((seen, since)) if seen == name => Some(*since),
+                _ => {
+                    let now = Instant::now();
+                    *slot = Some((name.to_owned(), now));
+                    Some(now)
+                }
+            },
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
@@ -444,12 +480,14 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
     let mut delay = Duration::from_millis(50);
     loop {
         let attempt = build(options, name, inbox.as_deref(), &alarms).await?;
-        let error = match attempt.connect(options.url.as_str()).await {
+        // async-nats reads one URL from a string: the list is split here.
+        let error = match attempt.connect(server_list(&options.url)).await {
             Ok(client) => {
                 return Ok(Connection {
                     client,
                     alarms,
                     user: creds.and_then(|c| c.name),
+                    replicas: options.replicas,
                 });
             }
             Err(e) => e,
@@ -509,6 +547,16 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(RETRY_MAX);
     }
+}
+
+/// The servers of a comma-separated URL list, in order, blanks dropped. The
+/// client connects to one of them and moves to another when it is lost.
+pub fn server_list(url: &str) -> Vec<String> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The credential named in messages: a file path or a user name, never a secret.
@@ -674,6 +722,15 @@ mod tests {
         assert_eq!(info.name.as_deref(), Some("w3"));
         assert_eq!(info.inbox_prefix.as_deref(), Some("_INBOX_w3"));
         assert_eq!(read_creds_info("nonsense"), None);
+    }
+
+    #[test]
+    fn a_url_list_is_split_on_commas() {
+        assert_eq!(
+            server_list("tls://a:4222, tls://b:4222,,tls://c:4222 "),
+            vec!["tls://a:4222", "tls://b:4222", "tls://c:4222"]
+        );
+        assert_eq!(server_list("nats://h:4222"), vec!["nats://h:4222"]);
     }
 
     #[test]

@@ -32,6 +32,14 @@ pub use trace::TraceContext;
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// How long JetStream remembers message ids for deduplication.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How long a JetStream write or check is retried, quietly and with the
+/// same `Nats-Msg-Id`, through the loss of one server of a cluster before it
+/// is reported: a stream or consumer whose leader died elects another in
+/// 4–9 s (hard-coded in nats-server), and meanwhile publishes answer "no
+/// responders" and fetches time out. See docs/protocol.md, "A NATS cluster".
+pub const RIDE_OUT: Duration = Duration::from_secs(30);
+/// Longest wait between two tries within [`RIDE_OUT`].
+const RIDE_OUT_STEP: Duration = Duration::from_secs(1);
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
 
@@ -126,6 +134,7 @@ impl Bus {
             client,
             alarms: Alarms::default(),
             user: None,
+            replicas: None,
         };
         let bus = Self::open(conn, NatsRole::Admin, Reach::FailFast).await?;
         retention::apply_limits(&bus.js, &retention::Limits::default()).await?;
@@ -157,14 +166,30 @@ impl Bus {
         let mut headers = HeaderMap::new();
         headers.insert(MSG_ID_HEADER, msg_id);
         trace.inject(&mut headers);
-        let ack = self
-            .js
-            .publish_with_headers(subject.clone(), headers, payload)
-            .await
-            .map_err(|e| BusError::js(format!("publish to {subject}"), e))?;
-        ack.await
-            .map_err(|e| BusError::js(format!("ack of {subject}"), e))?;
-        Ok(())
+        // Tried again with the same headers (so the same `Nats-Msg-Id`: a
+        // try that was stored but not acknowledged is not stored twice)
+        // while the failure is one a leader election gives.
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let sent = match self
+                .js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                .await
+            {
+                Ok(ack) => ack.await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(()) => return Ok(()),
+                Err(e) if passing(&e) && started.elapsed() < RIDE_OUT => {
+                    tracing::debug!(%subject, error = %e, "publish not acknowledged yet (a NATS leader election?); trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RIDE_OUT_STEP);
+                }
+                Err(e) => return Err(BusError::js(format!("publish to {subject}"), e)),
+            }
+        }
     }
 
     /// Every message stored on `subject`, oldest first, up to the newest one
@@ -222,6 +247,44 @@ impl Bus {
             .publish(subject.clone(), bytes.into())
             .await
             .map_err(|e| BusError::js(format!("publish to {subject}"), e))
+    }
+}
+
+/// How long one pull request of a followed consumer ([`follow`]) lasts.
+const FOLLOW_EXPIRES: Duration = Duration::from_secs(5);
+/// The idle heartbeat of a followed consumer: two missed, and the pull is
+/// replaced.
+const FOLLOW_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Follows a durable pull consumer with short pull requests and a 1 s idle
+/// heartbeat. On a cluster, a pull request dies with the consumer's leader;
+/// with async-nats' defaults (30 s requests, 15 s heartbeat) it was replaced
+/// 30 s or more later, which stalled a session's intake that long after a
+/// 4–9 s election. Now it is replaced within seconds of the new leader.
+pub async fn follow(
+    consumer: &jetstream::consumer::PullConsumer,
+) -> std::result::Result<jetstream::consumer::pull::Stream, jetstream::consumer::StreamError> {
+    consumer
+        .stream()
+        .expires(FOLLOW_EXPIRES)
+        .heartbeat(FOLLOW_HEARTBEAT)
+        .messages()
+        .await
+}
+
+/// Whether a failed publish may succeed when tried again shortly: what the
+/// loss of a server gives (no responders while a stream elects a leader,
+/// no ack in time, the connection dropped, JetStream "temporarily
+/// unavailable"), as opposed to a refusal (a wrong expected sequence).
+pub fn passing(e: &jetstream::context::PublishError) -> bool {
+    use jetstream::context::PublishErrorKind as Kind;
+    match e.kind() {
+        Kind::StreamNotFound | Kind::TimedOut | Kind::BrokenPipe => true,
+        Kind::Other => {
+            let text = e.to_string().to_lowercase();
+            text.contains("unavailable") || text.contains("10008")
+        }
+        _ => false,
     }
 }
 

@@ -13,7 +13,7 @@ use arbiter_protocol::subjects;
 use async_nats::jetstream::{self, kv, object_store, stream};
 
 use crate::connect::{Connection, Reach};
-use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, Result};
+use crate::{Alarms, Bus, BusError, DUPLICATE_WINDOW, RIDE_OUT, Result};
 
 /// How long a service waits for a missing stream to be created (by the
 /// coordinator or `arbiter-admin setup`) before it gives up.
@@ -64,10 +64,22 @@ pub fn stream_configs() -> Vec<stream::Config> {
 }
 
 /// Creates every stream, the sessions bucket and the object stores that are
-/// missing. An existing stream keeps its settings, except that subjects this
-/// version needs are added to it, and direct get is allowed where it is used.
+/// missing, with one replica; existing ones keep theirs (see [`declare_with`]).
 pub async fn declare(js: &jetstream::Context) -> Result<()> {
+    declare_with(js, None).await
+}
+
+/// Creates every stream, the sessions bucket and the object stores that are
+/// missing, with `replicas` copies (1 when `None`). An existing stream keeps
+/// its settings, except that subjects this version needs are added to it
+/// and, when `replicas` is given, its replicas are changed to that number.
+pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> Result<()> {
+    let copies = replicas.unwrap_or(1);
     for config in stream_configs() {
+        let config = stream::Config {
+            num_replicas: copies,
+            ..config
+        };
         let name = config.name.clone();
         match js.get_stream(&name).await {
             Ok(mut existing) => {
@@ -94,6 +106,9 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
                     tracing::info!(stream = %name, subjects = ?missing, direct, "stream given the subjects and settings this version uses");
                 }
             }
+            Err(e) if !is_not_found(&e) => {
+                return Err(BusError::js(format!("reading stream {name}"), e));
+            }
             Err(_) => {
                 js.create_stream(config)
                     .await
@@ -107,6 +122,7 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
             bucket: subjects::SESSIONS_BUCKET.into(),
             history: 1,
             storage: stream::StorageType::File,
+            num_replicas: copies,
             ..Default::default()
         })
         .await
@@ -138,12 +154,57 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
             js.create_object_store(object_store::Config {
                 bucket: bucket.into(),
                 storage: stream::StorageType::File,
+                num_replicas: copies,
                 ..Default::default()
             })
             .await
             .map_err(|e| BusError::js(format!("creating the object store {bucket}"), e))?;
         }
     }
+    if let Some(replicas) = replicas {
+        for name in store_streams() {
+            set_replicas(js, &name, replicas).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The name of every JetStream stream Arbiter keeps: its streams and those
+/// under the sessions bucket and the object stores.
+pub fn store_streams() -> Vec<String> {
+    let mut names: Vec<String> = stream_configs().into_iter().map(|c| c.name).collect();
+    names.push(format!("KV_{}", subjects::SESSIONS_BUCKET));
+    for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
+        names.push(format!("OBJ_{bucket}"));
+    }
+    names
+}
+
+/// Changes the replicas of stream `name` to `replicas` if it has others
+/// (NATS copies or drops the data in the background; the stream stays
+/// usable meanwhile).
+async fn set_replicas(js: &jetstream::Context, name: &str, replicas: usize) -> Result<()> {
+    let mut stream = js
+        .get_stream(name)
+        .await
+        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?;
+    let have = stream
+        .info()
+        .await
+        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+        .config
+        .clone();
+    if have.num_replicas == replicas {
+        return Ok(());
+    }
+    let from = have.num_replicas;
+    js.update_stream(stream::Config {
+        num_replicas: replicas,
+        ..have
+    })
+    .await
+    .map_err(|e| BusError::js(format!("changing the replicas of stream {name}"), e))?;
+    tracing::info!(stream = %name, from, to = replicas, "stream replicas changed");
     Ok(())
 }
 
@@ -169,12 +230,18 @@ impl Bus {
         let js = jetstream::new(conn.client.clone());
         let alarms = conn.alarms.clone();
         if matches!(role, NatsRole::Admin | NatsRole::Coordinator) {
-            guarded(&alarms, role, declare(&js)).await?;
+            riding_out("declaring the streams", || {
+                guarded(&alarms, role, declare_with(&js, conn.replicas))
+            })
+            .await?;
         } else {
             let started = Instant::now();
             let mut told = false;
             loop {
-                match first_missing(&js, &alarms, role).await? {
+                let missing =
+                    riding_out("checking the streams", || first_missing(&js, &alarms, role))
+                        .await?;
+                match missing {
                     None => break,
                     Some(stream) if reach == Reach::Wait && started.elapsed() < MISSING_WAIT => {
                         if !told {
@@ -187,10 +254,12 @@ impl Bus {
                 }
             }
         }
-        let sessions_kv = guarded(&alarms, role, async {
-            js.get_key_value(subjects::SESSIONS_BUCKET)
-                .await
-                .map_err(|e| BusError::js("opening the sessions bucket", e))
+        let sessions_kv = riding_out("opening the sessions bucket", || {
+            guarded(&alarms, role, async {
+                js.get_key_value(subjects::SESSIONS_BUCKET)
+                    .await
+                    .map_err(|e| BusError::js("opening the sessions bucket", e))
+            })
         })
         .await?;
         Ok(Self {
@@ -205,19 +274,83 @@ impl Bus {
 
 /// The first stream `role` uses that does not exist now: after errors, to
 /// tell a passing failure from streams deleted under a running process.
+/// During a NATS cluster's leader election no single answer is taken as
+/// final: a stream counts as missing only once the answers have said so,
+/// with none saying it exists, for [`RIDE_OUT`] (across calls: the caller
+/// is never held up). Callers ask
+/// after each failure, so a deleted stream is reported within about
+/// `RIDE_OUT` of the failures starting.
 pub async fn missing_stream(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
-    first_missing(&bus.js, &bus.alarms, role).await
+    let Some(stream) = first_missing(&bus.js, &bus.alarms, role).await? else {
+        bus.alarms.missing_since(None);
+        return Ok(None);
+    };
+    let since = bus
+        .alarms
+        .missing_since(Some(&stream))
+        .unwrap_or_else(Instant::now);
+    if since.elapsed() >= RIDE_OUT {
+        return Ok(Some(stream));
+    }
+    if since.elapsed() < Duration::from_millis(10) {
+        tracing::warn!(%stream, within = ?RIDE_OUT, "the server says a stream is missing; it counts as deleted only if that holds");
+    }
+    Ok(None)
 }
 
-/// The first stream `role` uses that does not exist.
+/// [`missing_stream`] for a caller that cannot ask again later (its
+/// consumer has ended): asks until an answer says every stream exists, or
+/// one has been reported missing for [`RIDE_OUT`].
+pub async fn missing_stream_settled(bus: &Bus, role: NatsRole) -> Result<Option<String>> {
+    let started = Instant::now();
+    loop {
+        match first_missing(&bus.js, &bus.alarms, role).await {
+            Ok(None) => return Ok(None),
+            Ok(Some(stream)) if started.elapsed() >= RIDE_OUT => return Ok(Some(stream)),
+            Err(e) if started.elapsed() >= RIDE_OUT => return Err(e),
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// Runs `op` again while it fails with a JetStream error (no answer, no
+/// leader: the loss of a server of a cluster), for up to [`RIDE_OUT`]; a
+/// refusal (a denied permission, a missing file) is returned at once.
+pub async fn riding_out<T, F, Fut>(what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match op().await {
+            Err(e @ BusError::JetStream { .. })
+                if started.elapsed() < RIDE_OUT && !says_not_found(&e.to_string()) =>
+            {
+                if !told {
+                    tracing::warn!(error = %e, within = ?RIDE_OUT, "{what}: JetStream does not answer yet (a NATS leader election, a server lost?); trying again");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The first stream `role` uses that does not exist. The streams are asked
+/// about at once: while a cluster elects leaders each answer can take
+/// seconds, and callers (the coordinator's intake) wait for this.
 async fn first_missing(
     js: &jetstream::Context,
     alarms: &Alarms,
     role: NatsRole,
 ) -> Result<Option<String>> {
-    for name in roles::streams_used(role) {
-        let check = async {
-            match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(&name)).await {
+    let names = roles::streams_used(role);
+    let checks = names.iter().map(|name| {
+        let check = async move {
+            match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(name)).await {
                 Ok(Ok(_)) => Ok(false),
                 Ok(Err(e)) if is_not_found(&e) => Ok(true),
                 Ok(Err(e)) => Err(BusError::js(format!("checking stream {name}"), e)),
@@ -227,15 +360,27 @@ async fn first_missing(
                 )),
             }
         };
-        if guarded(alarms, role, check).await? {
-            return Ok(Some(name));
+        guarded(alarms, role, check)
+    });
+    let answers = futures::future::join_all(checks).await;
+    for (name, answer) in names.iter().zip(answers) {
+        if answer? {
+            return Ok(Some(name.clone()));
         }
     }
     Ok(None)
 }
 
 fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
-    let text = e.to_string().to_lowercase();
+    says_not_found(&e.to_string())
+}
+
+/// Whether an error's text is the server's "stream not found" (10059), which
+/// only the meta leader says: an answer, not a passing failure. ("No
+/// responders", which async-nats words "requested JetStream resource does not
+/// exist", is the passing one.)
+fn says_not_found(text: &str) -> bool {
+    let text = text.to_lowercase();
     text.contains("not found") || text.contains("10059")
 }
 

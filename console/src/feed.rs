@@ -35,8 +35,9 @@ const CONNECTION_POLL: Duration = Duration::from_millis(250);
 const MAX_LOG_ERRORS: u32 = 10;
 /// Pause before a replaced log consumer is opened (and between failed tries).
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
-/// A publish not acknowledged by then is reported as not sent.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// A publish not acknowledged by then is reported as not sent: past the
+/// time the bus tries it through the loss of a server of a cluster.
+const SEND_TIMEOUT: Duration = Duration::from_secs(arbiter_bus::RIDE_OUT.as_secs() + 5);
 /// A message typed before the first connection waits this long for it
 /// (the console usually connects within milliseconds of starting).
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(5);

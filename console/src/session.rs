@@ -25,9 +25,11 @@ pub(crate) const CLIENT_NAME: &str = "arbiter-console";
 /// With no status for the session and nothing sent, an empty log after this
 /// long means there is nothing to wait for.
 const REPLAY_WINDOW: Duration = Duration::from_secs(1);
-/// The log consumer recreates itself on most errors; this many in a row means
-/// it cannot.
+/// The log consumer recreates itself on most errors; this many in a row, for
+/// longer than the bus rides out the loss of a server, means it cannot.
 const MAX_LOG_ERRORS: u32 = 10;
+/// How often the connection is looked at for a reconnect (to another node).
+const RECONNECT_CHECK: Duration = Duration::from_millis(500);
 
 /// The human's side: what they type, where the log goes, where notices go.
 pub(crate) struct Terminal<'a, R, W, E> {
@@ -230,6 +232,16 @@ where
         let replay_deadline = Instant::now() + REPLAY_WINDOW;
         let mut replay_window_over = false;
         let mut log_errors = 0;
+        let mut failing_since = Instant::now();
+        // On a cluster the log's consumer lives on one node: when the
+        // connection comes back (on another node), or the consumer ends, it
+        // is opened again after the last entry taken, as the screen's feed
+        // does. Entries seen twice are shown once (`ShownSeqs`).
+        let mut last_stream_seq: Option<u64> = None;
+        let stats = self.bus.client.statistics();
+        let connects = || stats.connects.load(std::sync::atomic::Ordering::Relaxed);
+        let mut seen_connects = connects();
+        let mut connection_check = tokio::time::interval(RECONNECT_CHECK);
         loop {
             if !input_open && !self.config.follow && self.progress.settled(replay_window_over) {
                 tracing::debug!("session settled");
@@ -240,17 +252,34 @@ where
                 message = log.next() => match message {
                     Some(Ok(message)) => {
                         log_errors = 0;
+                        if let Ok(info) = message.info() {
+                            last_stream_seq = Some(info.stream_sequence);
+                        }
                         self.log_message(&message.subject, &message.payload).await?;
                     }
                     Some(Err(e)) => {
+                        if log_errors == 0 {
+                            failing_since = Instant::now();
+                        }
                         log_errors += 1;
                         tracing::warn!(error = %e, "log consumer error");
-                        if log_errors >= MAX_LOG_ERRORS {
+                        if log_errors >= MAX_LOG_ERRORS
+                            && failing_since.elapsed() >= arbiter_bus::RIDE_OUT
+                        {
                             return Err(self.log_error(e));
                         }
                     }
-                    None => return Err(self.log_error("the log consumer stopped")),
+                    None => log = self.reopen_log(last_stream_seq).await?,
                 },
+                _ = connection_check.tick() => {
+                    let up = self.bus.client.connection_state()
+                        == async_nats::connection::State::Connected;
+                    if up && connects() != seen_connects {
+                        seen_connects = connects();
+                        tracing::info!("reconnected: the log consumer starts over");
+                        log = self.reopen_log(last_stream_seq).await?;
+                    }
+                }
                 message = status_sub.next() => match message {
                     Some(message) => self.status_message(&message.subject, &message.payload),
                     None => {
@@ -308,6 +337,28 @@ where
 
     /// Prints one log entry, or reports it on stderr if it cannot be decoded;
     /// an entry whose seq was already printed or reported is skipped.
+    /// Opens the log again after stream sequence `after` (from the start
+    /// when nothing was taken yet), trying for `arbiter_bus::RIDE_OUT`.
+    async fn reopen_log(&self, after: Option<u64>) -> Result<pull::Ordered> {
+        let deliver_policy = match after {
+            Some(seq) => DeliverPolicy::ByStartSequence {
+                start_sequence: seq + 1,
+            },
+            None => DeliverPolicy::All,
+        };
+        let started = Instant::now();
+        loop {
+            match open_log_from(&self.bus, self.session_id, deliver_policy).await {
+                Ok(log) => return Ok(log),
+                Err(e) if started.elapsed() >= arbiter_bus::RIDE_OUT => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot open the log again yet");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
     async fn log_message(&mut self, subject: &str, payload: &[u8]) -> Result<()> {
         let entry = match arbiter_bus::decode::<LogEntry>(subject, payload) {
             Ok(entry) => entry,

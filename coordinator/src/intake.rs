@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arbiter_bus::{TraceContext, decode};
+use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use futures::StreamExt;
@@ -416,12 +417,19 @@ impl Registry {
     /// coordinator is an error that stops it (the sessions it holds in
     /// memory no longer match what is stored); it never spins on it.
     async fn stop_if_deleted(&mut self) -> Result<()> {
-        match arbiter_bus::setup::missing_stream(
-            &self.shared.bus,
-            arbiter_protocol::roles::NatsRole::Coordinator,
-        )
-        .await
-        {
+        let check = arbiter_bus::setup::missing_stream(&self.shared.bus, NatsRole::Coordinator);
+        match check.await {
+            Ok(Some(stream)) => Err(arbiter_bus::BusError::Deleted { stream }.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// After a consumer's messages ended (it asks no more): a deleted stream
+    /// is the reason given once that has held for `arbiter_bus::RIDE_OUT`.
+    async fn stop_if_ended_by_deletion(&mut self) -> Result<()> {
+        let check =
+            arbiter_bus::setup::missing_stream_settled(&self.shared.bus, NatsRole::Coordinator);
+        match check.await {
             Ok(Some(stream)) => Err(arbiter_bus::BusError::Deleted { stream }.into()),
             _ => Ok(()),
         }
@@ -583,12 +591,10 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         &[subjects::ALL_ORCH_OUT],
     )
     .await?;
-    let mut human_msgs = human
-        .messages()
+    let mut human_msgs = arbiter_bus::follow(&human)
         .await
         .map_err(|e| js_error("reading human messages".into(), e))?;
-    let mut orch_msgs = orch
-        .messages()
+    let mut orch_msgs = arbiter_bus::follow(&orch)
         .await
         .map_err(|e| js_error("reading Orchestrator output".into(), e))?;
     let leases = Leases::open(&shared.bus, shared.config.id.clone()).await?;
@@ -647,7 +653,12 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                         break Err(e);
                     }
                 }
-                None => break Err(js_error("reading human messages".into(), "the consumer stream ended")),
+                None => {
+                    if let Err(e) = registry.stop_if_ended_by_deletion().await {
+                        break Err(e);
+                    }
+                    break Err(js_error("reading human messages".into(), "the consumer stream ended"));
+                }
             },
             next = orch_msgs.next() => match next {
                 Some(Ok(msg)) => registry.on_orchestrator(Incoming::pulled(msg)).await,
@@ -657,7 +668,12 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                         break Err(e);
                     }
                 }
-                None => break Err(js_error("reading Orchestrator output".into(), "the consumer stream ended")),
+                None => {
+                    if let Err(e) = registry.stop_if_ended_by_deletion().await {
+                        break Err(e);
+                    }
+                    break Err(js_error("reading Orchestrator output".into(), "the consumer stream ended"));
+                }
             },
             Some(msg) = forwarded.next() => {
                 let subject = msg.subject.to_string();

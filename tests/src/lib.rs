@@ -3,6 +3,7 @@
 //! polling helper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cluster;
 pub mod mock_llm;
 pub mod mock_openai;
 pub mod nats;
@@ -13,6 +14,7 @@ pub mod secure;
 use std::future::Future;
 use std::time::Duration;
 
+pub use cluster::SecureCluster;
 pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, Semantics};
 pub use nats::NatsServer;

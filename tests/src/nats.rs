@@ -56,6 +56,29 @@ impl NatsServer {
         server
     }
 
+    /// Starts one node of a cluster from its config (TLS, as `arbiter-admin
+    /// init --node` writes it) on `addr:port`, the client port its config
+    /// and the other nodes' routes name; its URL is `tls://<addr>:<port>`.
+    pub async fn start_node(config: &Path, addr: &str, port: u16) -> NatsServer {
+        let bin = server_bin();
+        check_version(&bin);
+        let dir = tempfile::Builder::new()
+            .prefix("arbiter-nats-node-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temp dir for nats-server: {e}"));
+        let (child, _, port) = spawn(&bin, Some(config), dir.path(), addr, Some(port)).await;
+        NatsServer {
+            bin,
+            addr: addr.to_owned(),
+            config: Some(config.to_owned()),
+            child: Some(child),
+            store: dir.path().join("js"),
+            dir,
+            url: format!("tls://{addr}:{port}"),
+            port,
+        }
+    }
+
     async fn start_inner(config: Option<PathBuf>) -> NatsServer {
         Self::start_on(config, "127.0.0.1").await
     }

@@ -332,6 +332,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::pin!(shutdown);
     // A stream deleted under the worker: it stops, saying which.
     let mut gone = None;
+    // Since when fetches fail: quiet for `RIDE_OUT` (a NATS leader election
+    // fails them for 4–9 s), loud after.
+    let mut failing_since: Option<std::time::Instant> = None;
     'outer: loop {
         let permit = tokio::select! {
             _ = &mut shutdown => break,
@@ -389,9 +392,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     }
                     None => break (summon, msg),
                 },
-                Ok(None) => {}
+                Ok(None) => failing_since = None,
                 Err(e) => {
-                    tracing::warn!(error = %e, "fetching summons failed; retrying");
+                    let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() < arbiter_bus::RIDE_OUT {
+                        tracing::debug!(error = %e, "fetching summons failed (a NATS leader election?); retrying");
+                    } else {
+                        tracing::warn!(error = %e, failing_for = ?since.elapsed(), "fetching summons failed; retrying");
+                    }
                     // Deleted under us: never spin on it.
                     match arbiter_bus::setup::missing_stream(&shared.bus, NatsRole::Worker).await {
                         Ok(Some(stream)) => {

@@ -7,9 +7,9 @@ use std::time::Duration;
 use crate::common::*;
 
 async fn stderr_of(child: tokio::process::Child, who: &str) -> (bool, String) {
-    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
-        .unwrap_or_else(|_| panic!("the {who} still runs 20 s after its streams were deleted"))
+        .unwrap_or_else(|_| panic!("the {who} still runs 60 s after its streams were deleted (it asks again for arbiter_bus::RIDE_OUT first)"))
         .unwrap();
     (
         out.status.success(),
