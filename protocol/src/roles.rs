@@ -321,7 +321,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     ]),
                 Grant::new("ask whether a worker of a pool is up")
                     .publish([format!("$SRV.PING.{}", subjects::WORKER_SERVICE)]),
-                Grant::new("session leases: take, renew and hand over a session, say it is up, watch for leases that ran out")
+                Grant::new("session leases: take and hand over a session, say it is up (renewed), watch who owns what and who is gone")
                     .publish([
                         format!("$KV.{}.>", subjects::COORDINATOR_LEASES_BUCKET),
                         api(&format!("DIRECT.GET.{leases}.>")),
