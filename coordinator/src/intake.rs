@@ -246,7 +246,19 @@ impl Registry {
         again: bool,
         retry: &mpsc::Sender<(String, u64)>,
     ) {
-        if self.sessions.contains_key(&session_id) || self.handing_over.contains(&session_id) {
+        if self.handing_over.contains(&session_id) {
+            return;
+        }
+        if self.sessions.contains_key(&session_id) {
+            if !self.leases.holds(&session_id) {
+                // Its actor here was told to stop (this coordinator lost
+                // its liveness) and has not ended yet: looked at again later.
+                let retry = retry.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(BUSY_TAKE_DELAY).await;
+                    let _ = retry.send((session_id, expect)).await;
+                });
+            }
             return;
         }
         // Sessions this coordinator handed over itself are left to the

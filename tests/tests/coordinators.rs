@@ -555,3 +555,75 @@ async fn idle_sessions_cost_no_lease_writes() {
     assert_eq!(owners(&sys, &sessions).await, before);
     assert_eq!(sys.mock.requests().len(), sessions.len());
 }
+
+/// The only coordinator is paused (SIGSTOP) mid-turn past its liveness
+/// key's TTL. When it wakes it finds its key ran out, stops its sessions,
+/// announces itself again and takes back the sessions nobody took: each
+/// turn ends, and each console shows the human's line and one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_coordinator_paused_past_its_ttl_takes_its_sessions_back() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let gate = Gate::new();
+    {
+        let gate = gate.clone();
+        sys.mock.set_responder(move |request| {
+            let lane = lane_of(&request.body);
+            let session = lane.rsplit(' ').next().unwrap_or_default().to_owned();
+            Some(arbiter("address_human", &format!("Answer for {session}")).gated(gate.clone()))
+        });
+    }
+    let mut only =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-1"))]);
+    let sessions: Vec<String> = (0..5).map(|i| format!("s-lone-{i}")).collect();
+    let mut logs = Vec::new();
+    for s in &sessions {
+        logs.push(sys.watch_log(s).await);
+        sys.send(s, &format!("Question of {s}")).await;
+    }
+    eventually(WAIT, "every Arbiter turn to start", || async {
+        (sys.mock.requests().len() >= sessions.len()).then_some(())
+    })
+    .await;
+    let pid = only.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    // Past the 4 s TTL: the key runs out while the process sleeps.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    gate.open();
+    signal("-CONT");
+    for (s, log) in sessions.iter().zip(&logs) {
+        log.wait_for("the answer", |b| matches!(b, LogBody::Arbiter(_)))
+            .await;
+        sys.settled(s, 2).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (s, log) in sessions.iter().zip(&logs) {
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![
+                pair("You", &format!("Question of {s}")),
+                pair("Arbiter", &format!("Answer for {s}")),
+            ],
+            "{s}"
+        );
+    }
+    let owned = owners(&sys, &sessions).await;
+    assert!(
+        owned.len() == sessions.len() && owned.values().all(|o| o == "c-1"),
+        "{owned:?}"
+    );
+    only.start_kill().unwrap();
+}
