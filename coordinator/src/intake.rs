@@ -3,12 +3,12 @@
 //! on first contact. Malformed messages are rejected here, never routed.
 //!
 //! Every coordinator pulls from the same durables. A session is run by the
-//! coordinator that holds its lease (`lease.rs`): a message of a session
-//! another live coordinator owns is passed to it (`forward.rs`); one of a
-//! session nobody owns makes this coordinator take the lease. Leases that
-//! run out or are handed over are taken by the coordinators with the fewest
-//! sessions first, and a coordinator with more than its share hands idle
-//! sessions over.
+//! coordinator that owns it (`lease.rs`): a message of a session another
+//! live coordinator owns is passed to it (`forward.rs`); one of a session
+//! nobody (alive) owns makes this coordinator take it. Sessions handed over,
+//! or whose owner's liveness key went, are taken by the coordinators with the
+//! fewest sessions first, and a coordinator with more than its share hands
+//! idle sessions over.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +37,8 @@ const HAND_OVER_AT_ONCE: usize = 16;
 /// How long a coordinator over its share (or that handed the session over
 /// itself) waits before taking a free session, leaving it to the others first.
 const BUSY_TAKE_DELAY: Duration = Duration::from_secs(1);
+/// How long start-up waits for the lease bucket to be read before routing.
+const WATCH_READY_WAIT: Duration = Duration::from_secs(10);
 /// How long a coordinator remembers that it handed a session over.
 const HANDED_OVER_MEMORY: Duration = Duration::from_secs(10);
 
@@ -186,24 +188,22 @@ impl Registry {
             if self.sessions.contains_key(session_id) && self.leases.holds(session_id) {
                 return Route::Local;
             }
-            match self.leases.owner(session_id).await {
-                Ok(Owner::Me) => {
+            match self.leases.owner(session_id) {
+                Owner::Me => {
                     if !self.sessions.contains_key(session_id) {
-                        // Its actor stopped: start it again under the same lease.
+                        // Its actor stopped: start it again under the same key.
                         self.leases.forget(session_id);
                         continue;
                     }
                     return Route::Local;
                 }
-                Ok(Owner::Other(owner)) => return Route::Remote(owner),
-                Ok(Owner::Free(expect)) => {
+                Owner::Other(owner) => return Route::Remote(owner),
+                Owner::Free(expect) => {
+                    // A refused take reads the key afresh: the next round
+                    // sees who took it.
                     if self.take(session_id, expect).await {
                         return Route::Local;
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(session.id = %session_id, error = %e, "could not read the session's lease");
-                    return Route::Later;
                 }
             }
         }
@@ -229,7 +229,7 @@ impl Registry {
             }
         };
         for session_id in unfinished {
-            if let Ok(Owner::Free(expect)) = self.leases.owner(&session_id).await
+            if let Owner::Free(expect) = self.leases.owner(&session_id)
                 && self.take(&session_id, expect).await
             {
                 tracing::info!(session.id = %session_id, "resuming an unfinished session");
@@ -247,7 +247,19 @@ impl Registry {
         again: bool,
         retry: &mpsc::Sender<(String, u64)>,
     ) {
-        if self.sessions.contains_key(&session_id) || self.handing_over.contains(&session_id) {
+        if self.handing_over.contains(&session_id) {
+            return;
+        }
+        if self.sessions.contains_key(&session_id) {
+            if !self.leases.holds(&session_id) {
+                // Its actor here was told to stop (this coordinator lost
+                // its liveness) and has not ended yet: looked at again later.
+                let retry = retry.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(BUSY_TAKE_DELAY).await;
+                    let _ = retry.send((session_id, expect)).await;
+                });
+            }
             return;
         }
         // Sessions this coordinator handed over itself are left to the
@@ -266,18 +278,14 @@ impl Registry {
             });
             return;
         }
-        // The marker lives 1 s: a later try reads the key again, and so
-        // does a take the fence refused (the marker may have just gone).
+        // A later try looks again (another may have taken it, or its owner
+        // come back); a take the fence refused has read the key afresh.
         let mut expect = expect;
         for attempt in 0..2 {
             if again || attempt > 0 {
-                match self.leases.owner(&session_id).await {
-                    Ok(Owner::Free(now)) => expect = now,
-                    Ok(_) => return,
-                    Err(e) => {
-                        tracing::warn!(session.id = %session_id, error = %e, "could not read a free session's lease; it is taken by the next message for it");
-                        return;
-                    }
+                match self.leases.owner(&session_id) {
+                    Owner::Free(now) => expect = now,
+                    _ => return,
                 }
             }
             if self.take(&session_id, expect).await {
@@ -367,9 +375,10 @@ impl Registry {
     /// Routes a message of `session_id`: `Some` when it is to be taken here.
     async fn admit(&mut self, session_id: &str, incoming: Incoming) -> Option<Incoming> {
         if matches!(incoming.delivery, Delivery::Forwarded { .. }) {
-            // Passed here by a coordinator that read the lease: taken only if
-            // this one still owns the session (never taken over on its word).
-            if self.sessions.contains_key(session_id) && self.leases.holds(session_id) {
+            // Passed here by a coordinator that saw this one own it: taken
+            // if this one still does, or (its key says so, or it is free) can
+            // take it now; never while another live coordinator owns it.
+            if let Route::Local = self.route(session_id).await {
                 return Some(incoming);
             }
             incoming.not_owner().await;
@@ -609,20 +618,25 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     let (retry_tx, mut retry_rx) = mpsc::channel::<(String, u64)>(1024);
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let mut background_tasks = tokio::task::JoinSet::new();
+    // Alive before anything is taken; the map caught up before anything is routed.
+    leases.renew(&free_tx).await;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     {
         let leases = leases.clone();
         let stop = background.clone();
-        background_tasks.spawn(async move { leases.keep(stop).await });
+        let free = free_tx.clone();
+        background_tasks.spawn(async move { leases.watch(free, ready_tx, stop).await });
     }
     {
         let leases = leases.clone();
         let stop = background.clone();
-        background_tasks.spawn(async move { leases.follow_peers(stop).await });
+        background_tasks.spawn(async move { leases.keep(free_tx, stop).await });
     }
+    if tokio::time::timeout(WATCH_READY_WAIT, ready_rx)
+        .await
+        .is_err()
     {
-        let leases = leases.clone();
-        let stop = background.clone();
-        background_tasks.spawn(async move { leases.watch_free(free_tx, stop).await });
+        tracing::warn!("the coordinator leases were not read in time; routing with what is known");
     }
     tracing::info!(coordinator = %leases.id, "coordinator taking sessions");
     let mut registry = Registry {
@@ -696,18 +710,18 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     tracing::info!(coordinator = %registry.leases.id, sessions = registry.sessions.len(), "coordinator shutting down: stopping its sessions and handing them over");
     drop(human_msgs);
     drop(orch_msgs);
+    // Nothing more is taken here: the watch never waits on these.
+    drop(free_rx);
+    drop(retry_rx);
     let _ = forwarded.unsubscribe().await;
-    // The other coordinators see this one gone before its sessions come free.
-    registry.leases.withdraw().await;
     registry.cancel.cancel();
     registry.sessions.clear();
     while registry.tasks.join_next().await.is_some() {}
     background.cancel();
     while background_tasks.join_next().await.is_some() {}
-    // Every actor has stopped at a step boundary: the leases go at once.
-    for session_id in registry.leases.sessions() {
-        registry.leases.release(&session_id).await;
-    }
+    // Every actor has stopped at a step boundary: deleting this
+    // coordinator's key makes the others take its sessions at once.
+    registry.leases.withdraw().await;
     result
 }
 

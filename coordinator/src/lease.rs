@@ -1,14 +1,22 @@
-//! Session leases: which coordinator owns which session. Each session has a
-//! key in the KV bucket `arbiter_coordinator_leases` whose value is its
-//! owner's id, written with a per-key TTL ([`LEASE_TTL`]) and renewed every
-//! third of it, fenced on the key's revision, `Nats-TTL` on every write (an
-//! update without it would make the key permanent). A lease that runs out
-//! leaves a delete marker that the other coordinators watch for; taking
-//! over is a write fenced on the marker's revision. A lease only says who
-//! *should* write: the session's fenced step records enforce it.
+//! Which coordinator owns which session, in the KV bucket
+//! `arbiter_coordinator_leases`. What it costs grows with the number of
+//! coordinators, never with the number of sessions:
 //!
-//! Each coordinator also keeps a presence key (`coordinator.<id>`, value:
-//! how many sessions it owns), so each knows its fair share.
+//! - **Liveness**: one key per coordinator (`coordinator.<id>`, value: how
+//!   many sessions it owns) with a per-key TTL ([`LEASE_TTL`]), renewed every
+//!   third of it, fenced on its revision, `Nats-TTL` on every write (an update
+//!   without it would make the key permanent). When it runs out the server
+//!   leaves a delete marker; a graceful stop deletes it.
+//! - **Ownership**: one key per session (`session.<id>`, value: the owner's
+//!   id) with **no** TTL, written only when ownership changes (first contact,
+//!   takeover, hand-over), each write fenced on the key's revision, so two
+//!   coordinators can never both take it. An owner is valid while its
+//!   coordinator key is alive: an idle session costs nothing.
+//!
+//! Each coordinator keeps the whole bucket in memory from one watch of it.
+//! When a coordinator key goes, every session it owned is sent on the `free`
+//! channel, to be taken over (fenced on the session key's revision). A take
+//! only says who *should* write: the session's fenced step records enforce it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,47 +30,125 @@ use async_nats::jetstream::kv::{self, Operation};
 use async_nats::jetstream::message::PublishMessage;
 use bytes::Bytes;
 use futures::StreamExt;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// How long a session's lease lives unless renewed: a dead coordinator's
-/// sessions move after this (plus up to ~1 s for the marker and the takeover).
+/// How long a coordinator's liveness key lives unless renewed: a dead
+/// coordinator's sessions move after this (plus up to ~1 s for the marker
+/// and the takeover).
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(4);
-/// How often leases are renewed.
+/// How often the liveness key is renewed.
 pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(LEASE_TTL.as_millis() as u64 / 3);
 
 /// Who owns a session, as the bucket says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Owner {
-    /// A live lease of another coordinator.
+    /// Another live coordinator.
     Other(String),
-    /// This coordinator's own lease.
+    /// This coordinator, which runs it.
     Me,
-    /// Nobody: a take is fenced on this revision (0: the key never existed,
-    /// or the revision of the delete marker).
+    /// Nobody (no key, handed over, or its owner is gone; or it is this
+    /// coordinator's but not running here): a take is fenced on this
+    /// revision of the session's key (0: it has none).
     Free(u64),
 }
 
 struct Held {
+    /// Revision of the session's key as this coordinator wrote it.
     rev: u64,
-    /// Cancelled when the lease is lost: the session stops.
+    /// Cancelled when the session is lost: its actor stops.
     lost: CancellationToken,
-    renewed: Instant,
 }
 
-/// This coordinator's leases.
+/// The bucket as this coordinator's watch has seen it.
+#[derive(Default)]
+struct Map {
+    /// Session → revision of its key and its owner (`None`: handed over).
+    sessions: HashMap<String, (u64, Option<String>)>,
+    /// Live coordinators → revision of their key.
+    live: HashMap<String, u64>,
+}
+
+impl Map {
+    /// Applies one entry of the watch; what it means for this coordinator.
+    fn apply(&mut self, entry: &kv::Entry) -> Change {
+        if let Some(id) = entry.key.strip_prefix("coordinator.") {
+            return match entry.operation {
+                Operation::Put => {
+                    self.live.insert(id.to_owned(), entry.revision);
+                    Change::None
+                }
+                Operation::Delete | Operation::Purge => match self.live.remove(id) {
+                    Some(_) => Change::Gone(id.to_owned()),
+                    None => Change::None,
+                },
+            };
+        }
+        let Some(session_id) = entry.key.strip_prefix("session.") else {
+            return Change::None;
+        };
+        if self
+            .sessions
+            .get(session_id)
+            .is_some_and(|(rev, _)| *rev >= entry.revision)
+        {
+            return Change::None;
+        }
+        let owner = (entry.operation == Operation::Put)
+            .then(|| String::from_utf8_lossy(&entry.value).into_owned());
+        self.sessions
+            .insert(session_id.to_owned(), (entry.revision, owner.clone()));
+        Change::Session(session_id.to_owned(), entry.revision, owner)
+    }
+
+    /// The sessions `coordinator` owns, with their keys' revisions.
+    fn owned_by(&self, coordinator: &str) -> Vec<(String, u64)> {
+        self.sessions
+            .iter()
+            .filter(|(_, (_, owner))| owner.as_deref() == Some(coordinator))
+            .map(|(id, (rev, _))| (id.clone(), *rev))
+            .collect()
+    }
+}
+
+/// What an entry of the watch changed.
+enum Change {
+    None,
+    /// A coordinator's key ran out or was deleted.
+    Gone(String),
+    /// A session's key was written (owner) or deleted (`None`).
+    Session(String, u64, Option<String>),
+}
+
+/// This coordinator's own liveness key.
+#[derive(Default)]
+struct Alive {
+    /// Revision of the key as last written (0: not written, or lost).
+    rev: u64,
+    /// When the last write that the server stored was sent.
+    renewed: Option<Instant>,
+    /// Sessions held when liveness was last lost, taken back (if still this
+    /// coordinator's) once it is alive again.
+    lost: Vec<String>,
+}
+
+/// This coordinator's view of who owns what.
 #[derive(Clone)]
 pub(crate) struct Leases {
     pub id: String,
     bus: Bus,
     kv: kv::Store,
     held: Arc<Mutex<HashMap<String, Held>>>,
-    /// Live coordinators (own included) and how many sessions each owns.
-    peers: Arc<Mutex<HashMap<String, u64>>>,
+    map: Arc<Mutex<Map>>,
+    me: Arc<Mutex<Alive>>,
+    /// Renewals failed in a row: the first is a warning, the rest (an
+    /// election, a stream deleted under it) are quiet until one succeeds.
+    failures: Arc<std::sync::atomic::AtomicU32>,
 }
 
-fn ttl_header() -> String {
-    LEASE_TTL.as_secs().to_string()
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Leases {
@@ -80,7 +166,9 @@ impl Leases {
             bus: bus.clone(),
             kv,
             held: Arc::default(),
-            peers: Arc::default(),
+            map: Arc::default(),
+            me: Arc::default(),
+            failures: Arc::default(),
         })
     }
 
@@ -88,22 +176,23 @@ impl Leases {
         format!("$KV.{}.{key}", subjects::COORDINATOR_LEASES_BUCKET)
     }
 
-    /// One write of a key with the lease's TTL, fenced on `expect` when
-    /// given; the revision it got, `Ok(None)` when the fence refused it.
+    /// One write of a key fenced on `expect`, with the liveness TTL when
+    /// `ttl`; the revision it got, `Ok(None)` when the fence refused it.
     async fn write(
         &self,
         key: &str,
         value: Bytes,
-        expect: Option<u64>,
+        expect: u64,
+        ttl: bool,
     ) -> Result<Option<u64>, String> {
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-TTL", ttl_header().as_str());
-        if let Some(expect) = expect {
-            headers.insert(
-                async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
-                expect.to_string().as_str(),
-            );
+        if ttl {
+            headers.insert("Nats-TTL", LEASE_TTL.as_secs().to_string().as_str());
         }
+        headers.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            expect.to_string().as_str(),
+        );
         let message = PublishMessage::build().payload(value).headers(headers);
         let ack = self
             .bus
@@ -118,277 +207,351 @@ impl Leases {
         }
     }
 
-    /// Who owns `session_id` now.
-    pub(crate) async fn owner(&self, session_id: &str) -> Result<Owner, String> {
+    /// Who owns `session_id` now, as the watch has seen the bucket.
+    pub(crate) fn owner(&self, session_id: &str) -> Owner {
         if self.holds(session_id) {
-            return Ok(Owner::Me);
+            return Owner::Me;
         }
+        let map = lock(&self.map);
+        match map.sessions.get(session_id) {
+            None => Owner::Free(0),
+            Some((_, Some(owner))) if *owner != self.id && map.live.contains_key(owner) => {
+                Owner::Other(owner.clone())
+            }
+            // Handed over, its owner gone, or ours but not running here.
+            Some((rev, _)) => Owner::Free(*rev),
+        }
+    }
+
+    /// Reads a session's key afresh (after a refused take: the watch is behind).
+    async fn refresh(&self, session_id: &str) {
         let key = subjects::session_lease_key(session_id);
-        match self.kv.entry(key).await.map_err(|e| e.to_string())? {
-            None => Ok(Owner::Free(0)),
-            Some(entry) if entry.operation != Operation::Put => Ok(Owner::Free(entry.revision)),
-            Some(entry) => {
-                let owner = String::from_utf8_lossy(&entry.value).into_owned();
-                if owner == self.id {
-                    // A lease of ours that this process no longer counts
-                    // (a session that stopped): taken again on top of it.
-                    Ok(Owner::Free(entry.revision))
-                } else {
-                    Ok(Owner::Other(owner))
-                }
+        match self.kv.entry(key).await {
+            Ok(None) => {
+                lock(&self.map).sessions.remove(session_id);
+            }
+            Ok(Some(entry)) => {
+                let owner = (entry.operation == Operation::Put)
+                    .then(|| String::from_utf8_lossy(&entry.value).into_owned());
+                lock(&self.map)
+                    .sessions
+                    .insert(session_id.to_owned(), (entry.revision, owner));
+            }
+            Err(e) => {
+                tracing::warn!(session.id = %session_id, error = %e, "could not read the session's owner");
             }
         }
     }
 
-    /// Takes the lease of `session_id`, fenced on `expect`; the token (a
-    /// child of `parent`) is cancelled should it be lost. `None` when another
-    /// coordinator took it first.
+    /// Whether this coordinator's liveness key is known to be alive.
+    fn alive(&self) -> bool {
+        let me = lock(&self.me);
+        me.rev != 0 && me.renewed.is_some_and(|at| at.elapsed() < LEASE_TTL)
+    }
+
+    /// Takes `session_id`, fenced on `expect`; the token (a child of
+    /// `parent`) is cancelled should it be lost. `None` when another
+    /// coordinator took it first (the key is read afresh) or this one is not
+    /// known alive.
     pub(crate) async fn take(
         &self,
         session_id: &str,
         expect: u64,
         parent: &CancellationToken,
     ) -> Result<Option<CancellationToken>, String> {
+        if !self.alive() {
+            return Ok(None);
+        }
         let key = subjects::session_lease_key(session_id);
         let Some(rev) = self
-            .write(&key, Bytes::from(self.id.clone()), Some(expect))
+            .write(&key, Bytes::from(self.id.clone()), expect, false)
             .await?
         else {
+            self.refresh(session_id).await;
             return Ok(None);
         };
         let lost = parent.child_token();
-        self.lock_held().insert(
+        lock(&self.held).insert(
             session_id.to_owned(),
             Held {
                 rev,
                 lost: lost.clone(),
-                renewed: Instant::now(),
             },
         );
-        tracing::info!(session.id = %session_id, coordinator = %self.id, "session lease taken");
+        lock(&self.map)
+            .sessions
+            .insert(session_id.to_owned(), (rev, Some(self.id.clone())));
+        tracing::info!(session.id = %session_id, coordinator = %self.id, "session taken");
         Ok(Some(lost))
     }
 
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn lock_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.peers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     pub(crate) fn holds(&self, session_id: &str) -> bool {
-        self.lock_held().contains_key(session_id)
+        lock(&self.held).contains_key(session_id)
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.lock_held().len()
-    }
-
-    /// Sessions this coordinator owns.
-    pub(crate) fn sessions(&self) -> Vec<String> {
-        self.lock_held().keys().cloned().collect()
+        lock(&self.held).len()
     }
 
     /// Coordinators up, this one included.
     pub(crate) fn live(&self) -> usize {
-        let peers = self.lock_peers();
-        peers.keys().filter(|id| **id != self.id).count() + 1
+        let map = lock(&self.map);
+        map.live.keys().filter(|id| **id != self.id).count() + 1
     }
 
-    /// This coordinator's fair share: the sessions owned by all, over the coordinators up.
+    /// This coordinator's fair share: the sessions owned by all live
+    /// coordinators, over the coordinators up.
     pub(crate) fn fair_share(&self) -> usize {
-        let peers = self.lock_peers();
-        let mut total: u64 = peers
-            .iter()
-            .filter(|(id, _)| **id != self.id)
-            .map(|(_, n)| *n)
-            .sum();
-        total += self.count() as u64;
-        let live = peers.keys().filter(|id| **id != self.id).count() as u64 + 1;
-        total.div_ceil(live) as usize
+        let mine = self.count();
+        let map = lock(&self.map);
+        let others = map
+            .sessions
+            .values()
+            .filter(|(_, owner)| {
+                owner
+                    .as_ref()
+                    .is_some_and(|o| *o != self.id && map.live.contains_key(o))
+            })
+            .count();
+        let live = map.live.keys().filter(|id| **id != self.id).count() + 1;
+        (mine + others).div_ceil(live)
     }
 
-    /// Gives a session's lease up (after its actor stopped): deleted, fenced
-    /// on its revision, so the other coordinators see it free at once.
+    /// Hands a session over (after its actor stopped): its key is deleted,
+    /// fenced on its revision, so the other coordinators see it free at once.
     pub(crate) async fn release(&self, session_id: &str) {
-        let Some(held) = self.lock_held().remove(session_id) else {
+        let Some(held) = lock(&self.held).remove(session_id) else {
             return;
         };
         let key = subjects::session_lease_key(session_id);
         if let Err(e) = self.kv.delete_expect_revision(&key, Some(held.rev)).await {
-            tracing::warn!(session.id = %session_id, error = %e, "could not hand the session's lease over; it runs out on its own");
+            tracing::warn!(session.id = %session_id, error = %e, "could not hand the session over; it is taken by the next message for it");
         }
     }
 
-    /// Forgets a lease whose session stopped without handing it over (it
-    /// was fenced out): nothing is renewed for it any more.
+    /// Forgets a session that stopped without being handed over (it was
+    /// taken by another coordinator, or liveness was lost).
     pub(crate) fn forget(&self, session_id: &str) {
-        self.lock_held().remove(session_id);
+        lock(&self.held).remove(session_id);
     }
 
-    /// Renews every lease once; a lease refused (another coordinator took
-    /// it) or not renewed for a whole TTL is lost: its session stops.
-    async fn renew_all(&self) {
-        let leases: Vec<(String, u64)> = self
-            .lock_held()
-            .iter()
-            .map(|(id, held)| (id.clone(), held.rev))
-            .collect();
-        let renewals = leases.into_iter().map(|(session_id, rev)| async move {
-            let key = subjects::session_lease_key(&session_id);
-            let result = self
-                .write(&key, Bytes::from(self.id.clone()), Some(rev))
-                .await;
-            (session_id, result)
-        });
-        let results: Vec<_> = futures::stream::iter(renewals)
-            .buffer_unordered(64)
-            .collect()
-            .await;
-        let now = Instant::now();
-        let mut held = self.lock_held();
-        for (session_id, result) in results {
-            let Some(lease) = held.get_mut(&session_id) else {
-                continue;
-            };
-            match result {
-                Ok(Some(rev)) => {
-                    lease.rev = rev;
-                    lease.renewed = now;
-                }
-                Ok(None) => {
-                    tracing::warn!(session.id = %session_id, "the session's lease was taken by another coordinator: the session stops here");
-                    lease.lost.cancel();
-                    held.remove(&session_id);
-                }
-                Err(e) if now.duration_since(lease.renewed) >= LEASE_TTL => {
-                    tracing::warn!(session.id = %session_id, error = %e, "the session's lease could not be renewed in time: the session stops here");
-                    lease.lost.cancel();
-                    held.remove(&session_id);
-                }
+    /// Every session held stops: this coordinator's key ran out or was taken.
+    fn lose_all(&self, why: &str) {
+        let held: Vec<(String, Held)> = lock(&self.held).drain().collect();
+        tracing::warn!(
+            coordinator = %self.id,
+            sessions = held.len(),
+            why,
+            "this coordinator is not known alive any more: its sessions stop here (the others may take them)"
+        );
+        let mut me = lock(&self.me);
+        me.rev = 0;
+        for (session_id, held) in held {
+            held.lost.cancel();
+            me.lost.push(session_id);
+        }
+    }
+
+    /// Writes this coordinator's liveness key once (renewal, or announcement
+    /// when not alive), fenced on its revision, with `Nats-TTL`. After an
+    /// announcement that follows a loss, the sessions it had that are still
+    /// its own are sent on `free`, to be taken back.
+    pub(crate) async fn renew(&self, free: &mpsc::Sender<(String, u64)>) {
+        let key = subjects::coordinator_presence_key(&self.id);
+        let (rev, renewed) = {
+            let me = lock(&self.me);
+            (me.rev, me.renewed)
+        };
+        if rev != 0 && renewed.is_none_or(|at| at.elapsed() >= LEASE_TTL) {
+            self.lose_all("its key was not renewed in time");
+            return;
+        }
+        let expect = if rev != 0 {
+            rev
+        } else {
+            // Announcing: on top of whatever the key holds (nothing, the
+            // marker of one that ran out, a previous run under this id).
+            match self.kv.entry(&key).await {
+                Ok(None) => 0,
+                Ok(Some(entry)) => entry.revision,
                 Err(e) => {
-                    tracing::warn!(session.id = %session_id, error = %e, "could not renew the session's lease; trying again");
+                    self.failed(&format!("could not read this coordinator's key: {e}"));
+                    return;
                 }
             }
+        };
+        let sent = Instant::now();
+        let count = self.count().to_string();
+        match self.write(&key, Bytes::from(count), expect, true).await {
+            Ok(Some(new_rev)) => {
+                if self.failures.swap(0, std::sync::atomic::Ordering::Relaxed) > 0 {
+                    tracing::info!("this coordinator's key is renewed again");
+                }
+                let back = {
+                    let mut me = lock(&self.me);
+                    me.rev = new_rev;
+                    me.renewed = Some(sent);
+                    std::mem::take(&mut me.lost)
+                };
+                lock(&self.map).live.insert(self.id.clone(), new_rev);
+                if rev == 0 {
+                    tracing::info!(coordinator = %self.id, "this coordinator is up");
+                }
+                let back: Vec<(String, u64)> = {
+                    let map = lock(&self.map);
+                    back.into_iter()
+                        .filter_map(|id| match map.sessions.get(&id) {
+                            Some((rev, Some(owner))) if *owner == self.id => Some((id, *rev)),
+                            _ => None,
+                        })
+                        .collect()
+                };
+                for entry in back {
+                    let _ = free.send(entry).await;
+                }
+            }
+            Ok(None) if rev != 0 => self.lose_all("its key ran out or was written by another"),
+            Ok(None) => {
+                tracing::warn!(coordinator = %self.id, "this coordinator's key changed while it was announced; trying again");
+            }
+            Err(e) => self.failed(&format!("could not renew this coordinator's key: {e}")),
         }
     }
 
-    /// Says this coordinator is up, with how many sessions it owns.
-    async fn announce(&self) {
-        let key = subjects::coordinator_presence_key(&self.id);
-        let count = self.count() as u64;
-        self.lock_peers().insert(self.id.clone(), count);
-        if let Err(e) = self.write(&key, Bytes::from(count.to_string()), None).await {
-            tracing::warn!(error = %e, "could not say this coordinator is up");
+    /// A renewal that failed: said once per run of failures, then quietly.
+    fn failed(&self, what: &str) {
+        if self
+            .failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            tracing::warn!("{what}; trying again (quietly until it works)");
+        } else {
+            tracing::debug!("{what}; trying again");
         }
     }
 
-    /// Renews the leases and the presence every [`RENEW_EVERY`] until `stop`.
-    pub(crate) async fn keep(&self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(RENEW_EVERY);
+    /// Renews the liveness key every [`RENEW_EVERY`] until `stop`.
+    pub(crate) async fn keep(&self, free: mpsc::Sender<(String, u64)>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = tick.tick() => {
-                    self.renew_all().await;
-                    self.announce().await;
-                }
+                _ = tick.tick() => self.renew(&free).await,
             }
         }
     }
 
-    /// Follows the other coordinators' presence keys.
-    pub(crate) async fn follow_peers(&self, stop: CancellationToken) {
+    /// Follows the whole bucket: keeps the map, sends on `free` the sessions
+    /// that come free (handed over, or their owner's key went), and stops a
+    /// session held here that another coordinator took. `ready` fires once
+    /// the map has caught up with the bucket.
+    pub(crate) async fn watch(
+        &self,
+        free: mpsc::Sender<(String, u64)>,
+        ready: tokio::sync::oneshot::Sender<()>,
+        stop: CancellationToken,
+    ) {
+        let mut ready = Some(ready);
+        let mut failing = false;
         loop {
             let mut watch = match self
                 .kv
-                .watch_with_history(subjects::ALL_COORDINATOR_PRESENCE_KEYS)
+                .watch_with_history(subjects::ALL_COORDINATOR_LEASE_KEYS)
                 .await
             {
-                Ok(watch) => watch,
+                Ok(watch) => {
+                    failing = false;
+                    watch
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not watch the coordinators' presence; retrying");
+                    if std::mem::replace(&mut failing, true) {
+                        tracing::debug!(error = %e, "could not watch the coordinator leases; retrying");
+                    } else {
+                        tracing::warn!(error = %e, "could not watch the coordinator leases; retrying (quietly until it works)");
+                    }
                     tokio::select! {
                         () = stop.cancelled() => return,
                         () = tokio::time::sleep(RENEW_EVERY) => continue,
                     }
                 }
             };
+            // The bucket as it is now is read into a fresh map; coordinators
+            // that went while no watch ran are found by comparing.
+            let mut snapshot = Some(Map::default());
             loop {
                 let entry = tokio::select! {
                     () = stop.cancelled() => return,
                     entry = watch.next() => entry,
                 };
                 let Some(Ok(entry)) = entry else { break };
-                let Some(id) = entry.key.strip_prefix("coordinator.") else {
+                if let Some(map) = snapshot.as_mut() {
+                    map.apply(&entry);
+                    if !entry.seen_current {
+                        continue;
+                    }
+                    let Some(map) = snapshot.take() else { continue };
+                    let gone: Vec<String> = {
+                        let mut old = lock(&self.map);
+                        let gone = old
+                            .live
+                            .keys()
+                            .filter(|id| !map.live.contains_key(*id))
+                            .cloned()
+                            .collect();
+                        *old = map;
+                        gone
+                    };
+                    for id in gone {
+                        self.on_change(Change::Gone(id), &free).await;
+                    }
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
                     continue;
-                };
-                let mut peers = self.lock_peers();
-                match entry.operation {
-                    Operation::Put => {
-                        let n = String::from_utf8_lossy(&entry.value).parse().unwrap_or(0);
-                        peers.insert(id.to_owned(), n);
-                    }
-                    Operation::Delete | Operation::Purge => {
-                        peers.remove(id);
-                    }
                 }
+                let change = lock(&self.map).apply(&entry);
+                self.on_change(change, &free).await;
             }
         }
     }
 
-    /// Sessions whose lease ran out or was handed over: each is sent on
-    /// `free` with the revision a take is fenced on.
-    pub(crate) async fn watch_free(
-        &self,
-        free: tokio::sync::mpsc::Sender<(String, u64)>,
-        stop: CancellationToken,
-    ) {
-        loop {
-            let mut watch = match self.kv.watch(subjects::ALL_SESSION_LEASE_KEYS).await {
-                Ok(watch) => watch,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not watch the session leases; retrying");
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(RENEW_EVERY) => continue,
-                    }
-                }
-            };
-            loop {
-                let entry = tokio::select! {
-                    () = stop.cancelled() => return,
-                    entry = watch.next() => entry,
-                };
-                let Some(Ok(entry)) = entry else { break };
-                if entry.operation == Operation::Put {
-                    continue;
-                }
-                let Some(session_id) = entry.key.strip_prefix("session.") else {
-                    continue;
-                };
-                if free
-                    .send((session_id.to_owned(), entry.revision))
-                    .await
-                    .is_err()
-                {
+    async fn on_change(&self, change: Change, free: &mpsc::Sender<(String, u64)>) {
+        let freed = match change {
+            Change::None => return,
+            Change::Gone(id) if id == self.id => return,
+            Change::Gone(id) => {
+                tracing::info!(coordinator = %id, "a coordinator is gone: its sessions are taken over");
+                lock(&self.map).owned_by(&id)
+            }
+            Change::Session(session_id, rev, owner) => {
+                if owner.as_deref() == Some(self.id.as_str()) {
                     return;
                 }
+                if let Some(held) = lock(&self.held).remove(&session_id) {
+                    tracing::warn!(session.id = %session_id, owner = ?owner, "the session was taken by another coordinator: the session stops here");
+                    held.lost.cancel();
+                }
+                if owner.is_some() {
+                    return;
+                }
+                vec![(session_id, rev)]
+            }
+        };
+        for entry in freed {
+            if free.send(entry).await.is_err() {
+                return;
             }
         }
     }
 
-    /// At a graceful stop: says this coordinator is gone.
+    /// At a graceful stop, once every session here has stopped: this
+    /// coordinator's key is deleted, and the others take its sessions at once.
     pub(crate) async fn withdraw(&self) {
         let key = subjects::coordinator_presence_key(&self.id);
         if let Err(e) = self.kv.delete(&key).await {
-            tracing::warn!(error = %e, "could not withdraw this coordinator's presence; it runs out on its own");
+            tracing::warn!(error = %e, "could not withdraw this coordinator; its sessions move when its key runs out");
         }
     }
 }

@@ -337,7 +337,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     )
                     .publish(object_store(subjects::ORCH_BLOBS_BUCKET))
                     .publish(object_store(subjects::ARCHIVE_BUCKET)),
-                Grant::new("session leases: take, renew and hand over a session, say it is up, watch for leases that ran out")
+                Grant::new("session leases: take and hand over a session, say it is up (renewed), watch who owns what and who is gone")
                     .publish([
                         format!("$KV.{}.>", subjects::COORDINATOR_LEASES_BUCKET),
                         api(&format!("DIRECT.GET.{leases}.>")),

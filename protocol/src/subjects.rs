@@ -25,23 +25,22 @@ pub const ARCHIVE_BUCKET: &str = "arbiter_archive";
 pub fn session_archive(session_id: &str) -> String {
     format!("{session_id}.jsonl.gz")
 }
-/// KV bucket (per-key TTL, delete markers kept 1 s): which coordinator owns
-/// which session (`session.<session_id>`, value: the coordinator's id), and
-/// which coordinators are up (`coordinator.<id>`, value: how many sessions it owns).
+/// KV bucket (per-key TTL, delete markers kept 1 s): which coordinators are
+/// up (`coordinator.<id>`, value: how many sessions it runs, with a TTL), and
+/// which coordinator owns which session (`session.<session_id>`, value: the
+/// coordinator's id, no TTL, written only when the owner changes).
 pub const COORDINATOR_LEASES_BUCKET: &str = "arbiter_coordinator_leases";
 
-/// The key of a session's lease in [`COORDINATOR_LEASES_BUCKET`].
+/// The key of a session's owner in [`COORDINATOR_LEASES_BUCKET`].
 pub fn session_lease_key(session_id: &str) -> String {
     format!("session.{session_id}")
 }
-/// Keys of sessions' leases, for a watch.
-pub const ALL_SESSION_LEASE_KEYS: &str = "session.>";
 /// The key of a coordinator's presence in [`COORDINATOR_LEASES_BUCKET`].
 pub fn coordinator_presence_key(coordinator_id: &str) -> String {
     format!("coordinator.{coordinator_id}")
 }
-/// Keys of coordinators' presence, for a watch.
-pub const ALL_COORDINATOR_PRESENCE_KEYS: &str = "coordinator.*";
+/// Every key of [`COORDINATOR_LEASES_BUCKET`], for the coordinators' watch of it.
+pub const ALL_COORDINATOR_LEASE_KEYS: &str = ">";
 /// Core NATS request subject on which a coordinator takes messages of the
 /// sessions it owns that another coordinator pulled.
 pub fn coordinator_forward(coordinator_id: &str) -> String {

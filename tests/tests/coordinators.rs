@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arbiter_protocol::{LogBody, subjects};
@@ -25,14 +25,14 @@ fn coordinator(sys: &System, id: &str) -> arbiter_coordinator::Config {
 }
 
 /// Who owns each session, as the lease bucket says.
-async fn owners(sys: &System, sessions: &[String]) -> HashMap<String, String> {
+async fn owners(sys: &System, sessions: &[String]) -> BTreeMap<String, String> {
     let kv = sys
         .bus
         .js
         .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
         .await
         .unwrap();
-    let mut out = HashMap::new();
+    let mut out = BTreeMap::new();
     for s in sessions {
         if let Some(owner) = kv.get(subjects::session_lease_key(s)).await.unwrap() {
             out.insert(s.clone(), String::from_utf8(owner.to_vec()).unwrap());
@@ -414,10 +414,11 @@ async fn a_coordinator_stopped_gracefully_hands_its_sessions_over_at_once() {
     assert_eq!(sys.mock.requests().len(), sessions.len() * 2);
 }
 
-/// A coordinator paused (SIGSTOP) mid-turn past its leases: another takes
-/// its sessions over and answers. When the paused one wakes with the model's
-/// replies in hand, the server refuses its lease renewals and its step writes
-/// (10071) and it stops those sessions: each console shows one answer, never two.
+/// A coordinator paused (SIGSTOP) mid-turn past its liveness key's TTL:
+/// another takes its sessions over and answers. When the paused one wakes
+/// with the model's replies in hand, it finds its key ran out and stops those
+/// sessions, and the server refuses its step writes (10071): each console
+/// shows one answer, never two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_coordinator_that_wakes_is_fenced_out_and_writes_nothing() {
     let sys = System::start_with(Options {
@@ -487,4 +488,142 @@ async fn a_paused_coordinator_that_wakes_is_fenced_out_and_writes_nothing() {
     // Both coordinators asked the model for each turn: c-1 before its pause.
     assert_eq!(sys.mock.requests().len(), sessions.len() * 2);
     first.start_kill().unwrap();
+}
+
+/// Idle sessions cost no lease writes: 50 sessions, each answered once and
+/// then left idle, owned by two coordinators. Over 10 s the lease bucket's
+/// stream gets only the coordinators' own liveness renewals (one every third
+/// of the 4 s TTL each, about 8 per coordinator), however many sessions they own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_cost_no_lease_writes() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    sys.mock.set_responder(|request| {
+        let lane = lane_of(&request.body);
+        let session = lane.rsplit(' ').next().unwrap_or_default().to_owned();
+        Some(arbiter("address_human", &format!("Answer for {session}")))
+    });
+    sys.spawn_coordinator_with(coordinator(&sys, "c-idle-a"));
+    sys.spawn_coordinator_with(coordinator(&sys, "c-idle-b"));
+    let sessions: Vec<String> = (0..50).map(|i| format!("s-idle-{i}")).collect();
+    for s in &sessions {
+        sys.send(s, &format!("Question of {s}")).await;
+    }
+    for s in &sessions {
+        sys.settled(s, 2).await;
+    }
+    // Both coordinators own sessions, and the sharing has settled: nothing
+    // moved over more than one rebalancing round (3 s).
+    let mut before = owners(&sys, &sessions).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let now = owners(&sys, &sessions).await;
+        let a = now.values().filter(|o| *o == "c-idle-a").count();
+        if now == before && now.len() == sessions.len() && a > 0 && a < now.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sharing never settled: {now:?}"
+        );
+        before = now;
+    }
+    let stream = format!("KV_{}", subjects::COORDINATOR_LEASES_BUCKET);
+    let last_seq = || async {
+        let mut stream = sys.bus.js.get_stream(&stream).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
+    let first = last_seq().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let writes = last_seq().await - first;
+    let a = before.values().filter(|o| *o == "c-idle-a").count();
+    println!(
+        "{} idle sessions (c-idle-a {a}, c-idle-b {}): {writes} lease bucket writes in 10 s (target: a handful per coordinator, <= 10 each)",
+        sessions.len(),
+        sessions.len() - a
+    );
+    assert!(
+        writes <= 20,
+        "idle sessions cost lease writes: {writes} in 10 s"
+    );
+    // Nothing moved and nothing more was said while idle.
+    assert_eq!(owners(&sys, &sessions).await, before);
+    assert_eq!(sys.mock.requests().len(), sessions.len());
+}
+
+/// The only coordinator is paused (SIGSTOP) mid-turn past its liveness
+/// key's TTL. When it wakes it finds its key ran out, stops its sessions,
+/// announces itself again and takes back the sessions nobody took: each
+/// turn ends, and each console shows the human's line and one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_coordinator_paused_past_its_ttl_takes_its_sessions_back() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let gate = Gate::new();
+    {
+        let gate = gate.clone();
+        sys.mock.set_responder(move |request| {
+            let lane = lane_of(&request.body);
+            let session = lane.rsplit(' ').next().unwrap_or_default().to_owned();
+            Some(arbiter("address_human", &format!("Answer for {session}")).gated(gate.clone()))
+        });
+    }
+    let mut only =
+        sys.coordinator_process_with(&[("ARBITER_COORDINATOR_ID", std::ffi::OsStr::new("c-1"))]);
+    let sessions: Vec<String> = (0..5).map(|i| format!("s-lone-{i}")).collect();
+    let mut logs = Vec::new();
+    for s in &sessions {
+        logs.push(sys.watch_log(s).await);
+        sys.send(s, &format!("Question of {s}")).await;
+    }
+    eventually(WAIT, "every Arbiter turn to start", || async {
+        (sys.mock.requests().len() >= sessions.len()).then_some(())
+    })
+    .await;
+    let pid = only.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    // Past the 4 s TTL: the key runs out while the process sleeps.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    gate.open();
+    signal("-CONT");
+    for (s, log) in sessions.iter().zip(&logs) {
+        log.wait_for("the answer", |b| matches!(b, LogBody::Arbiter(_)))
+            .await;
+        sys.settled(s, 2).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (s, log) in sessions.iter().zip(&logs) {
+        assert_eq!(
+            briefs(&log.bodies()),
+            vec![
+                pair("You", &format!("Question of {s}")),
+                pair("Arbiter", &format!("Answer for {s}")),
+            ],
+            "{s}"
+        );
+    }
+    let owned = owners(&sys, &sessions).await;
+    assert!(
+        owned.len() == sessions.len() && owned.values().all(|o| o == "c-1"),
+        "{owned:?}"
+    );
+    only.start_kill().unwrap();
 }
