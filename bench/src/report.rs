@@ -136,9 +136,10 @@ impl Report {
             s.writes_per_routed
         );
         println!(
-            "  disk (streams' stored bytes): {:.0} bytes per routed message, {:.0} bytes per session ({} bytes stored at the end; ended Orchestrators rolled up, no session archived)",
+            "  disk (streams' stored bytes): {:.0} bytes per routed message, ≈ {:.0} bytes per session of {} exchanges ({} bytes stored at the end; ended Orchestrators rolled up, no session archived)",
             s.disk_per_routed,
             s.disk_per_session,
+            s.exchanges,
             count(s.disk_bytes)
         );
         if let Some(ratio) = self.server_cost_ratio() {

@@ -105,7 +105,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
         starts_per_sec: (after.3 - before.3) as f64 / seconds,
         writes_per_routed: writes as f64 / (after.0 - before.0).max(1) as f64,
         disk_per_routed: disk_grown / (after.0 - before.0).max(1) as f64,
-        disk_per_session: disk_grown / (after.3 - before.3).max(1) as f64,
+        // Sessions take longer than the window at this scale: one session's
+        // routed messages (the human line, the summons, then an Arbiter and
+        // an Orchestrator turn per exchange) times the bytes each stored.
+        disk_per_session: disk_grown / (after.0 - before.0).max(1) as f64
+            * (2 * ctx.opts.exchanges + 2) as f64,
         disk_bytes: disk_after,
         exchanges: ctx.opts.exchanges,
         cpu: after.1.since(&before.1),
