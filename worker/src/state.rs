@@ -375,19 +375,7 @@ impl StateStore {
             cli_transcript: self.cli_transcript.clone(),
             at: Utc::now(),
         };
-        let pointer = |blob: &str| {
-            let pointer = Pointer {
-                v: VERSION,
-                orch_id: record.orch_id.clone(),
-                session_id: record.session_id.clone(),
-                number: record.number,
-                rev: record.rev,
-                worker_id: record.worker_id.clone(),
-                blob: blob.to_owned(),
-                at: record.at,
-            };
-            Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
-        };
+        let pointer = |blob: &str| pointer_to(&record, blob);
         let step = steplog::Step {
             rev: self.rev,
             record: encode(&record),
@@ -400,6 +388,21 @@ impl StateStore {
         self.cli_transcript = None;
         Ok(())
     }
+}
+
+/// The small record that stands on the subject for one stored in the object store.
+fn pointer_to(record: &Record, blob: &str) -> Bytes {
+    let pointer = Pointer {
+        v: VERSION,
+        orch_id: record.orch_id.clone(),
+        session_id: record.session_id.clone(),
+        number: record.number,
+        rev: record.rev,
+        worker_id: record.worker_id.clone(),
+        blob: blob.to_owned(),
+        at: record.at,
+    };
+    Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
 }
 
 impl StateStore {
@@ -430,19 +433,7 @@ impl StateStore {
             cli_transcript: None,
             at: Utc::now(),
         };
-        let pointer = |blob: &str| {
-            let pointer = Pointer {
-                v: VERSION,
-                orch_id: record.orch_id.clone(),
-                session_id: record.session_id.clone(),
-                number: record.number,
-                rev: record.rev,
-                worker_id: record.worker_id.clone(),
-                blob: blob.to_owned(),
-                at: record.at,
-            };
-            Bytes::from(serde_json::to_vec(&pointer).unwrap_or_default())
-        };
+        let pointer = |blob: &str| pointer_to(&record, blob);
         let step = steplog::Step {
             rev,
             record: encode(&record),
