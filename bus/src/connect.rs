@@ -261,6 +261,11 @@ impl Alarms {
                 self.inner.connects.send_modify(|n| *n += 1);
                 tracing::info!("NATS connected");
             }
+            // After a refusal the process is on its way out with the reason
+            // said once; "reconnecting" would be a false last word.
+            Event::Disconnected if self.inner.fatal.borrow().is_some() => {
+                tracing::debug!("NATS connection lost after the refusal")
+            }
             Event::Disconnected => tracing::warn!("NATS connection lost; reconnecting"),
             Event::ServerError(ServerError::AuthorizationViolation) => {
                 self.refused("the server refused this process's credentials (authorization violation): they may have been revoked")
