@@ -49,6 +49,7 @@ pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
             hook_bin: std::env::current_exe()
                 .ok()
                 .and_then(|exe| Some(exe.parent()?.join("arbiter-worker"))),
+            allow: Vec::new(),
         },
         ..arbiter_worker::Config::default()
     };

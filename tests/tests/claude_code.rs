@@ -711,3 +711,272 @@ async fn the_cli_reads_nothing_outside_the_workspace_and_not_its_key() {
         .sum();
     assert_eq!(failed, calls.len() as u64);
 }
+
+/// Past 85 % a CLI Orchestrator's report must carry its handoff packet, as
+/// on the native loop: a report without one goes back to the CLI with the
+/// reason, and the repaired report reaches the log with its packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_85_percent_a_cli_report_without_a_packet_is_sent_back_for_one() {
+    let sys = claude_system(1).await;
+    let s = "s-cli-packet";
+    let brief = "Fill up and report.";
+    let lane = orch_lane(brief);
+    let ws = sys.workspace(s);
+    // 180k of the 200k budget: 90 %.
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Write",
+            json!({"file_path": ws.join("a.txt"), "content": "a\n"}),
+        )
+        .usage(180_000, 20, 0, 0),
+    );
+    // The context a reply reports is its request's: the report's is 91 %.
+    sys.mock.push(
+        &lane,
+        output(true, "Done, no packet.").usage(182_000, 20, 0, 0),
+    );
+    let packet = json!({
+        "done": [{"id": "T1", "what": "wrote a.txt", "files": ["a.txt"]}],
+        "open": [{"id": "T2", "what": "write b.txt"}],
+        "decisions": [],
+        "questions": [],
+        "next_step": "Write b.txt.",
+    });
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "StructuredOutput",
+            json!({"expects_response": true, "message": "Done, with a packet.", "handoff": packet}),
+        )
+        .usage(183_000, 20, 0, 0),
+    );
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    let at = log
+        .wait_for(
+            "the repaired report",
+            |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done, with a packet."),
+        )
+        .await;
+    // The report without a packet never reached the log.
+    assert!(
+        !log.bodies()
+            .iter()
+            .any(|b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done, no packet."))
+    );
+    let LogBody::Orchestrator(report) = &log.bodies()[at] else {
+        unreachable!()
+    };
+    let carried = report
+        .handoff
+        .as_ref()
+        .expect("the packet rides on the report");
+    assert_eq!(carried.open[0].id, "T2");
+    // The CLI's model was told why, in the next user line it got.
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 3);
+    assert!(
+        requests[2]
+            .all_text()
+            .contains("91% of your context is used, so this reply must carry your `handoff`"),
+        "{}",
+        requests[2].all_text()
+    );
+}
+
+/// `--claude-allow` lets the CLI run the commands it names, and only those:
+/// in `acceptEdits` an interpreter is refused, and with
+/// `Bash(python3 -c:*)` allowed a python3 command runs while perl is still
+/// refused. A bare `Bash` is refused at start: it would approve anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_commands_run_and_others_stay_refused() {
+    let mut sys = System::start_with(Options {
+        runtime: Runtime::ClaudeCode,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let mut config = sys.worker_config("worker-allow", 1, 200_000);
+    config.claude_code.allow = vec!["Bash(python3 -c:*)".to_owned()];
+    sys.spawn_worker_with(config);
+    sys.worker_up("worker-allow").await;
+    let s = "s-allow";
+    let brief = "Run the scripts.";
+    let lane = orch_lane(brief);
+    let by_python = sys.workspace(s).join("by-python.txt");
+    let by_perl = sys.workspace(s).join("by-perl.txt");
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Bash",
+            json!({"command": "python3 -c \"open('by-python.txt', 'w').write('ran')\""}),
+        ),
+    );
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Bash",
+            json!({"command": "perl -e 'open(my $f, \">\", \"by-perl.txt\"); print $f \"ran\"'"}),
+        ),
+    );
+    sys.mock.push(&lane, output(true, "Ran them."));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Ran them."),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&by_python).unwrap(), "ran");
+    assert!(!by_perl.exists(), "perl ran without a rule allowing it");
+    // What the model got back for perl: a refusal.
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 3);
+    let result = requests[2]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .rfind(|b| b["type"] == "tool_result")
+        .cloned()
+        .unwrap();
+    assert_eq!(result["is_error"], true, "{result}");
+
+    // A rule that names nothing is refused at start, in one line.
+    let mut config = sys.worker_config("worker-bare", 1, 200_000);
+    config.claude_code.allow = vec!["Bash".to_owned()];
+    let said = arbiter_worker::run(config, std::future::pending())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        said.contains("would let the CLI run Bash on anything"),
+        "{said}"
+    );
+}
+
+/// Without a rule the same python3 command is refused: the rule above is
+/// what let it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_rule_an_interpreter_is_refused() {
+    let sys = claude_system(1).await;
+    let s = "s-no-allow";
+    let brief = "Run python.";
+    let lane = orch_lane(brief);
+    let by_python = sys.workspace(s).join("by-python.txt");
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Bash",
+            json!({"command": "python3 -c \"open('by-python.txt', 'w').write('ran')\""}),
+        ),
+    );
+    sys.mock.push(&lane, output(true, "Tried."));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Tried."),
+    )
+    .await;
+    assert!(!by_python.exists(), "python3 ran with no rule allowing it");
+}
+
+/// A long CLI turn is stored every few tool results, not only at its end:
+/// kill -9 of the worker (and its CLI) after six tool calls of one turn, and
+/// the worker that takes over resumes the CLI session with those calls in
+/// it, so the model does not start the turn from nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_cli_turn_is_stored_as_it_goes_and_resumes_mid_turn() {
+    let cli = claude_cli_bin();
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let roots = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let worker = |id: &str, root: &Path| {
+        sys.worker_process_with(
+            id,
+            1,
+            &[
+                ("ARBITER_RUNTIME", "claude-code".as_ref()),
+                ("CLAUDE_CLI_BIN", cli.as_os_str()),
+                ("ARBITER_WORKSPACE_ROOT", root.as_os_str()),
+            ],
+        )
+    };
+    let mut a = worker("worker-a", roots[0].path());
+    sys.worker_up("worker-a").await;
+    let s = "s-long-turn";
+    let brief = "Write six files in one go.";
+    let lane = orch_lane(brief);
+    let ws_a = roots[0].path().join(s);
+    let ws_b = roots[1].path().join(s);
+    for n in 1..=6 {
+        sys.mock.push(
+            &lane,
+            MockReply::tool_use(
+                "Write",
+                json!({"file_path": ws_a.join(format!("f{n}.txt")), "content": format!("{n}\n")}),
+            ),
+        );
+    }
+    // The seventh request of the turn is held until worker A is gone.
+    let hold = Gate::new();
+    sys.mock
+        .push(&lane, output(true, "never sent").gated(hold.clone()));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    sys.mock.wait_for_requests(&lane, 7, WAIT).await;
+    // The checkpoint after the fifth result is stored before A dies.
+    let orch_id = log
+        .bodies()
+        .iter()
+        .find_map(|b| match b {
+            LogBody::Summoned(s) => Some(s.orch_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    eventually(
+        WAIT,
+        "a mid-turn record with the CLI's transcript",
+        || async {
+            let record = last_state_record(&sys, &orch_id).await;
+            (!record["cli_transcript"].is_null()).then_some(())
+        },
+    )
+    .await;
+    let cli_a = cli_pids(roots[0].path());
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &a.id().unwrap().to_string()])
+        .status();
+    for pid in cli_a {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    a.wait().await.unwrap();
+    hold.open();
+
+    copy_dir(&ws_a, &ws_b);
+    sys.mock.push(&lane, output(true, "Six files are written."));
+    let _b = worker("worker-b", roots[1].path());
+    log.wait_for(
+        "the report from the resumed turn",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Six files are written."),
+    )
+    .await;
+    let requests = sys.mock.requests_for(&lane);
+    let resumed = requests.last().unwrap();
+    let text = resumed.all_text();
+    // The calls made before the kill are in the resumed session.
+    for n in 1..=5 {
+        let written = ws_a.join(format!("f{n}.txt"));
+        assert!(
+            text.contains(&written.to_string_lossy().into_owned()),
+            "f{n}.txt is missing from the resumed request: {text}"
+        );
+    }
+}

@@ -354,7 +354,10 @@ impl Agent {
     /// What the schema cannot say of a valid output: past the critical
     /// threshold every output carries a handoff packet, and a packet's ids
     /// and next step make sense. The error goes back for repair.
-    fn check_handoff(&self, output: OrchestratorOutput) -> Result<OrchestratorOutput, String> {
+    pub(super) fn check_handoff(
+        &self,
+        output: OrchestratorOutput,
+    ) -> Result<OrchestratorOutput, String> {
         let pct = self.status.get().context_pct;
         match &output.handoff {
             Some(packet) => packet.check().map(|()| output),

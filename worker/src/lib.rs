@@ -247,6 +247,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         ))
     })?;
     if config.runtime == Runtime::ClaudeCode {
+        runtime::claude::check_allow_rules(&config.claude_code.allow).map_err(Error::Runtime)?;
         let version = runtime::claude::probe(&config.claude_code.bin)
             .await
             .map_err(Error::Runtime)?;

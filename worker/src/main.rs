@@ -129,6 +129,17 @@ struct Cli {
     /// The Claude Code CLI the claude-code runtime runs.
     #[arg(long, env = "CLAUDE_CLI_BIN", default_value = "claude")]
     claude_bin: PathBuf,
+    /// A command or edit the claude-code runtime's CLI may run without
+    /// asking, on top of file edits in the workspace: a permission rule
+    /// such as 'Bash(cargo test:*)'. Repeat it, or give several separated
+    /// by commas in the variable. A bare tool name is refused.
+    #[arg(
+        long = "claude-allow",
+        env = "ARBITER_CLAUDE_ALLOW",
+        value_delimiter = ',',
+        value_name = "RULE"
+    )]
+    claude_allow: Vec<String>,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -271,6 +282,7 @@ async fn run_main() -> anyhow::Result<()> {
         claude_code: arbiter_worker::ClaudeCodeConfig {
             bin: cli.claude_bin,
             hook_bin: None,
+            allow: cli.claude_allow,
         },
     };
     let shutdown = arbiter_bus::cli::shutdown_signal();

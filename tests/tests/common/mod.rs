@@ -130,6 +130,7 @@ pub fn claude_code() -> arbiter_worker::ClaudeCodeConfig {
         bin: std::env::var_os("CLAUDE_CLI_BIN")
             .map_or_else(|| PathBuf::from("claude"), PathBuf::from),
         hook_bin: Some(arbiter_tests::bin("arbiter-worker")),
+        allow: Vec::new(),
     }
 }
 

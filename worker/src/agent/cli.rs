@@ -13,6 +13,9 @@ use crate::runtime::claude::{self, ClaudeProcess, Launch, Progress, TurnDone, Tu
 use crate::state::CliTranscript;
 use crate::tools::{self, ToolOutcome};
 
+/// Tool results after which a running CLI turn's transcript is stored.
+const CHECKPOINT_RESULTS: usize = 5;
+
 impl Agent {
     /// One turn on the CLI.
     pub(super) async fn work_cli(&mut self) -> Result<(), Stop> {
@@ -54,11 +57,20 @@ impl Agent {
         };
         let status = self.status.clone();
         let budget = self.shared.config.context_budget;
+        let (checkpoint_tx, mut checkpoint_rx) = tokio::sync::mpsc::unbounded_channel();
         let turn = async move {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
             let updates = async {
+                let mut results = 0;
                 while let Some(progress) = rx.recv().await {
                     match progress {
+                        Progress::Results(n) => {
+                            results += n;
+                            if results >= CHECKPOINT_RESULTS {
+                                results = 0;
+                                let _ = checkpoint_tx.send(());
+                            }
+                        }
                         Progress::Tool(name) => {
                             status
                                 .update(|s| {
@@ -90,7 +102,27 @@ impl Agent {
             let (done, ()) = tokio::join!(run, updates);
             (process, done)
         };
-        let (process, done) = self.during(turn).await?;
+        // Every few tool results the CLI's transcript is stored, so that a
+        // takeover mid-turn resumes with the calls made so far.
+        tokio::pin!(turn);
+        let (process, done) = loop {
+            let next = self
+                .during(async {
+                    tokio::select! {
+                        out = &mut turn => Some(out),
+                        Some(()) = checkpoint_rx.recv() => None,
+                    }
+                })
+                .await?;
+            match next {
+                Some(out) => break out,
+                None => {
+                    if self.keep_cli_transcript().await {
+                        self.step(Vec::new()).await?;
+                    }
+                }
+            }
+        };
         let done = match done {
             Ok(done) => done,
             Err(error) => {
@@ -112,19 +144,26 @@ impl Agent {
         )
     }
 
-    /// Keeps what the CLI's transcript grew by this turn, for the next
-    /// record: a worker that takes the Orchestrator over resumes from it.
-    async fn keep_cli_transcript(&mut self) {
+    /// Keeps what the CLI's transcript grew by since it was last kept, for
+    /// the next record: a worker that takes the Orchestrator over resumes
+    /// from it. Only whole lines: the CLI may be writing the last one.
+    /// `false`: nothing new to keep.
+    async fn keep_cli_transcript(&mut self) -> bool {
         let path = self.cli_transcript_path();
-        let file = match tokio::fs::read(&path).await {
+        let mut file = match tokio::fs::read(&path).await {
             Ok(file) => file,
             Err(e) => {
                 tracing::warn!(error = %e, path = %path.display(), "the CLI's transcript is unreadable; not stored this turn");
-                return;
+                return false;
             }
         };
+        file.truncate(
+            file.iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |end| end + 1),
+        );
         let piece = match file.get(self.cli_stored..) {
-            Some([]) => return,
+            Some([]) => return false,
             Some(added) => CliTranscript {
                 append: String::from_utf8_lossy(added).into_owned(),
                 reset: false,
@@ -137,6 +176,7 @@ impl Agent {
         };
         self.cli_stored = file.len();
         self.store.keep_cli_transcript(piece);
+        true
     }
 
     /// Starts this Orchestrator's CLI process in its workspace: a new
@@ -229,7 +269,9 @@ impl Agent {
             Some(value) => (
                 value.to_string(),
                 serde_json::from_value::<OrchestratorOutput>(value.clone())
-                    .map_err(|e| format!("the structured output does not match the schema: {e}")),
+                    .map_err(|e| format!("the structured output does not match the schema: {e}"))
+                    // The packet rules are the native loop's, whichever runtime.
+                    .and_then(|output| self.check_handoff(output)),
             ),
             None => (
                 done.text.clone(),

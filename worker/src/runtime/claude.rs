@@ -49,6 +49,10 @@ pub struct ClaudeCodeConfig {
     /// The `arbiter-worker` binary the CLI runs as its `PostToolUse` hook
     /// (`arbiter-worker hook post-tool-use`); `None`: this process's own.
     pub hook_bin: Option<PathBuf>,
+    /// Permission rules the CLI pre-approves (`--allowedTools`), each a
+    /// tool with what it may do: `Bash(cargo test:*)`. Checked by
+    /// [`check_allow_rules`]: a bare tool name would approve it anywhere.
+    pub allow: Vec<String>,
 }
 
 impl Default for ClaudeCodeConfig {
@@ -56,8 +60,44 @@ impl Default for ClaudeCodeConfig {
         Self {
             bin: PathBuf::from("claude"),
             hook_bin: None,
+            allow: Vec::new(),
         }
     }
+}
+
+/// Checks the user's permission rules (`--claude-allow`). In the CLI a bare
+/// tool name (`Bash`, `Write`) or a rule for anything (`Bash(*)`)
+/// pre-approves the tool everywhere, outside the workspace too (measured:
+/// ECOSYSTEM §10), so only rules that name what they allow are taken:
+/// `Bash(cargo test:*)`, `Bash(git status)`, `Edit(./src/**)`.
+pub fn check_allow_rules(rules: &[String]) -> Result<(), String> {
+    for rule in rules {
+        let rule = rule.trim();
+        let (tool, spec) = rule
+            .strip_suffix(')')
+            .and_then(|r| r.split_once('('))
+            .unwrap_or((rule, ""));
+        if !TOOLS.contains(&tool) || tool == "Task" {
+            return Err(format!(
+                "--claude-allow {rule:?}: the tool must be one of {} written as Tool(what), e.g. \
+                 Bash(cargo test:*)",
+                TOOLS[..TOOLS.len() - 1].join(", ")
+            ));
+        }
+        let spec = spec.trim();
+        if spec.is_empty() || spec.trim_start_matches(':').chars().all(|c| c == '*') {
+            return Err(format!(
+                "--claude-allow {rule:?} would let the CLI run {tool} on anything, outside the \
+                 workspace too; name what it may do, e.g. {tool}({})",
+                if tool == "Bash" {
+                    "cargo test:*"
+                } else {
+                    "./src/**"
+                }
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `bin` runs and is recent enough; the error is one line that
@@ -210,6 +250,8 @@ pub(crate) enum Progress {
     Tool(String),
     /// A request filled this many tokens of context.
     Context(u64),
+    /// Tool results came back to the CLI's model (how many, this line).
+    Results(usize),
 }
 
 impl ClaudeProcess {
@@ -260,6 +302,13 @@ impl ClaudeProcess {
                 "--settings",
                 &settings.to_string(),
             ])
+            // Each rule its own argument: rules hold spaces.
+            .args(
+                (!launch.config.allow.is_empty())
+                    .then_some("--allowedTools")
+                    .into_iter()
+                    .chain(launch.config.allow.iter().map(String::as_str)),
+            )
             .args(if launch.resume {
                 ["--resume", launch.session_id]
             } else {
@@ -385,7 +434,16 @@ impl ClaudeProcess {
                     }
                 }
                 "user" => {
-                    for block in event["message"]["content"].as_array().into_iter().flatten() {
+                    let blocks = event["message"]["content"].as_array();
+                    let results = blocks
+                        .into_iter()
+                        .flatten()
+                        .filter(|b| b["type"] == "tool_result")
+                        .count();
+                    if results > 0 {
+                        progress(Progress::Results(results));
+                    }
+                    for block in blocks.into_iter().flatten() {
                         if block["type"] == "tool_result"
                             && block["is_error"] == true
                             && let Some(i) =
@@ -563,6 +621,25 @@ const HOOK_WAIT: Duration = Duration::from_secs(3);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_rules_that_name_what_they_allow_are_taken() {
+        let ok = |r: &str| check_allow_rules(&[r.to_owned()]);
+        assert!(ok("Bash(cargo test:*)").is_ok());
+        assert!(ok("Bash(git status)").is_ok());
+        assert!(ok("Edit(./src/**)").is_ok());
+        for bare in ["Bash", "Write", "Edit", "Bash(*)", "Bash(:*)", "Read()"] {
+            let said = ok(bare).unwrap_err();
+            assert!(said.contains("name what it may do"), "{bare}: {said}");
+        }
+        for unknown in ["WebFetch(example.com)", "Task(x)", "bash(ls)"] {
+            let said = ok(unknown).unwrap_err();
+            assert!(
+                said.contains("the tool must be one of"),
+                "{unknown}: {said}"
+            );
+        }
+    }
 
     #[test]
     fn versions_and_slugs() {
