@@ -140,6 +140,9 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
             // Per-key TTLs (`Nats-TTL`) and a delete marker when one runs out,
             // which the coordinators watch for.
             limit_markers: Some(LEASE_MARKER_TTL),
+            // On a cluster a lease bucket on one node would end every
+            // coordinator's liveness with that node.
+            num_replicas: copies,
             ..Default::default()
         })
         .await
@@ -173,8 +176,17 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
 /// under the sessions bucket and the object stores.
 pub fn store_streams() -> Vec<String> {
     let mut names: Vec<String> = stream_configs().into_iter().map(|c| c.name).collect();
-    names.push(format!("KV_{}", subjects::SESSIONS_BUCKET));
-    for bucket in [subjects::SESSION_BLOBS_BUCKET, subjects::ORCH_BLOBS_BUCKET] {
+    for bucket in [
+        subjects::SESSIONS_BUCKET,
+        subjects::COORDINATOR_LEASES_BUCKET,
+    ] {
+        names.push(format!("KV_{bucket}"));
+    }
+    for bucket in [
+        subjects::SESSION_BLOBS_BUCKET,
+        subjects::ORCH_BLOBS_BUCKET,
+        subjects::ARCHIVE_BUCKET,
+    ] {
         names.push(format!("OBJ_{bucket}"));
     }
     names
