@@ -57,12 +57,12 @@ pub struct RoleArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     /// Parts to run, comma separated: baseline, saturation, levels, start,
-    /// memory, anatomy, otel, runtimes (each runtime side by side; not by default).
+    /// memory, anatomy, otel, handoff, runtimes (each runtime side by side; not by default).
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy,otel"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,handoff"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -130,6 +130,12 @@ pub struct RunOptions {
     /// the tests.
     #[arg(long, env = "ARBITER_BENCH_NATS_CONFIG")]
     pub nats_config: Option<PathBuf>,
+    /// Sessions in the handoff part, each a chain of Orchestrator generations.
+    #[arg(long, env = "ARBITER_BENCH_HANDOFF_SESSIONS", default_value_t = 4)]
+    pub handoff_sessions: u32,
+    /// Orchestrator generations per session in the handoff part.
+    #[arg(long, env = "ARBITER_BENCH_HANDOFF_GENERATIONS", default_value_t = 10)]
+    pub handoff_generations: u64,
     /// Runtimes compared side by side in the `runtimes` part, comma separated.
     #[arg(
         long,
@@ -162,6 +168,9 @@ pub enum Phase {
     /// local OTLP receiver, against the same level with export off.
     Otel,
     Runtimes,
+    /// Chains of Orchestrator generations handing packets on: the Arbiter's
+    /// growth per generation, the handoff gap, the tokens per packet.
+    Handoff,
 }
 
 impl RunOptions {

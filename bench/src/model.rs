@@ -7,8 +7,12 @@
 //!   `relay k` and answers `Orchestrator I: done k` with `ok k`. `loop <id>`:
 //!   after the summons, answers `ready`/`done k` with `relay k+1` while the
 //!   loop runs (the saturation run).
+//!   `chain <id>`: summons `chain-brief <id> 1`, and on each report that
+//!   carries a handoff packet summons the next generation until
+//!   [`Recorder::chain_generations`], then releases (the handoff phase).
 //! - Orchestrator (`bench-orch`): its brief → `ready`; `relay k` → `done k`;
-//!   `work` → a reply held at a gate (an Orchestrator with a model call open).
+//!   `work` → a reply held at a gate (an Orchestrator with a model call open);
+//!   `chain-brief <id> g` → a final report with generation g's packet.
 //!
 //! Hop 1 is a tick's intended send time → the Arbiter request that carries
 //! it; hop 2 is the `relay k` reply handed back → the Orchestrator request
@@ -90,6 +94,14 @@ pub struct Measured {
     /// Arbiter requests that carried more than one tick (coalesced by design).
     pub coalesced: u64,
     pub samples: Vec<HopSample>,
+    /// Handoff chains: the predecessor's report handed back → the
+    /// successor's first request.
+    pub handoff_gap: Latency,
+    /// Each chain session's Arbiter requests: the size of their messages in
+    /// bytes, in order.
+    pub arbiter_sizes: HashMap<String, Vec<usize>>,
+    /// Bytes of each packet handed on.
+    pub packet_bytes: Vec<usize>,
 }
 
 impl Measured {
@@ -100,6 +112,9 @@ impl Measured {
             start_from_publish: Latency::new()?,
             coalesced: 0,
             samples: Vec::new(),
+            handoff_gap: Latency::new()?,
+            arbiter_sizes: HashMap::new(),
+            packet_bytes: Vec::new(),
         })
     }
 }
@@ -111,6 +126,8 @@ struct State {
     done: HashMap<(u32, u64), Instant>,
     summon_replied: HashMap<String, Instant>,
     summon_seen: HashMap<String, Instant>,
+    /// Chain session → when its last report (with a packet) was handed back.
+    reported: HashMap<String, Instant>,
     measured: Measured,
 }
 
@@ -128,8 +145,10 @@ pub struct Recorder {
     pub looping: AtomicBool,
     /// Exchanges a `loop` session makes before it releases its Orchestrator and ends.
     pub exchanges: AtomicU64,
-    /// `loop` sessions that have ended.
+    /// `loop` and `chain` sessions that have ended.
     pub finished: AtomicU64,
+    /// Orchestrator generations a `chain` session runs.
+    pub chain_generations: AtomicU64,
 }
 
 impl Recorder {
@@ -142,6 +161,7 @@ impl Recorder {
                 done: HashMap::new(),
                 summon_replied: HashMap::new(),
                 summon_seen: HashMap::new(),
+                reported: HashMap::new(),
                 measured: Measured::new()?,
             }),
             gate: Mutex::new(Gate::new()),
@@ -152,6 +172,7 @@ impl Recorder {
             looping: AtomicBool::new(false),
             exchanges: AtomicU64::new(u64::MAX),
             finished: AtomicU64::new(0),
+            chain_generations: AtomicU64::new(10),
         })
     }
 
@@ -168,6 +189,7 @@ impl Recorder {
         st.done.clear();
         st.summon_replied.clear();
         st.summon_seen.clear();
+        st.reported.clear();
         st.measured = Measured::new()?;
         drop(st);
         let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
@@ -230,6 +252,9 @@ impl Recorder {
         let (kind, session) = first.split_once(' ').unwrap_or((first.as_str(), ""));
         if kind == "chat" {
             return arbiter("address_human", "noted");
+        }
+        if kind == "chain" {
+            return self.chain_arbiter(session, request);
         }
         if request.messages().len() == 1 {
             let reply = arbiter("summon_orchestrator", &format!("brief {session}"));
@@ -300,6 +325,9 @@ impl Recorder {
         // The Claude Code CLI ends a turn with its StructuredOutput tool.
         let cli = request.tool_names().iter().any(|t| t == "StructuredOutput");
         let first = first_user_text(request);
+        if let Some(rest) = first.strip_prefix("chain-brief ") {
+            return self.chain_orchestrator(rest, cli, arrived);
+        }
         let session = first.strip_prefix("brief ").unwrap_or(&first);
         if !request.messages().iter().any(|m| m["role"] == "assistant") {
             let mut st = self.lock();
@@ -351,6 +379,93 @@ impl Recorder {
         }
         orchestrator(cli, "ok")
     }
+}
+
+impl Recorder {
+    /// A `chain` session's Arbiter: the first summons, then the next
+    /// generation after each report with a packet, then the release.
+    fn chain_arbiter(&self, session: &str, request: &RecordedRequest) -> MockReply {
+        let size = serde_json::to_string(request.messages()).map_or(0, |t| t.len());
+        self.lock()
+            .measured
+            .arbiter_sizes
+            .entry(session.to_owned())
+            .or_default()
+            .push(size);
+        if request.messages().len() == 1 {
+            return arbiter("summon_orchestrator", &format!("chain-brief {session} 1"));
+        }
+        let last = request.last_user_text();
+        let Some(generation) = numbers_after(&last, "chain report ").max() else {
+            return arbiter("address_human", "waiting");
+        };
+        if generation >= self.chain_generations.load(Ordering::SeqCst) {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            return arbiter("release_orchestrators", "finished");
+        }
+        arbiter(
+            "summon_orchestrator",
+            &format!("chain-brief {session} {}", generation + 1),
+        )
+    }
+
+    /// A `chain` Orchestrator (`<session> <generation>` after its brief's
+    /// first word): its first request ends its work with a report and the
+    /// packet of its generation.
+    fn chain_orchestrator(&self, rest: &str, cli: bool, arrived: Instant) -> MockReply {
+        let mut words = rest.split_whitespace();
+        let session = words.next().unwrap_or_default().to_owned();
+        let generation: u64 = words.next().and_then(|g| g.parse().ok()).unwrap_or(1);
+        let total = self
+            .chain_generations
+            .load(Ordering::SeqCst)
+            .max(generation);
+        let packet = chain_packet(generation, total);
+        let output = json!({
+            "expects_response": true,
+            "message": format!("chain report {generation}"),
+            "handoff": packet,
+        });
+        let reply = if cli {
+            MockReply::tool_use("StructuredOutput", output)
+        } else {
+            MockReply::json(&output)
+        };
+        let mut st = self.lock();
+        let st = &mut *st;
+        if generation > 1
+            && let Some(from) = st.reported.remove(&session)
+        {
+            st.measured
+                .handoff_gap
+                .record(arrived.saturating_duration_since(from));
+        }
+        st.measured.packet_bytes.push(packet.to_string().len());
+        st.reported.insert(session, Instant::now());
+        reply
+    }
+}
+
+/// Generation `g`'s packet out of `total`: items T1..Tg done, the rest open,
+/// a decision per generation so far (a packet grows as the work goes on).
+fn chain_packet(g: u64, total: u64) -> serde_json::Value {
+    json!({
+        "done": (1..=g).map(|i| json!({
+            "id": format!("T{i}"),
+            "what": format!("built part {i} of the task and its tests"),
+            "files": [format!("src/part{i}.rs"), format!("tests/part{i}.rs")],
+        })).collect::<Vec<_>>(),
+        "open": (g + 1..=total).map(|i| json!({
+            "id": format!("T{i}"),
+            "what": format!("build part {i} of the task and its tests"),
+        })).collect::<Vec<_>>(),
+        "decisions": (1..=g).map(|i| json!({
+            "decision": format!("part {i} keeps the layout of part 1"),
+            "why": "one layout across the parts keeps the reviews short",
+        })).collect::<Vec<_>>(),
+        "questions": [],
+        "next_step": format!("Start on T{}.", g + 1),
+    })
 }
 
 fn record(measured: &mut Measured, keep: bool, hop: usize, from: Instant, to: Instant) {

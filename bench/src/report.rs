@@ -19,6 +19,8 @@ const HOP_P99: Duration = Duration::from_millis(1);
 const ROUTED_PER_SEC: f64 = 5000.0;
 const START_P99: Duration = Duration::from_millis(10);
 const PER_ORCHESTRATOR: f64 = 4_000_000.0;
+/// The Arbiter's context growth per Orchestrator generation, % of its budget.
+const GROWTH_PCT: f64 = 2.0;
 /// The session count the routing target is stated for.
 const TARGET_SESSIONS: u32 = 1000;
 
@@ -42,6 +44,7 @@ pub struct Report {
     /// The otel phase: the level with export off, with export on, and the
     /// spans the receiver took.
     pub otel: Option<(Level, Level, u64)>,
+    pub handoff: Option<crate::handoff::Handoff>,
 }
 
 fn header(title: &str) {
@@ -79,6 +82,7 @@ impl Report {
             memory: None,
             anatomy: Vec::new(),
             otel: None,
+            handoff: None,
         }
     }
 
@@ -344,6 +348,28 @@ impl Report {
     }
 }
 
+impl Report {
+    pub fn print_handoff(&self) {
+        let Some(h) = &self.handoff else { return };
+        header(&format!(
+            "Handoffs, {} sessions × {} Orchestrator generations",
+            h.sessions, h.generations
+        ));
+        row("report handed back → successor's 1st request", &h.gap);
+        println!(
+            "  Arbiter context growth per generation: ~{:.0} tokens, {:.3} % of its {} \
+             (target ≤ 2 %)",
+            h.growth_tokens,
+            h.growth_pct(),
+            count(h.budget)
+        );
+        println!(
+            "  tokens carried per packet, past the Arbiter: ~{:.0} (bytes / 4, mean)",
+            h.packet_tokens
+        );
+    }
+}
+
 /// Each target with what was measured and whether it was met.
 pub fn targets(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
@@ -392,6 +418,14 @@ pub fn targets(report: &Report) -> Vec<String> {
             micros(s.from_reply.p99()),
             "≤ 10 ms",
             s.from_reply.len() > 0 && s.from_reply.p99() <= START_P99,
+        ));
+    }
+    if let Some(h) = &report.handoff {
+        lines.push(line(
+            "Arbiter context growth per Orchestrator generation",
+            format!("{:.2} %", h.growth_pct()),
+            "≤ 2 %",
+            h.growth_tokens > 0.0 && h.growth_pct() <= GROWTH_PCT,
         ));
     }
     if let Some(m) = &report.memory {

@@ -152,6 +152,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         report.otel = Some(otel(&ctx).await?);
         report.print_otel();
     }
+    if ctx.opts.has(Phase::Handoff) {
+        report.handoff = Some(crate::handoff::run(&ctx).await?);
+        report.print_handoff();
+    }
     if ctx.opts.has(Phase::Runtimes) {
         crate::runtimes::run(&ctx).await?;
     }
