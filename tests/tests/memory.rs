@@ -404,3 +404,73 @@ async fn a_secret_in_memory_is_refused_with_a_reason_and_never_stored() {
         }
     }
 }
+
+/// Memory lives in NATS, not in a coordinator: what one coordinator
+/// process kept, another reads after the first is killed with SIGKILL. The
+/// second runs with `ARBITER_MEMORY_TOKENS=120`: its first prompt takes the
+/// newest entry that fits and says that the older, longer one was left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_coordinator_reads_the_memory_within_the_budget_it_is_given() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    sys.mock.set_lane_fn(lane_without_memory);
+    let w = "proj-budget";
+    let parts: Vec<String> = (1..=40)
+        .map(|i| format!("part {i} of {}", 1000 + i * i))
+        .collect();
+    let long = format!("The release checklist: {}.", parts.join(", "));
+    let short = "The human reviews every release note.";
+    let mut first = sys.coordinator_process();
+    for (s, words, fact) in [
+        ("s-memory-k1", "Keep the checklist.", long.as_str()),
+        ("s-memory-k2", "Keep the review rule.", short),
+    ] {
+        let lane = arbiter_lane(words);
+        sys.mock.push(
+            &lane,
+            MockReply::json(&json!({
+                "intent": "address_human", "message": "Kept.", "memory": [fact],
+            })),
+        );
+        sys.send_in(w, s, words).await;
+        let text = fact.trim().to_owned();
+        eventually(WAIT, "the fact kept", || {
+            let text = text.clone();
+            let sys = &sys;
+            async move {
+                stored(sys, w)
+                    .await
+                    .iter()
+                    .any(|e| e.text == text)
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+
+    let _second = sys.coordinator_process_with(&[("ARBITER_MEMORY_TOKENS", "120".as_ref())]);
+    let s = "s-memory-k3";
+    let log = sys.watch_log(s).await;
+    let lane = arbiter_lane("What do we know?");
+    sys.mock.push(&lane, arbiter("address_human", "Speak."));
+    sys.send_in(w, s, "What do we know?").await;
+    let request = &sys.mock.wait_for_requests(&lane, 1, WAIT).await[0];
+    let opening = first_user_text(request);
+    assert!(opening.contains(short), "{opening}");
+    assert!(!opening.contains("release checklist"), "{opening}");
+    assert!(
+        opening.contains("- (1 more left out: over the memory budget of 120 tokens)"),
+        "{opening}"
+    );
+    log.wait_for("the memory line", |b| {
+        matches!(b, LogBody::System(e) if e.text.starts_with(
+            "Memory of workspace proj-budget: 1 of 2 entries put in the Arbiter's first prompt (120 tokens at most)"))
+    })
+    .await;
+}
