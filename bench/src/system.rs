@@ -213,6 +213,7 @@ pub fn human_message(
         sent_at: chrono::Utc::now(),
         command: None,
         budget: None,
+        workspace: None,
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());

@@ -8,6 +8,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
+pub mod memory;
 pub mod metrics;
 pub mod retention;
 pub mod seq;

@@ -63,7 +63,7 @@ pub fn stream_configs() -> Vec<stream::Config> {
     ]
 }
 
-/// Creates every stream, the sessions bucket and the object stores that are
+/// Creates every stream, the sessions and memory buckets and the object stores that are
 /// missing, with one replica; existing ones keep theirs (see [`declare_with`]).
 pub async fn declare(js: &jetstream::Context) -> Result<()> {
     declare_with(js, None).await
@@ -148,6 +148,18 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
         .await
         .map_err(|e| BusError::js("creating the coordinator leases bucket", e))?;
     }
+    if js.get_key_value(subjects::MEMORY_BUCKET).await.is_err() {
+        js.create_key_value(kv::Config {
+            bucket: subjects::MEMORY_BUCKET.into(),
+            // One revision per key: an entry forgotten is gone.
+            history: 1,
+            storage: stream::StorageType::File,
+            num_replicas: copies,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BusError::js("creating the memory bucket", e))?;
+    }
     for bucket in [
         subjects::SESSION_BLOBS_BUCKET,
         subjects::ORCH_BLOBS_BUCKET,
@@ -179,6 +191,7 @@ pub fn store_streams() -> Vec<String> {
     for bucket in [
         subjects::SESSIONS_BUCKET,
         subjects::COORDINATOR_LEASES_BUCKET,
+        subjects::MEMORY_BUCKET,
     ] {
         names.push(format!("KV_{bucket}"));
     }

@@ -29,8 +29,13 @@ pub(crate) fn typed(text: &str) -> Typed {
     }
 }
 
-/// The message a typed line is sent as.
-pub(crate) fn message(session_id: &str, message_id: &str, text: String) -> HumanMessage {
+/// The message a typed line is sent as, naming the console's workspace.
+pub(crate) fn message(
+    session_id: &str,
+    message_id: &str,
+    text: String,
+    workspace: Option<&str>,
+) -> HumanMessage {
     let budget = match typed(&text) {
         Typed::Change(change) => Some(change),
         _ => None,
@@ -43,6 +48,7 @@ pub(crate) fn message(session_id: &str, message_id: &str, text: String) -> Human
         text,
         sent_at: Utc::now(),
         budget,
+        workspace: workspace.map(str::to_owned),
     }
 }
 
@@ -119,7 +125,7 @@ mod tests {
             why.starts_with("/budget: \"lots\" is not an amount"),
             "{why}"
         );
-        let message = message("s", "m", "/budget orchestrator 2M tokens".into());
+        let message = message("s", "m", "/budget orchestrator 2M tokens".into(), None);
         assert_eq!(
             message.budget.map(|b| b.limit),
             Some(BudgetLimit::Tokens(2_000_000))

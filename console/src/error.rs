@@ -15,6 +15,14 @@ pub enum ConsoleError {
         "invalid console identity {identity:?}: it is 1 to 64 ASCII letters, digits, '-' or '_'"
     )]
     InvalidIdentity { identity: String },
+    /// `--workspace` is not usable as a key of the memory bucket.
+    #[error(
+        "invalid workspace {name:?}: a workspace name is 1 to 64 ASCII letters, digits, '-' or '_'"
+    )]
+    InvalidWorkspace { name: String },
+    /// A memory command failed (no such entry, the bucket not readable).
+    #[error("memory of workspace {workspace}: {message}")]
+    Memory { workspace: String, message: String },
     /// Connecting to NATS or declaring the streams failed.
     #[error(transparent)]
     Bus(#[from] BusError),

@@ -49,6 +49,8 @@ pub(crate) struct Feed {
     session_id: String,
     /// The console identity its messages are published under.
     identity: String,
+    /// The workspace its messages name (see [`Feed::in_workspace`]).
+    workspace: Option<String>,
     pub(crate) events: mpsc::Receiver<FeedEvent>,
     tx: mpsc::Sender<FeedEvent>,
     _tasks: JoinSet<()>,
@@ -68,10 +70,18 @@ impl Feed {
             bus,
             session_id: session_id.to_owned(),
             identity: identity.to_owned(),
+            workspace: None,
             events,
             tx,
             _tasks: tasks,
         }
+    }
+
+    /// Names `workspace` in every message sent: the session's memory is that
+    /// workspace's.
+    pub(crate) fn in_workspace(mut self, workspace: Option<String>) -> Self {
+        self.workspace = workspace;
+        self
     }
 
     /// Publishes what the human typed, in the background; a failure comes
@@ -81,7 +91,12 @@ impl Feed {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
         let identity = self.identity.clone();
-        let message = crate::budget::message(&self.session_id, &message_id, text);
+        let message = crate::budget::message(
+            &self.session_id,
+            &message_id,
+            text,
+            self.workspace.as_deref(),
+        );
         tokio::spawn(async move {
             let connected = tokio::time::timeout(FIRST_CONNECT_WAIT, async {
                 bus_rx

@@ -18,6 +18,7 @@ mod error;
 mod feed;
 pub mod inert;
 pub mod input;
+pub mod memory;
 pub mod render;
 mod screen;
 mod session;
@@ -60,6 +61,10 @@ pub struct Config {
     /// per-console limits count against. The NATS user name of the console's
     /// credential, so that server permissions can hold it to it.
     pub identity: String,
+    /// The workspace (project) the console works in, named in every
+    /// message: a new session starts with its memory, and keeps what it
+    /// learns there. `None`: the session has no memory.
+    pub workspace: Option<String>,
 }
 
 impl Default for Config {
@@ -72,6 +77,7 @@ impl Default for Config {
             follow: false,
             screen: false,
             identity: DEFAULT_IDENTITY.to_owned(),
+            workspace: None,
         }
     }
 }

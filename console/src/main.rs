@@ -1,5 +1,6 @@
 //! `arbiter-console`: talk to an Arbiter session from a terminal, full-screen
-//! or one line at a time; `arbiter-console sessions` lists the sessions.
+//! or one line at a time; `arbiter-console sessions` lists the sessions,
+//! `arbiter-console memory` shows and removes what a workspace remembers.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,11 @@ struct Cli {
     /// Attach to this session instead of starting a new one.
     #[arg(long, env = "ARBITER_SESSION")]
     session: Option<String>,
+    /// The workspace (project) the session works on: it starts with what
+    /// the workspace remembers, and what it learns is kept there (default:
+    /// the name of the current directory).
+    #[arg(long, env = "ARBITER_WORKSPACE", global = true)]
+    workspace: Option<String>,
     #[command(flatten)]
     nats: NatsArgs,
     /// Show the Arbiter's musings (the full-screen view toggles them with Ctrl-T).
@@ -52,6 +58,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What a workspace remembers across sessions: list the entries, show
+    /// one, or forget one.
+    Memory {
+        #[command(subcommand)]
+        action: MemoryCommand,
+        /// One JSON object per line instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Stop a session's work, as /stop does: abandon the Arbiter's turn, cancel
     /// its Orchestrator, and hold until the human writes again.
     Stop {
@@ -59,6 +74,38 @@ enum Command {
         #[arg(long)]
         session: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum MemoryCommand {
+    /// The workspace's entries, newest first.
+    List,
+    /// One entry in full.
+    Show {
+        /// The entry's id (from `memory list`).
+        id: String,
+    },
+    /// Remove an entry: no session starts with it again.
+    Forget {
+        /// The entry's id (from `memory list`).
+        id: String,
+    },
+}
+
+impl From<MemoryCommand> for arbiter_console::memory::Action {
+    fn from(command: MemoryCommand) -> Self {
+        match command {
+            MemoryCommand::List => Self::List,
+            MemoryCommand::Show { id } => Self::Show { id },
+            MemoryCommand::Forget { id } => Self::Forget { id },
+        }
+    }
+}
+
+/// The workspace of this run: `--workspace`, else the current directory's name.
+fn workspace_of(given: Option<&str>) -> anyhow::Result<String> {
+    let cwd = std::env::current_dir().ok();
+    Ok(arbiter_console::memory::workspace(given, cwd.as_deref())?)
 }
 
 impl Cli {
@@ -71,10 +118,12 @@ impl Cli {
             && std::io::stdin().is_terminal()
     }
 
-    fn into_config(self, screen: bool) -> Config {
+    fn into_config(self, screen: bool) -> anyhow::Result<Config> {
         let nats = self.nats.options();
         let identity = identity_of(&nats);
-        Config {
+        let workspace = workspace_of(self.workspace.as_deref())?;
+        Ok(Config {
+            workspace: Some(workspace),
             nats,
             identity,
             session: self.session,
@@ -86,7 +135,7 @@ impl Cli {
             show_musings: self.show_musings,
             follow: self.follow,
             screen,
-        }
+        })
     }
 }
 
@@ -132,6 +181,16 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
             json || cli.json,
             tokio::io::stdout(),
         )),
+        Some(Command::Memory { action, json }) => {
+            let workspace = workspace_of(cli.workspace.as_deref())?;
+            runtime.block_on(arbiter_console::memory::run(
+                &cli.nats.options(),
+                &workspace,
+                action.into(),
+                json || cli.json,
+                tokio::io::stdout(),
+            ))
+        }
         Some(Command::Stop { session }) => {
             let identity = identity_of(&cli.nats.options());
             runtime.block_on(arbiter_console::stop::run(
@@ -141,10 +200,10 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
                 tokio::io::stdout(),
             ))
         }
-        None => runtime.block_on(arbiter_console::run(
-            cli.into_config(screen),
-            shutdown_signal(),
-        )),
+        None => {
+            let config = cli.into_config(screen)?;
+            runtime.block_on(arbiter_console::run(config, shutdown_signal()))
+        }
     };
     // Tokio reads stdin on a blocking thread that cannot be interrupted; waiting
     // for it would hang after Ctrl-C until the next Enter.

@@ -37,7 +37,8 @@ pub(crate) async fn run(
 
 async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = ()>) -> Result<()> {
     tokio::pin!(shutdown);
-    let mut feed = Feed::start(&config.nats, &app.session_id, &config.identity);
+    let mut feed = Feed::start(&config.nats, &app.session_id, &config.identity)
+        .in_workspace(config.workspace.clone());
     let mut tui = Tui::enter()?;
     let mut events = EventStream::new();
     let mut tick = tokio::time::interval(TICK);

@@ -425,7 +425,12 @@ where
             crate::budget::Typed::Words | crate::budget::Typed::Change(_) => {}
         }
         let message_id = uuid::Uuid::now_v7().to_string();
-        let message = crate::budget::message(self.session_id, &message_id, text);
+        let message = crate::budget::message(
+            self.session_id,
+            &message_id,
+            text,
+            self.config.workspace.as_deref(),
+        );
         self.progress.sending(&message_id);
         let span = crate::line_span(self.session_id, &message_id);
         let sent = self

@@ -43,6 +43,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
         sent_at: Utc::now(),
         command: Some(HumanCommand::Stop),
         budget: None,
+        workspace: None,
     };
     bus.publish_js(
         subjects::session_human_from(session_id, identity),

@@ -12,6 +12,7 @@ mod forward;
 mod guard;
 mod intake;
 mod lease;
+mod memory;
 mod outputs;
 pub mod prompt;
 pub mod retention;
@@ -87,6 +88,9 @@ pub struct Config {
     /// The caps every session starts with (none unless the config file's
     /// `[budget.*]` set them); a console's `/budget` changes a session's own.
     pub budget: arbiter_protocol::Budget,
+    /// Tokens of a workspace's memory put in a new session's first prompt
+    /// (the newest entries that fit); 0: none.
+    pub memory_tokens: u64,
 }
 
 impl Default for Config {
@@ -107,6 +111,7 @@ impl Default for Config {
             prices: arbiter_llm::price::PriceTable::defaults(),
             retention: retention::Retention::default(),
             budget: arbiter_protocol::Budget::default(),
+            memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
         }
     }
 }
@@ -156,6 +161,8 @@ pub(crate) struct Shared {
     pub output_schema: serde_json::Value,
     /// Sessions archived (the sweeper keeps it): their human lines are dropped.
     pub archived: retention::Archived,
+    /// The workspaces' memory (the bucket `arbiter_memory`).
+    pub memory: async_nats::jetstream::kv::Store,
 }
 
 /// Runs the coordinator until `shutdown` completes.
@@ -200,7 +207,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         arbiter_protocol::subjects::SESSION_BLOBS_BUCKET,
     )
     .await?;
+    let memory = arbiter_bus::setup::riding_out("opening the memory bucket", || {
+        arbiter_bus::setup::guarded(
+            &bus.alarms,
+            NatsRole::Coordinator,
+            arbiter_bus::memory::open(&bus.js),
+        )
+    })
+    .await?;
     let shared = Arc::new(Shared {
+        memory,
         steps,
         bus,
         model,

@@ -83,6 +83,10 @@ struct Cli {
     /// Seconds between two passes of the retention sweeper.
     #[arg(long, env = "ARBITER_RETENTION_SWEEP_SECS", default_value_t = 60)]
     retention_sweep_secs: u64,
+    /// Tokens of the workspace's memory put in a new session's first
+    /// Arbiter prompt, newest entries first (0: none).
+    #[arg(long, env = "ARBITER_MEMORY_TOKENS", default_value_t = arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS)]
+    memory_tokens: u64,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -139,6 +143,7 @@ async fn run_main() -> anyhow::Result<()> {
         id: cli.id.unwrap_or_else(arbiter_coordinator::new_id),
         prices,
         budget: file.budget.defaults(),
+        memory_tokens: cli.memory_tokens,
         nats: cli.nats.options(),
         pool: cli.pool,
         orchestrator_runtime: cli.orchestrator_runtime,

@@ -213,6 +213,7 @@ impl Session {
                 // the event too, in case a writer put it there.
                 let handoff = message.handoff.or_else(|| output.handoff.take());
                 let line = handoff.as_ref().map(|h| h.compact_line(number));
+                let decisions = handoff.as_ref().map(|h| h.decisions.clone());
                 if let Some(packet) = &handoff {
                     // Stored with this step: the next summons carries it.
                     self.state.handoff = Some(PriorHandoff {
@@ -229,6 +230,7 @@ impl Session {
                     evidence: message.evidence.clone(),
                     handoff,
                 }));
+                self.remember_decisions(number, &decisions.unwrap_or_default());
                 if output.expects_response {
                     if let Some(active) = self.state.active.as_mut() {
                         active.asked = true;

@@ -15,7 +15,12 @@ use crate::state::{Active, Effect, Pending};
 impl Session {
     /// Carries out one Arbiter decision.
     pub(crate) fn route(&mut self, output: ArbiterOutput) {
-        let ArbiterOutput { intent, message } = output;
+        let ArbiterOutput {
+            intent,
+            message,
+            memory,
+        } = output;
+        self.remember_facts(memory.unwrap_or_default());
         match intent {
             ArbiterIntent::AddressHuman => {
                 self.state.rejections = 0;

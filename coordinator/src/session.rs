@@ -376,7 +376,13 @@ impl Session {
                     continue;
                 }
                 if !self.state.turn_in_flight {
-                    let user = self.take_queue();
+                    let mut user = self.take_queue();
+                    if self.state.turns == 0
+                        && let Some(block) = self.recall().await
+                    {
+                        // The workspace's memory opens the first prompt.
+                        user = format!("{block}\n\n{user}");
+                    }
                     self.transcript.push(Turn {
                         role: TurnRole::User,
                         text: user,
@@ -581,6 +587,7 @@ impl Session {
                     message_id: message.message_id,
                     text: message.text.clone(),
                 }));
+                self.take_workspace(message.workspace);
                 let tagged = self.state.active.is_some();
                 // Queued, or with a hold at the budget cap.
                 self.enqueue(Pending::Human {

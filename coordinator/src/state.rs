@@ -116,6 +116,10 @@ pub(crate) struct Snapshot {
     /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
     #[serde(default)]
     pub budget: crate::budget::BudgetState,
+    /// The workspace whose memory the session reads and writes (see
+    /// `memory.rs`); none: it has no memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl Snapshot {
@@ -139,6 +143,7 @@ impl Snapshot {
             handoff: None,
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::budget::BudgetState::default(),
+            workspace: None,
         }
     }
 }
@@ -151,6 +156,8 @@ pub(crate) enum Effect {
     Summon(Summon),
     Input(OrchestratorInput),
     Control(Control),
+    /// A memory entry to keep: a put in the memory bucket.
+    Memory(arbiter_protocol::MemoryEntry),
 }
 
 impl Effect {
@@ -178,6 +185,13 @@ impl Effect {
                     }
                 ),
             ),
+            Effect::Memory(m) => {
+                let key = subjects::memory_key(&m.workspace, &m.id);
+                (
+                    subjects::memory_put(&key),
+                    format!("{}:memory:{key}", m.session_id),
+                )
+            }
         }
     }
 }
@@ -386,6 +400,7 @@ pub(crate) async fn publish(
             Effect::Summon(s) => bus.publish_js(subject.clone(), &msg_id, trace, s).await,
             Effect::Input(i) => bus.publish_js(subject.clone(), &msg_id, trace, i).await,
             Effect::Control(c) => bus.publish_js(subject.clone(), &msg_id, trace, c).await,
+            Effect::Memory(m) => bus.publish_js(subject.clone(), &msg_id, trace, m).await,
         }
     })
     .await
@@ -428,7 +443,8 @@ pub(crate) async fn replay(
                 )
                 .await
             }
-            Effect::Control(_) => false,
+            // A put of the same entry again changes nothing.
+            Effect::Control(_) | Effect::Memory(_) => false,
         };
         if !published {
             publish(bus, effect, trace, cancel).await;

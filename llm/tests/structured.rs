@@ -42,7 +42,8 @@ async fn anthropic_an_invalid_reply_is_repaired_with_the_validation_error() {
         reply.value,
         ArbiterOutput {
             intent: ArbiterIntent::AddressHuman,
-            message: "Quietly.".into()
+            message: "Quietly.".into(),
+            memory: None,
         }
     );
     assert_eq!(reply.repairs, 2);

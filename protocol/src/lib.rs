@@ -10,6 +10,7 @@ pub mod budget;
 pub mod error;
 pub mod evidence;
 pub mod handoff;
+pub mod memory;
 pub mod orchestrator;
 pub mod outputs;
 pub mod roles;
@@ -22,6 +23,7 @@ pub use budget::{Budget, BudgetChange, BudgetLimit, BudgetScope, Cap};
 pub use error::{ModelErrorKind, Role, WireError};
 pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
 pub use handoff::{Decision, DoneItem, Handoff, OpenItem, PriorHandoff};
+pub use memory::{MemoryEntry, MemoryKind};
 pub use orchestrator::{
     Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,

@@ -40,6 +40,12 @@ pub struct ArbiterOutput {
     pub intent: ArbiterIntent,
     /// The words themselves. For summon_orchestrator: the new Orchestrator's complete brief.
     pub message: String,
+    /// Facts or decisions worth keeping for later sessions on this
+    /// workspace (the human's preferences, choices made and why), one short
+    /// sentence each. Never keys, tokens or passwords. Leave it out (or
+    /// null) when there is nothing new to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Vec<String>>,
 }
 
 /// One Orchestrator turn: its message to the Arbiter and whether it waits for an answer.

@@ -207,6 +207,20 @@ fn object_store(bucket: &str) -> Vec<String> {
     ]
 }
 
+/// Reading, writing and removing entries of the memory bucket: puts and
+/// purges on `$KV.<bucket>.>`, gets by direct get, the key listing through
+/// an ordered push consumer with flow control.
+fn memory_bucket() -> Vec<String> {
+    let stream = kv_stream(subjects::MEMORY_BUCKET);
+    vec![
+        format!("$KV.{}.>", subjects::MEMORY_BUCKET),
+        api(&format!("DIRECT.GET.{stream}.>")),
+        api(&format!("CONSUMER.CREATE.{stream}")),
+        api(&format!("CONSUMER.CREATE.{stream}.>")),
+        format!("$JS.FC.{stream}.>"),
+    ]
+}
+
 /// Every stream and bucket the system declares, by the names JetStream gives them.
 pub fn all_streams() -> Vec<String> {
     vec![
@@ -217,6 +231,7 @@ pub fn all_streams() -> Vec<String> {
         subjects::ORCH_STATE_STREAM.to_owned(),
         kv_stream(subjects::SESSIONS_BUCKET),
         kv_stream(subjects::COORDINATOR_LEASES_BUCKET),
+        kv_stream(subjects::MEMORY_BUCKET),
         obj_stream(subjects::SESSION_BLOBS_BUCKET),
         obj_stream(subjects::ORCH_BLOBS_BUCKET),
         obj_stream(subjects::ARCHIVE_BUCKET),
@@ -277,7 +292,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             let streams = all_streams();
             vec![
                 own_inbox,
-                Grant::new("declare the streams, the sessions bucket and the object stores (create if missing, update its own settings)")
+                Grant::new("declare the streams, the buckets and the object stores (create if missing, update its own settings)")
                     .publish([api("INFO")])
                     .publish(stream_info(streams.iter().map(String::as_str)))
                     .publish(streams.iter().map(|s| api(&format!("STREAM.CREATE.{s}"))))
@@ -321,6 +336,8 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         format!("$KV.{}.*", subjects::SESSIONS_BUCKET),
                         api(&format!("DIRECT.GET.{kv}.>")),
                     ]),
+                Grant::new("workspace memory: read a workspace's entries for a new session's first prompt, write new ones")
+                    .publish(memory_bucket()),
                 Grant::new("ask whether a worker of a pool is up")
                     .publish([format!("$SRV.PING.{}", subjects::WORKER_SERVICE)]),
                 Grant::new("archive idle sessions: list the sessions bucket, read a session's log and its Orchestrators' records, write the archive, purge the live subjects")
@@ -439,6 +456,9 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         format!("{PREFIX}.session.*.delta"),
                         subjects::ALL_ORCH_STATUS.to_owned(),
                     ]),
+                Grant::new("`arbiter-console memory` (list, show, forget): read a workspace's memory entries, remove one")
+                    .publish(stream_info([kv_stream(subjects::MEMORY_BUCKET).as_str()]))
+                    .publish(memory_bucket()),
                 Grant::new("read an archived session's log (one object of the archive bucket)")
                     .publish({
                         let archive = obj_stream(subjects::ARCHIVE_BUCKET);

@@ -4,7 +4,7 @@
 use schemars::{JsonSchema, Schema, schema_for};
 
 use crate::{
-    ArbiterDelta, ArbiterOutput, Control, HumanMessage, LogEntry, OrchestratorInput,
+    ArbiterDelta, ArbiterOutput, Control, HumanMessage, LogEntry, MemoryEntry, OrchestratorInput,
     OrchestratorMessage, OrchestratorOutput, OrchestratorStatus, SessionStatus, Summon,
 };
 
@@ -26,6 +26,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         named::<OrchestratorMessage>("orchestrator_message"),
         named::<OrchestratorStatus>("orchestrator_status"),
         named::<Control>("control"),
+        named::<MemoryEntry>("memory_entry"),
     ]
 }
 

@@ -26,6 +26,12 @@ pub struct HumanMessage {
     /// coordinator that does not know the field takes `text` as words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::BudgetChange>,
+    /// The workspace (project) the console works in: its memory is put in
+    /// the session's first prompt, and what the session records is kept
+    /// under it (see `memory.rs`). The first message that carries one fixes
+    /// the session's; absent: the session has no memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// What a human can tell the session itself, rather than the Arbiter.

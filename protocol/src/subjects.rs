@@ -30,6 +30,19 @@ pub fn session_archive(session_id: &str) -> String {
 /// which coordinator owns which session (`session.<session_id>`, value: the
 /// coordinator's id, no TTL, written only when the owner changes).
 pub const COORDINATOR_LEASES_BUCKET: &str = "arbiter_coordinator_leases";
+/// KV bucket: each workspace's memory, one [`crate::MemoryEntry`] per key
+/// `<workspace>.<entry id>` (see [`memory_key`]).
+pub const MEMORY_BUCKET: &str = "arbiter_memory";
+
+/// The key of one memory entry in [`MEMORY_BUCKET`].
+pub fn memory_key(workspace: &str, entry_id: &str) -> String {
+    format!("{workspace}.{entry_id}")
+}
+/// The subject a put of memory entry `key` is published on (a KV put is a
+/// JetStream publish on it).
+pub fn memory_put(key: &str) -> String {
+    format!("$KV.{MEMORY_BUCKET}.{key}")
+}
 
 /// The key of a session's owner in [`COORDINATOR_LEASES_BUCKET`].
 pub fn session_lease_key(session_id: &str) -> String {

@@ -45,6 +45,7 @@ async fn send_budget(sys: &System, session: &str, text: &str, change: BudgetChan
         sent_at: chrono::Utc::now(),
         command: None,
         budget: Some(change),
+        workspace: None,
     };
     sys.bus
         .publish_js(

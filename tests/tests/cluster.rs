@@ -180,6 +180,7 @@ async fn send(console: &Bus, session: &str, text: &str) -> String {
         sent_at: chrono::Utc::now(),
         command: None,
         budget: None,
+        workspace: None,
     };
     // Rides out an election by itself (arbiter_bus::RIDE_OUT): the human
     // never sees "not sent" for the loss of one node.

@@ -226,6 +226,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             sent_at: chrono::Utc::now(),
             command: None,
             budget: None,
+            workspace: None,
         };
         // Sent again (same id) until the server has it; the id drops repeats.
         let give_up = Instant::now() + ROUND_TIMEOUT;

@@ -476,6 +476,18 @@ impl System {
             .await
     }
 
+    /// Sends what the human typed in a console of workspace `workspace`
+    /// (the session's memory is that workspace's).
+    pub async fn send_in(&self, workspace: &str, session: &str, text: &str) -> String {
+        let subject = if self.console.is_some() {
+            subjects::session_human_from(session, "console")
+        } else {
+            subjects::session_human(session)
+        };
+        self.send_message(subject, session, text, None, Some(workspace))
+            .await
+    }
+
     /// Sends the human's `/stop`, as console `console` does.
     pub async fn stop_as(&self, console: &str, session: &str) -> String {
         self.send_command(
@@ -498,6 +510,18 @@ impl System {
         text: &str,
         command: Option<arbiter_protocol::HumanCommand>,
     ) -> String {
+        self.send_message(subject, session, text, command, None)
+            .await
+    }
+
+    async fn send_message(
+        &self,
+        subject: String,
+        session: &str,
+        text: &str,
+        command: Option<arbiter_protocol::HumanCommand>,
+        workspace: Option<&str>,
+    ) -> String {
         let message_id = uuid::Uuid::now_v7().to_string();
         let message = HumanMessage {
             v: VERSION,
@@ -507,6 +531,7 @@ impl System {
             sent_at: chrono::Utc::now(),
             command,
             budget: None,
+            workspace: workspace.map(str::to_owned),
         };
         self.console
             .as_ref()
