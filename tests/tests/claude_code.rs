@@ -10,6 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arbiter_protocol::{LogBody, WireError};
@@ -979,4 +980,123 @@ async fn a_long_cli_turn_is_stored_as_it_goes_and_resumes_mid_turn() {
             "f{n}.txt is missing from the resumed request: {text}"
         );
     }
+}
+
+/// The CLI's own subagents: the Orchestrator's model calls the `Task` tool
+/// (sent as `Agent` on the wire), the CLI runs the subagent with its own
+/// requests to the model, and the subagent's answer comes back to the
+/// Orchestrator's model as the tool's result. The console's status names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_orchestrator_runs_a_subagent_through_the_task_tool() {
+    let sys = claude_system(1).await;
+    let s = "s-cli-task";
+    let brief = "Ask a helper.";
+    let lane = orch_lane(brief);
+    let asked = "Count the files under src and answer with the number.";
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use(
+            "Agent",
+            json!({"description": "count files", "prompt": asked, "subagent_type": "general-purpose"}),
+        ),
+    );
+    // The subagent's own request: its first user message is the prompt it was given.
+    sys.mock.push(
+        &orch_lane(asked),
+        MockReply::text("There are 7 files under src."),
+    );
+    sys.mock.push(&lane, output(true, "The helper counted 7."));
+    let statuses = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = statuses.clone();
+    let mut sub = sys
+        .bus
+        .client
+        .subscribe(arbiter_protocol::subjects::ALL_ORCH_STATUS.to_owned())
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(msg) = futures::StreamExt::next(&mut sub).await {
+            if let Ok(status) =
+                serde_json::from_slice::<arbiter_protocol::OrchestratorStatus>(&msg.payload)
+                && let Some(tool) = status.current_tool
+            {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{tool} ({})", status.tool_count));
+            }
+        }
+    });
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "The helper counted 7."),
+    )
+    .await;
+    let sub_requests = sys.mock.requests_for(&orch_lane(asked));
+    assert_eq!(sub_requests.len(), 1, "{:?}", sys.mock.lane_counts());
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 2);
+    let back = requests[1].all_text();
+    assert!(back.contains("There are 7 files under src."), "{back}");
+    assert!(
+        statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.starts_with("Agent")),
+        "{:?}",
+        statuses.lock().unwrap()
+    );
+}
+
+/// A subscription user: no API key, the user's own Claude login
+/// (`CLAUDE_CODE_OAUTH_TOKEN`) passed through to the CLI, which sends it as
+/// a bearer token; the worker neither needs a key nor logs the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_login_is_passed_to_the_cli_and_never_logged() {
+    let cli = claude_cli_bin();
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    const TOKEN: &str = "sk-ant-oat01-test-subscription-login";
+    let logs = tempfile::tempdir().unwrap();
+    let stderr = std::fs::File::create(logs.path().join("worker.log")).unwrap();
+    let mut command = sys.worker_command(
+        None,
+        "worker-oauth",
+        1,
+        &[
+            ("ARBITER_RUNTIME", "claude-code".as_ref()),
+            ("CLAUDE_CLI_BIN", cli.as_os_str()),
+            ("CLAUDE_CODE_OAUTH_TOKEN", TOKEN.as_ref()),
+            ("RUST_LOG", "debug,async_nats=warn".as_ref()),
+        ],
+    );
+    command.env_remove("ANTHROPIC_API_KEY").stderr(stderr);
+    let _worker = command.spawn().unwrap();
+    sys.worker_up("worker-oauth").await;
+    let s = "s-oauth";
+    let brief = "Work on my subscription.";
+    let lane = orch_lane(brief);
+    sys.mock
+        .push(&lane, output(true, "Done on the subscription."));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    log.wait_for(
+        "the report",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done on the subscription."),
+    )
+    .await;
+    let request = &sys.mock.requests_for(&lane)[0];
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+    assert_eq!(request.header("x-api-key"), None);
+    let written = std::fs::read_to_string(logs.path().join("worker.log")).unwrap();
+    assert!(!written.is_empty());
+    assert!(!written.contains(TOKEN), "the token is in the worker's log");
 }
