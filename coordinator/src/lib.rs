@@ -4,6 +4,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod arbiter_handoff;
 mod budget;
 mod caps;
 mod delta;
@@ -87,6 +88,9 @@ pub struct Config {
     /// The caps every session starts with (none unless the config file's
     /// `[budget.*]` set them); a console's `/budget` changes a session's own.
     pub budget: arbiter_protocol::Budget,
+    /// The share of its context budget, in percent, past which the Arbiter
+    /// hands off to a new generation (0: never); see `arbiter_handoff.rs`.
+    pub arbiter_handoff_pct: u8,
 }
 
 impl Default for Config {
@@ -107,6 +111,7 @@ impl Default for Config {
             prices: arbiter_llm::price::PriceTable::defaults(),
             retention: retention::Retention::default(),
             budget: arbiter_protocol::Budget::default(),
+            arbiter_handoff_pct: arbiter_handoff::DEFAULT_HANDOFF_PCT,
         }
     }
 }

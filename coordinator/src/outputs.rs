@@ -214,6 +214,7 @@ impl Session {
                 let handoff = message.handoff.or_else(|| output.handoff.take());
                 let line = handoff.as_ref().map(|h| h.compact_line(number));
                 if let Some(packet) = &handoff {
+                    self.state.arbiter.note_packet(number, packet);
                     // Stored with this step: the next summons carries it.
                     self.state.handoff = Some(PriorHandoff {
                         number,

@@ -116,6 +116,9 @@ pub(crate) struct Snapshot {
     /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
     #[serde(default)]
     pub budget: crate::budget::BudgetState,
+    /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
+    #[serde(default)]
+    pub arbiter: crate::arbiter_handoff::Generations,
 }
 
 impl Snapshot {
@@ -139,6 +142,7 @@ impl Snapshot {
             handoff: None,
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::budget::BudgetState::default(),
+            arbiter: crate::arbiter_handoff::Generations::default(),
         }
     }
 }
@@ -191,6 +195,10 @@ pub(crate) struct Record {
     /// 1, 2, 3… per session.
     pub rev: u64,
     pub append: Vec<Turn>,
+    /// `append` replaces the transcript instead of extending it (a new
+    /// Arbiter generation: see `arbiter_handoff.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
     pub snapshot: Snapshot,
     pub outbox: Vec<Effect>,
 }
@@ -236,6 +244,9 @@ pub(crate) async fn load(log: &StepLog, session_id: &str) -> Result<Option<Resto
     for stored in replay.records {
         match arbiter_bus::decode::<Record>(&subject, &stored.bytes) {
             Ok(record) => {
+                if record.replace {
+                    transcript.clear();
+                }
                 transcript.extend(record.append);
                 last = Some((record.snapshot, record.rev, record.outbox));
             }
@@ -298,6 +309,7 @@ pub(crate) async fn unfinished(log: &StepLog) -> Result<Vec<String>, String> {
             Ok(Ok(record)) => {
                 if record.snapshot.turn_in_flight
                     || !record.snapshot.queue.is_empty()
+                    || record.snapshot.arbiter.pending.is_some()
                     || !outbox_published(bus, &record.outbox).await
                 {
                     unfinished.push(id);
@@ -502,6 +514,7 @@ pub(crate) fn record(
         session_id: session_id.to_owned(),
         rev,
         append,
+        replace: false,
         snapshot,
         outbox,
     }
