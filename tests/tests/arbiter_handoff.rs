@@ -364,6 +364,8 @@ async fn a_long_task_runs_through_ten_orchestrators_and_three_arbiter_generation
 /// packet. A message typed meanwhile waits in the stream. The restarted
 /// coordinator asks for the packet again from the stored transcript, hands
 /// off once, then answers the waiting message: no log entry twice, none lost.
+/// Killed again after the handoff, a coordinator restores the new
+/// generation's transcript (its record replaced the old one), not the old.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_killed_mid_handoff_resumes_it_from_the_records() {
     let sys = System::start_with(Options {
@@ -415,7 +417,7 @@ async fn a_coordinator_killed_mid_handoff_resumes_it_from_the_records() {
     coordinator.wait().await.unwrap();
     sys.send(s, "Question 4?").await;
 
-    let _coordinator = sys.coordinator_process_with(&env);
+    let mut coordinator = sys.coordinator_process_with(&env);
     let requests = sys.mock.wait_for_requests(ARB, 6, WAIT * 2).await;
     log.wait_for(
         "the fourth answer",
@@ -488,6 +490,34 @@ async fn a_coordinator_killed_mid_handoff_resumes_it_from_the_records() {
     );
     assert!(h.context_tokens_after < THRESHOLD, "{h:?}");
     assert!(status.arbiter_context_tokens < THRESHOLD, "{status:?}");
+
+    // Killed after the handoff: the next coordinator restores generation 2.
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    sys.mock.push(
+        ARB,
+        arbiter("address_human", "Answer 5.").usage(2000, 20, 0, 0),
+    );
+    let _coordinator = sys.coordinator_process_with(&env);
+    sys.send(s, "Question 5?").await;
+    let requests = sys.mock.wait_for_requests(ARB, 7, WAIT * 2).await;
+    let restored = said_all(requests[6].messages());
+    assert_eq!(restored.len(), KEEP_EXCHANGES * 2 + 3);
+    assert_eq!(restored[..5], said_all(requests[5].messages())[..]);
+    assert_eq!(restored[5].0, "assistant");
+    assert!(restored[5].1.contains("Answer 4."), "{restored:?}");
+    assert_eq!(restored[6], pair("user", "Question 5?"));
+    log.wait_for(
+        "the fifth answer",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Answer 5."),
+    )
+    .await;
+    let entries = log.entries();
+    assert_eq!(
+        entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=entries.len() as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(handoffs(&log).len(), 1);
 }
 
 /// An Arbiter whose packet never validates: each bad reply goes back with
