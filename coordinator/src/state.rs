@@ -109,6 +109,9 @@ pub(crate) struct Snapshot {
     /// carries it to the successor.
     #[serde(default)]
     pub handoff: Option<arbiter_protocol::PriorHandoff>,
+    /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
+    #[serde(default)]
+    pub arbiter: crate::arbiter_handoff::Generations,
     /// What the session's model requests cost so far: its Arbiter's, and
     /// each Orchestrator's as its last message said.
     #[serde(default)]
@@ -116,9 +119,6 @@ pub(crate) struct Snapshot {
     /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
     #[serde(default)]
     pub budget: crate::budget::BudgetState,
-    /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
-    #[serde(default)]
-    pub arbiter: crate::arbiter_handoff::Generations,
 }
 
 impl Snapshot {
@@ -140,9 +140,9 @@ impl Snapshot {
             turns_since_human: 0,
             exchange: crate::guard::Exchange::default(),
             handoff: None,
+            arbiter: crate::arbiter_handoff::Generations::default(),
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::budget::BudgetState::default(),
-            arbiter: crate::arbiter_handoff::Generations::default(),
         }
     }
 }

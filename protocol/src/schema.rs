@@ -4,7 +4,7 @@
 use schemars::{JsonSchema, Schema, schema_for};
 
 use crate::{
-    ArbiterDelta, ArbiterOutput, ArbiterPacket, Control, HumanMessage, LogEntry, OrchestratorInput,
+    ArbiterDelta, ArbiterOutput, Control, HumanMessage, LogEntry, OrchestratorInput,
     OrchestratorMessage, OrchestratorOutput, OrchestratorStatus, SessionStatus, Summon,
 };
 
@@ -17,7 +17,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
     vec![
         named::<ArbiterOutput>("arbiter_output"),
         named::<OrchestratorOutput>("orchestrator_output"),
-        named::<ArbiterPacket>("arbiter_packet"),
+        named::<crate::ArbiterPacket>("arbiter_packet"),
         named::<HumanMessage>("human_message"),
         named::<LogEntry>("log_entry"),
         named::<SessionStatus>("session_status"),
