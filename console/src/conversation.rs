@@ -155,6 +155,10 @@ impl Conversation {
             LogBody::Error(e) => self
                 .entries
                 .push(Entry::new(Kind::Error, escape(&e.error.to_string()))),
+            LogBody::ArbiterHandoff(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&crate::render::arbiter_handoff(e)),
+            )),
         }
         human
     }

@@ -29,6 +29,30 @@ pub fn render(
     }
 }
 
+/// How a console shows a new Arbiter generation: `Arbiter, generation 2
+/// took over: context 6100 → 900 tokens …`, and who wrote the packet.
+pub fn arbiter_handoff(e: &arbiter_protocol::ArbiterHandoffEntry) -> String {
+    let open: Vec<&str> = e.packet.open.iter().map(|o| o.id.as_str()).collect();
+    let open = if open.is_empty() {
+        "no open items".to_owned()
+    } else {
+        format!("open: {}", open.join(", "))
+    };
+    let by = match &e.built_by_coordinator {
+        Some(why) => format!(" The coordinator built the packet from the records ({why})."),
+        None => String::new(),
+    };
+    format!(
+        "Arbiter, generation {} took over: context {} → {} tokens; from its predecessor's packet \
+         ({} Orchestrator line(s), {open}) and its last {} exchange(s).{by}",
+        e.generation,
+        e.context_tokens_before,
+        e.context_tokens_after,
+        e.packet.orchestrators.len(),
+        e.kept_exchanges,
+    )
+}
+
 /// The plain-text form of an entry; `None` for a musing unless `show_musings`.
 /// The words are made inert ([`inert::block`]): escape sequences and other
 /// active characters are shown escaped, and every line after the first starts
@@ -58,6 +82,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         LogBody::Released(e) => (format!("· {} released.", released_names(&e.numbers)), ""),
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
+        LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
     };
     let mut out = inert::block(&label, text);
     if let LogBody::Orchestrator(e) = &entry.body
@@ -200,6 +225,34 @@ mod tests {
                 },
             }),
         ]
+    }
+
+    #[test]
+    fn a_new_arbiter_generation_reads_as_one_event_line() {
+        let packet: arbiter_protocol::ArbiterPacket = serde_json::from_value(serde_json::json!({
+            "goal": "g", "preferences": [], "decisions": [],
+            "orchestrators": [{"number": 1, "line": "built T1"}],
+            "open": [{"id": "T2", "what": "x"}, {"id": "T3", "what": "y"}], "active": null}))
+        .unwrap();
+        let mut e = arbiter_protocol::ArbiterHandoffEntry {
+            generation: 2,
+            packet: Box::new(packet),
+            built_by_coordinator: None,
+            kept_exchanges: 2,
+            context_tokens_before: 6100,
+            context_tokens_after: 900,
+        };
+        assert_eq!(
+            arbiter_handoff(&e),
+            "Arbiter, generation 2 took over: context 6100 → 900 tokens; from its \
+             predecessor's packet (1 Orchestrator line(s), open: T2, T3) and its last 2 \
+             exchange(s)."
+        );
+        e.built_by_coordinator = Some("the Arbiter gave no valid packet".into());
+        assert!(arbiter_handoff(&e).ends_with(
+            "The coordinator built the packet from the records (the Arbiter gave no valid \
+             packet)."
+        ));
     }
 
     #[test]

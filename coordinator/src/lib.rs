@@ -4,6 +4,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod arbiter_handoff;
 mod budget;
 mod caps;
 mod delta;
@@ -64,6 +65,9 @@ pub struct Config {
     /// Tokens of context the Arbiter may use; what its context % is measured
     /// against (lowered to the model's window if that is smaller).
     pub context_budget: u64,
+    /// The share of its context budget, in percent, past which the Arbiter
+    /// hands off to a new generation (0: never); see `arbiter_handoff.rs`.
+    pub arbiter_handoff_pct: u8,
     /// Times a reply that does not match the schema is sent back for repair.
     pub schema_repairs: u32,
     /// Times in a row an intent that cannot be carried out is sent back.
@@ -102,6 +106,7 @@ impl Default for Config {
             orchestrator_runtime: None,
             model: default_model(),
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,
+            arbiter_handoff_pct: arbiter_handoff::DEFAULT_HANDOFF_PCT,
             schema_repairs: arbiter_llm::config::DEFAULT_SCHEMA_REPAIRS,
             intent_retries: 2,
             output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,

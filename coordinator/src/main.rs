@@ -57,6 +57,11 @@ struct Cli {
     /// human (0: no limit).
     #[arg(long, env = "ARBITER_MAX_TURNS_PER_MESSAGE", default_value_t = 100)]
     max_turns_per_message: u32,
+    /// The share of its context budget, in percent, past which the Arbiter
+    /// hands off to a new generation from a packet it writes (0: never).
+    #[arg(long, env = "ARBITER_HANDOFF_PCT", default_value_t = arbiter_coordinator::arbiter_handoff::DEFAULT_HANDOFF_PCT,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    handoff_pct: u8,
     /// Retries of a failed model call (408, 409, 429, 5xx, 529, network; default 8).
     #[arg(long, env = "ARBITER_MODEL_RETRIES")]
     model_retries: Option<u32>,
@@ -153,6 +158,7 @@ async fn run_main() -> anyhow::Result<()> {
         intent_retries: cli.intent_retries,
         loop_rounds: cli.loop_rounds,
         max_turns_per_message: cli.max_turns_per_message,
+        arbiter_handoff_pct: cli.handoff_pct,
         output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {

@@ -215,6 +215,7 @@ impl Session {
                 let line = handoff.as_ref().map(|h| h.compact_line(number));
                 let decisions = handoff.as_ref().map(|h| h.decisions.clone());
                 if let Some(packet) = &handoff {
+                    self.state.arbiter.note_packet(number, packet);
                     // Stored with this step: the next summons carries it.
                     self.state.handoff = Some(PriorHandoff {
                         number,

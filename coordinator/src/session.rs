@@ -185,6 +185,9 @@ pub(crate) struct Session {
     put_back: Arc<AtomicU64>,
     /// See [`SessionHandle::is_idle`].
     idle: Arc<AtomicBool>,
+    /// The transcript was replaced (an Arbiter handoff): the next record
+    /// stores all of it, to replace what the records held.
+    pub(crate) replace_transcript: bool,
 }
 
 /// Starts a session actor whose lease this coordinator holds, restored from
@@ -225,6 +228,7 @@ pub(crate) fn spawn(
         abandon_turn: false,
         put_back: put_back.clone(),
         idle: Arc::new(AtomicBool::new(false)),
+        replace_transcript: false,
     };
     let idle = session.idle.clone();
     let stop = session.cancel.clone();
@@ -345,6 +349,7 @@ impl Session {
     #[tracing::instrument(name = "session", skip_all, fields(session.id = %self.id))]
     async fn steps(&mut self, inbox: &mut mpsc::Receiver<Input>) {
         let mut turn: Option<RunningTurn> = None;
+        let mut handoff: Option<crate::arbiter_handoff::RunningHandoff> = None;
         let mut heartbeat = tokio::time::interval(STATUS_HEARTBEAT);
         // What restoring found (an unreadable step) is stored and shown first.
         if !self.commit().await {
@@ -352,10 +357,19 @@ impl Session {
         }
         loop {
             self.idle.store(
-                turn.is_none() && !self.state.turn_in_flight && self.state.queue.is_empty(),
+                turn.is_none()
+                    && !self.state.turn_in_flight
+                    && self.state.queue.is_empty()
+                    && self.state.arbiter.pending.is_none(),
                 Ordering::Relaxed,
             );
+            // The Arbiter's handoff runs between turns; input waits meanwhile.
+            if turn.is_none() && handoff.is_none() && self.handoff_due() {
+                handoff = Some(self.start_handoff());
+                self.status_dirty = true;
+            }
             if turn.is_none()
+                && self.state.arbiter.pending.is_none()
                 && self.state.hold.is_none()
                 && (self.state.turn_in_flight || !self.state.queue.is_empty())
             {
@@ -399,7 +413,8 @@ impl Session {
                 self.status_dirty = true;
             }
             if self.status_dirty {
-                self.publish_status(turn.is_some(), true).await;
+                self.publish_status(turn.is_some() || handoff.is_some(), true)
+                    .await;
             }
             let gap_deadline = self.held.deadline();
             tokio::select! {
@@ -429,6 +444,21 @@ impl Session {
                     self.changed = true;
                     self.status_dirty = true;
                     self.finish_turn(result);
+                    self.maybe_hand_off();
+                    if !self.commit().await {
+                        break;
+                    }
+                }
+                asked = async {
+                    match handoff.as_mut() {
+                        Some(running) => running.finish().await,
+                        None => std::future::pending().await,
+                    }
+                }, if handoff.is_some() => {
+                    if let Some(running) = handoff.take() {
+                        self.finish_handoff(&running, asked);
+                    }
+                    self.status_dirty = true;
                     if !self.commit().await {
                         break;
                     }
@@ -444,7 +474,9 @@ impl Session {
                         break;
                     }
                 }
-                _ = heartbeat.tick() => self.publish_status(turn.is_some(), false).await,
+                _ = heartbeat.tick() => {
+                    self.publish_status(turn.is_some() || handoff.is_some(), false).await;
+                }
             }
         }
     }
@@ -455,13 +487,16 @@ impl Session {
         if self.changed || !self.effects.is_empty() {
             self.rev += 1;
             state::publish_order(&mut self.effects);
-            let record = state::record(
+            let replace = self.replace_transcript;
+            let from = if replace { 0 } else { self.stored_turns };
+            let mut record = state::record(
                 &self.id,
                 self.rev,
-                self.transcript[self.stored_turns..].to_vec(),
+                self.transcript[from..].to_vec(),
                 self.state.clone(),
                 self.effects.clone(),
             );
+            record.replace = replace;
             match state::persist(&mut self.writer, &record, &self.trace, &self.cancel).await {
                 Ok(()) => {}
                 Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
@@ -471,6 +506,7 @@ impl Session {
                 }
             }
             self.stored_turns = self.transcript.len();
+            self.replace_transcript = false;
             self.changed = false;
             for effect in std::mem::take(&mut self.effects) {
                 if !state::publish(&self.shared.bus, &effect, &self.trace, &self.cancel).await {

@@ -109,6 +109,9 @@ pub(crate) struct Snapshot {
     /// carries it to the successor.
     #[serde(default)]
     pub handoff: Option<arbiter_protocol::PriorHandoff>,
+    /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
+    #[serde(default)]
+    pub arbiter: crate::arbiter_handoff::Generations,
     /// What the session's model requests cost so far: its Arbiter's, and
     /// each Orchestrator's as its last message said.
     #[serde(default)]
@@ -141,6 +144,7 @@ impl Snapshot {
             turns_since_human: 0,
             exchange: crate::guard::Exchange::default(),
             handoff: None,
+            arbiter: crate::arbiter_handoff::Generations::default(),
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::budget::BudgetState::default(),
             workspace: None,
@@ -205,6 +209,10 @@ pub(crate) struct Record {
     /// 1, 2, 3… per session.
     pub rev: u64,
     pub append: Vec<Turn>,
+    /// `append` replaces the transcript instead of extending it (a new
+    /// Arbiter generation: see `arbiter_handoff.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
     pub snapshot: Snapshot,
     pub outbox: Vec<Effect>,
 }
@@ -250,6 +258,9 @@ pub(crate) async fn load(log: &StepLog, session_id: &str) -> Result<Option<Resto
     for stored in replay.records {
         match arbiter_bus::decode::<Record>(&subject, &stored.bytes) {
             Ok(record) => {
+                if record.replace {
+                    transcript.clear();
+                }
                 transcript.extend(record.append);
                 last = Some((record.snapshot, record.rev, record.outbox));
             }
@@ -312,6 +323,7 @@ pub(crate) async fn unfinished(log: &StepLog) -> Result<Vec<String>, String> {
             Ok(Ok(record)) => {
                 if record.snapshot.turn_in_flight
                     || !record.snapshot.queue.is_empty()
+                    || record.snapshot.arbiter.pending.is_some()
                     || !outbox_published(bus, &record.outbox).await
                 {
                     unfinished.push(id);
@@ -518,6 +530,7 @@ pub(crate) fn record(
         session_id: session_id.to_owned(),
         rev,
         append,
+        replace: false,
         snapshot,
         outbox,
     }

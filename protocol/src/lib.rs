@@ -6,6 +6,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod arbiter_handoff;
 pub mod budget;
 pub mod error;
 pub mod evidence;
@@ -19,6 +20,7 @@ pub mod session;
 pub mod spend;
 pub mod subjects;
 
+pub use arbiter_handoff::{ActiveLine, ArbiterPacket, GenerationLine};
 pub use budget::{Budget, BudgetChange, BudgetLimit, BudgetScope, Cap};
 pub use error::{ModelErrorKind, Role, WireError};
 pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
@@ -30,9 +32,10 @@ pub use orchestrator::{
 };
 pub use outputs::{ArbiterIntent, ArbiterOutput, OrchestratorOutput};
 pub use session::{
-    ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterToOrchestratorEntry, ErrorEntry,
-    HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MusingEntry, OrchestratorEntry,
-    ReleasedEntry, SessionState, SessionStatus, SummonedEntry, SystemEntry,
+    ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
+    ArbiterToOrchestratorEntry, ErrorEntry, HumanCommand, HumanEntry, HumanMessage, LogBody,
+    LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
+    SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

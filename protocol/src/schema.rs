@@ -17,6 +17,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
     vec![
         named::<ArbiterOutput>("arbiter_output"),
         named::<OrchestratorOutput>("orchestrator_output"),
+        named::<crate::ArbiterPacket>("arbiter_packet"),
         named::<HumanMessage>("human_message"),
         named::<LogEntry>("log_entry"),
         named::<SessionStatus>("session_status"),

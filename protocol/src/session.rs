@@ -76,6 +76,9 @@ pub enum LogBody {
     System(SystemEntry),
     /// Something failed; the session goes on.
     Error(ErrorEntry),
+    /// The Arbiter's context passed its threshold: a new Arbiter generation
+    /// took over from this packet (and the last few exchanges).
+    ArbiterHandoff(ArbiterHandoffEntry),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -132,6 +135,27 @@ pub struct ReleasedEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SystemEntry {
     pub text: String,
+}
+
+/// A new Arbiter generation began.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArbiterHandoffEntry {
+    /// The generation that took over (2 for the first handoff).
+    pub generation: u32,
+    /// The packet it started from, as it was written (boxed: it is large
+    /// next to the other entries).
+    pub packet: Box<crate::ArbiterPacket>,
+    /// Set when the coordinator built the packet from the session's records
+    /// because the Arbiter gave no valid one: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub built_by_coordinator: Option<String>,
+    /// Exchanges (a user message and the Arbiter's reply) carried over verbatim.
+    pub kept_exchanges: u32,
+    /// The Arbiter's context before the handoff, in tokens (the model's figure).
+    pub context_tokens_before: u64,
+    /// The new generation's context, in tokens, estimated from its text
+    /// until its first turn reports the model's figure.
+    pub context_tokens_after: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -732,6 +732,10 @@ pub fn brief(body: &LogBody) -> (String, String) {
         ),
         LogBody::System(e) => ("System".into(), e.text.clone()),
         LogBody::Error(e) => ("Error".into(), e.error.to_string()),
+        LogBody::ArbiterHandoff(e) => (
+            format!("Arbiter, generation {}", e.generation),
+            e.packet.goal.clone(),
+        ),
     }
 }
 
