@@ -391,10 +391,12 @@ impl Session {
                 }
                 if !self.state.turn_in_flight {
                     let mut user = self.take_queue();
-                    if self.state.turns == 0
+                    // The workspace's memory opens the first prompt of every
+                    // Arbiter generation (a handoff keeps only the packet and
+                    // the last exchanges), read afresh each time.
+                    if self.state.turns == self.state.arbiter.since_turn
                         && let Some(block) = self.recall().await
                     {
-                        // The workspace's memory opens the first prompt.
                         user = format!("{block}\n\n{user}");
                     }
                     self.transcript.push(Turn {
