@@ -8,8 +8,8 @@ cancel or failure. The model is an Anthropic Messages server, called without
 tools: every reply must be the JSON of an OrchestratorOutput.
 
 Simplifications (see README.md): no tools, no subagents, no parking, no
-context warnings; inputs and control are read between model calls, not
-during one. Settings come from the environment, as `arbiter-worker` reads
+context warnings. Inputs and control are read during model calls too.
+Settings come from the environment, as `arbiter-worker` reads
 them (see the Conformance kit section of docs/protocol.md).
 """
 
@@ -404,9 +404,12 @@ class Orchestrator:
         return taken, msgs
 
     async def wait_for_input(self):
-        taken, msgs = await self.take_pending(block=True)
-        if not taken:
-            return
+        if self.snap.get("inbox"):  # stored while the model was busy
+            taken, msgs = [], []
+        else:
+            taken, msgs = await self.take_pending(block=True)
+            if not taken:
+                return
         text = "\n\n".join(self.snap.get("inbox", []) + taken)
         self.snap["inbox"] = []
         message = {"role": "user", "content": [{"type": "text", "text": text}]}
@@ -433,7 +436,7 @@ class Orchestrator:
         else:
             pending_append = []
         try:
-            raw = await asyncio.to_thread(self.call_model)
+            raw = await self.call_watching(pending_append)
         except ModelError as e:
             error = {"kind": "model", "role": "orchestrator", "class": e.kind, "message": str(e)}
             return await self.fail(error, pending_append)
@@ -469,6 +472,23 @@ class Orchestrator:
         await self.write(pending_append, [message])  # stored first ...
         await self.publish([message])  # ... then published
         await self.status(self.status_state())
+
+    async def call_watching(self, pending_append):
+        """Calls the model. Meanwhile inputs are stored into the inbox at once
+        (with `pending_append`, which is then emptied: it is stored), and a
+        release or cancel raises Stopped at once: the reply is never used."""
+        call = asyncio.ensure_future(asyncio.to_thread(self.call_model))
+        while not call.done():
+            poll = asyncio.ensure_future(self.take_pending(block=False))
+            await asyncio.wait({call, poll}, return_when=asyncio.FIRST_COMPLETED)
+            taken, msgs = await poll  # a poll is never dropped: it may hold messages
+            if taken:
+                self.snap.setdefault("inbox", []).extend(taken)
+                await self.write(list(pending_append), [])
+                pending_append.clear()
+                for m in msgs:
+                    await m.ack()
+        return call.result()
 
     async def fail(self, error, append):
         message = self.message({"type": "failed", "error": error})

@@ -156,6 +156,7 @@ pub async fn run(kit: &Kit) -> Vec<Row> {
     }
     main_line(kit, &mut rows).await;
     endings(kit, &mut rows).await;
+    during_a_call(kit, &mut rows).await;
     malformed(kit, &mut rows).await;
     takeover(kit, &mut rows).await;
     rows.0
@@ -344,6 +345,77 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
     rows.add(
         "release: end stored, stopped, summons acked, no input consumer left",
         release.await,
+    );
+}
+
+/// What comes while the model is busy: an input is stored at once (into the
+/// record's `inbox`) and reaches the next call; a cancel ends the
+/// Orchestrator at once, and the reply that comes after is never published.
+async fn during_a_call(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("mid-call").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock
+        .push(&orch.brief, note("N: working on it.").gated(hold.clone()));
+    kit.mock
+        .push(&orch.brief, question("Q: did the input come?"));
+    let input = async {
+        kit.requests(&orch, 1).await?;
+        kit.input(&orch, 1, "MID-CALL INPUT").await;
+        let stored = until(PROMPT, || async {
+            let last = crate::kit::last_record(&kit.js, &orch.id).await?;
+            let inbox = last["snapshot"]["inbox"].as_array()?.clone();
+            inbox
+                .iter()
+                .any(|t| t.as_str().is_some_and(|t| t.contains("MID-CALL INPUT")))
+                .then_some(())
+        })
+        .await;
+        hold.open();
+        stored.ok_or_else(|| {
+            format!(
+                "no state record with the input in its inbox within {PROMPT:?} while the \
+                 model call was held"
+            )
+        })?;
+        let requests = kit.requests(&orch, 2).await?;
+        check(
+            last_user_text(&requests[1]).contains("MID-CALL INPUT"),
+            || "the input did not reach the next model call".into(),
+        )?;
+        kit.out(&orch, 2).await.map(|_| ())
+    };
+    let input = input.await;
+    hold.open();
+    rows.add(
+        "input during a model call: stored at once, in the next call",
+        input,
+    );
+    kit.control(&orch, "release").await;
+
+    let orch = kit.summon("mid-call-cancel").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock.push(
+        &orch.brief,
+        question("Q: never published.").gated(hold.clone()),
+    );
+    let cancel = async {
+        kit.requests(&orch, 1).await?;
+        kit.control(&orch, "cancel").await;
+        let ended = kit.ended(&orch, "cancelled").await;
+        let stopped = kit.status(&orch, "stopped").await;
+        hold.open();
+        ended.map_err(|e| format!("{e} while the model call was held"))?;
+        stopped?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        check(kit.outs_of(&orch.id).is_empty(), || {
+            "the held reply was published after the cancel".into()
+        })
+    };
+    let cancel = cancel.await;
+    hold.open();
+    rows.add(
+        "cancel during a model call: ended at once, its reply never published",
+        cancel,
     );
 }
 
