@@ -32,6 +32,8 @@ PREFIX = "arbiter.v1"
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 WRONG_LAST_SEQUENCE = 10071
 INPUT_GAP_WAIT = 60.0
+BLOBS = "arbiter_orch_blobs"  # object store for records too large for a message
+MAX_RECORD = 900_000
 SYSTEM_PROMPT = (
     "You are an Orchestrator. Reply with JSON only, exactly "
     '{"expects_response": <bool>, "message": "<text>"}: expects_response is '
@@ -181,7 +183,11 @@ class Orchestrator:
         try:
             while True:
                 m = await sub.next_msg(timeout=5)
-                out.append(json.loads(m.data))
+                record = json.loads(m.data)
+                if "blob" in record:  # a pointer: the record is an object
+                    store = await self.js.object_store(BLOBS)
+                    record = json.loads((await store.get(record["blob"])).data)
+                out.append(record)
                 if m.metadata.sequence.stream >= last.seq:
                     break
         finally:
@@ -195,13 +201,23 @@ class Orchestrator:
             "rev": rev, "worker_id": self.w.worker_id, "summons_seq": self.summons_seq,
             "append": append, "snapshot": self.snap, "outbox": outbox, "at": now(),
         }
+        data = json.dumps(record).encode()
+        if len(data) > min(MAX_RECORD, self.nc.max_payload - 65536):
+            # Too large for a message: the whole record as an object, then a pointer.
+            name = f"{self.id}.{rev}.{self.lease_id}"
+            store = await self.js.object_store(BLOBS)
+            await store.put(name, data)
+            data = json.dumps({
+                "v": 1, "orch_id": self.id, "session_id": self.session_id,
+                "number": self.number, "rev": rev, "worker_id": self.w.worker_id,
+                "blob": name, "at": now(),
+            }).encode()
         headers = {
             "Nats-Msg-Id": f"{self.id}:state:{rev}:{self.lease_id}",
             "Nats-Expected-Last-Subject-Sequence": str(self.last_seq),
         }
         try:
-            ack = await self.js.publish(self.state_subject, json.dumps(record).encode(),
-                                        headers=headers)
+            ack = await self.js.publish(self.state_subject, data, headers=headers)
         except APIError as e:
             if e.err_code == WRONG_LAST_SEQUENCE:
                 self.fenced = True

@@ -157,6 +157,7 @@ pub async fn run(kit: &Kit) -> Vec<Row> {
     main_line(kit, &mut rows).await;
     endings(kit, &mut rows).await;
     during_a_call(kit, &mut rows).await;
+    large_record(kit, &mut rows).await;
     malformed(kit, &mut rows).await;
     takeover(kit, &mut rows).await;
     rows.0
@@ -417,6 +418,53 @@ async fn during_a_call(kit: &Kit, rows: &mut Rows) {
         "cancel during a model call: ended at once, its reply never published",
         cancel,
     );
+}
+
+/// The text of the big reply: with the reply in `append` and the output in
+/// `outbox`, its record passes a NATS message, while the output fits one.
+const BIG: usize = 600_000;
+
+/// A record too large for one message is stored as an object of
+/// `arbiter_orch_blobs`, with a pointer on the subject, and the output goes out.
+async fn large_record(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("large").await;
+    // Numbered words: no unit repeats (a worker may stop a looping reply).
+    let words: Vec<String> = (100_000..100_000 + BIG / 8)
+        .map(|i| format!("w{i}"))
+        .collect();
+    let big = format!("Q: {}", words.join(" "));
+    kit.mock.push(&orch.brief, question(&big));
+    let rule = async {
+        let out = kit.out(&orch, 1).await?;
+        check(out.body["event"]["message"] == big.as_str(), || {
+            "output seq 1 is not the model's reply".into()
+        })?;
+        let pointer = crate::kit::last_record(&kit.js, &orch.id)
+            .await
+            .ok_or_else(|| String::from("no state record"))?;
+        let name = pointer["blob"].as_str().ok_or_else(|| {
+            format!(
+                "the last record is no pointer (no \"blob\"): {}",
+                crate::kit::clip(&pointer.to_string())
+            )
+        })?;
+        let record = kit.blob(name).await?;
+        check(
+            record["rev"] == pointer["rev"]
+                && record["outbox"][0]["event"]["message"] == big.as_str(),
+            || {
+                format!(
+                    "object {name} is not the record rev {} with the output",
+                    pointer["rev"]
+                )
+            },
+        )
+    };
+    rows.add(
+        "a record too large for a message: an object, a pointer on the subject",
+        rule.await,
+    );
+    kit.control(&orch, "release").await;
 }
 
 /// Cancel, a duplicate summons, the failed-event kinds.
