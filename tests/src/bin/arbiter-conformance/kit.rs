@@ -281,6 +281,11 @@ impl Kit {
         out
     }
 
+    /// The workspace of a session, as the worker is told to find it.
+    pub fn workspace(&self, session_id: &str) -> PathBuf {
+        self.workspaces.path().join(session_id)
+    }
+
     /// An object of `arbiter_orch_blobs`, as JSON.
     pub async fn blob(&self, name: &str) -> Result<Value, String> {
         let store = self

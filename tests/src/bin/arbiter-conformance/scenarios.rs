@@ -158,6 +158,7 @@ pub async fn run(kit: &Kit) -> Vec<Row> {
     endings(kit, &mut rows).await;
     during_a_call(kit, &mut rows).await;
     large_record(kit, &mut rows).await;
+    evidence(kit, &mut rows).await;
     malformed(kit, &mut rows).await;
     takeover(kit, &mut rows).await;
     rows.0
@@ -463,6 +464,47 @@ async fn large_record(kit: &Kit, rows: &mut Rows) {
     rows.add(
         "a record too large for a message: an object, a pointer on the subject",
         rule.await,
+    );
+    kit.control(&orch, "release").await;
+}
+
+/// Evidence is optional; when an output carries it, it decodes as
+/// `Evidence` and tells the truth: no tool call (the model called none) and
+/// the file the kit created in the workspace while the model was busy.
+async fn evidence(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("evidence").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock
+        .push(&orch.brief, question("Q: done?").gated(hold.clone()));
+    let rule = async {
+        kit.requests(&orch, 1).await?;
+        let file = kit.workspace("conf-evidence").join("made-by-the-kit.txt");
+        let made = std::fs::write(&file, "evidence\n");
+        hold.open();
+        made.map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        let out = kit.out(&orch, 1).await?;
+        let Some(evidence) = out.body.get("evidence") else {
+            return Ok(()); // optional
+        };
+        let evidence: arbiter_protocol::Evidence = serde_json::from_value(evidence.clone())
+            .map_err(|e| format!("its evidence does not decode: {e}"))?;
+        check(evidence.tools.iter().all(|t| t.calls == 0), || {
+            format!("its evidence counts tool calls: {:?}", evidence.tools)
+        })?;
+        check(
+            evidence
+                .files
+                .created
+                .iter()
+                .any(|f| f == "made-by-the-kit.txt"),
+            || format!("its evidence misses the file created: {:?}", evidence.files),
+        )
+    };
+    let outcome = rule.await;
+    hold.open();
+    rows.add(
+        "evidence, if sent: decodes, no tool calls, the file created",
+        outcome,
     );
     kit.control(&orch, "release").await;
 }
