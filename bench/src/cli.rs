@@ -29,6 +29,9 @@ pub enum Command {
     Worker(RoleArgs),
     /// Run the benchmark (the default).
     Run(RunOptions),
+    /// Time checking one model reply against its schema (jsonschema against
+    /// the hand-written validator it replaced); no server needed.
+    Validate,
 }
 
 /// What a child process needs to join the system under test.

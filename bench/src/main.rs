@@ -28,6 +28,7 @@ mod saturation;
 mod start;
 mod system;
 mod timeline;
+mod validate;
 
 use std::io::IsTerminal as _;
 
@@ -61,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Coordinator(args)) => roles::coordinator(args).await,
         Some(Command::Worker(args)) => roles::worker(args).await,
         Some(Command::Run(options)) => run::run(options).await,
+        Some(Command::Validate) => validate::run(),
         None => run::run(cli.run).await,
     };
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;

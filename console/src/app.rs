@@ -27,6 +27,12 @@ pub enum FeedEvent {
         detail: String,
     },
     Session(SessionStatus),
+    /// The session's status as the bucket held it on attaching: its last
+    /// change, `age` old by its `at` (zero if its clock is ahead of ours).
+    StoredSession {
+        status: SessionStatus,
+        age: Duration,
+    },
     Orchestrator(OrchestratorStatus),
     Delta(ArbiterDelta),
     /// The connection to NATS went down (`false`) or came back (`true`).
@@ -143,6 +149,22 @@ impl App {
         }
     }
 
+    /// Takes a session status, published or (`age` old) read from the bucket.
+    fn take_session(&mut self, status: SessionStatus, age: Option<Duration>, now: Instant) {
+        let (idle, last_seq, at) = (
+            status.state == SessionState::Idle && status.queued == 0,
+            status.last_seq,
+            status.at,
+        );
+        let kept = match age {
+            Some(age) => self.vitals.stored_session(status, age, now),
+            None => self.vitals.session(status, now),
+        };
+        if kept && idle {
+            self.conversation.idle(last_seq, at);
+        }
+    }
+
     /// Takes in what the feed reported, `now` being when it arrived.
     pub fn apply(&mut self, event: FeedEvent, now: Instant) {
         match event {
@@ -155,15 +177,9 @@ impl App {
                 Kind::Error,
                 &format!("a malformed log entry was skipped: {detail}"),
             ),
-            FeedEvent::Session(status) => {
-                let (idle, last_seq, at) = (
-                    status.state == SessionState::Idle && status.queued == 0,
-                    status.last_seq,
-                    status.at,
-                );
-                if self.vitals.session(status, now) && idle {
-                    self.conversation.idle(last_seq, at);
-                }
+            FeedEvent::Session(status) => self.take_session(status, None, now),
+            FeedEvent::StoredSession { status, age } => {
+                self.take_session(status, Some(age), now);
             }
             FeedEvent::Orchestrator(status) => {
                 self.vitals.orchestrator(status, now);

@@ -205,7 +205,13 @@ async fn run(
     } = attached;
     let first = [
         (!up).then_some(FeedEvent::Connection { up: true }),
-        status.map(FeedEvent::Session),
+        status.map(|status| {
+            // The bucket holds the last change, not the last heartbeat.
+            let age = (chrono::Utc::now() - status.at)
+                .to_std()
+                .unwrap_or_default();
+            FeedEvent::StoredSession { status, age }
+        }),
         Some(FeedEvent::Attached),
     ];
     for event in first.into_iter().flatten() {

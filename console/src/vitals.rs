@@ -26,6 +26,10 @@ pub enum Blind {
     /// The console reconnected less than [`RECONNECT_GRACE`] ago and no
     /// status has arrived since.
     Reconnected,
+    /// The console attached less than [`RECONNECT_GRACE`] ago and holds only
+    /// the status stored at the last change, which says nothing of whether
+    /// its publisher is alive now; no heartbeat has arrived yet.
+    Attached,
 }
 
 /// How an Orchestrator is doing, as its status stream says.
@@ -68,6 +72,12 @@ pub enum ArbiterLiveness {
 struct Received<T> {
     value: T,
     arrived: Instant,
+    /// When its publisher last spoke, as far as this console knows: its
+    /// arrival for a published copy, the moment of its `at` for one read
+    /// from the bucket (stored at the last change, perhaps long ago).
+    heard: Instant,
+    /// Read from the bucket, and no published copy since.
+    stored: bool,
 }
 
 /// The latest statuses of one session.
@@ -127,6 +137,19 @@ impl Vitals {
     /// Keeps the status with the newest `at`; a copy as new as the one held
     /// (a heartbeat) only refreshes its arrival. Returns whether it was kept.
     pub fn session(&mut self, status: SessionStatus, now: Instant) -> bool {
+        self.keep_session(status, now, None)
+    }
+
+    /// Takes the status read from the bucket on attaching, `age` old by its
+    /// `at` (the bucket holds the last change, not the last heartbeat). It
+    /// counts as heard `age` ago, and claims no liveness until a heartbeat
+    /// comes or [`RECONNECT_GRACE`] passes: a coordinator that died long ago
+    /// must not look as if it were thinking now.
+    pub fn stored_session(&mut self, status: SessionStatus, age: Duration, now: Instant) -> bool {
+        self.keep_session(status, now, Some(age))
+    }
+
+    fn keep_session(&mut self, status: SessionStatus, now: Instant, age: Option<Duration>) -> bool {
         if status.session_id != self.session_id
             || self
                 .session
@@ -144,6 +167,8 @@ impl Vitals {
         self.session = Some(Received {
             value: status,
             arrived: now,
+            heard: age.map_or(now, |age| now.checked_sub(age).unwrap_or(now)),
+            stored: age.is_some(),
         });
         self.forget_stopped();
         true
@@ -164,6 +189,8 @@ impl Vitals {
             Received {
                 value: status,
                 arrived: now,
+                heard: now,
+                stored: false,
             },
         );
         self.forget_stopped();
@@ -222,7 +249,10 @@ impl Vitals {
         if status.state == SessionState::Idle && status.queued == 0 {
             return ArbiterLiveness::Idle;
         }
-        let silent = self.silent(received.arrived, now);
+        if received.stored && now.saturating_duration_since(received.arrived) <= RECONNECT_GRACE {
+            return ArbiterLiveness::Unknown(Blind::Attached);
+        }
+        let silent = self.silent(received.heard, now);
         if silent >= LOST_AFTER {
             ArbiterLiveness::Lost { silent }
         } else {
@@ -450,6 +480,62 @@ mod tests {
         v.session(session(SessionState::Idle, None), t0);
         assert_eq!(v.liveness(t0), None);
         assert!(v.orchestrators.is_empty());
+    }
+
+    #[test]
+    fn a_stored_status_claims_nothing_until_a_heartbeat() {
+        let t0 = Instant::now();
+        // The bucket says thinking, as of a minute ago (its last change).
+        let mut v = Vitals::new("s");
+        let mut stored = session(SessionState::Thinking, None);
+        stored.at -= Span::seconds(60);
+        assert!(v.stored_session(stored.clone(), secs(60), t0));
+        for t in [0, 2, 6] {
+            assert_eq!(
+                v.arbiter(t0 + secs(t)),
+                ArbiterLiveness::Unknown(Blind::Attached),
+                "{t} s"
+            );
+        }
+        // No heartbeat in three: its silence counts from its `at`.
+        assert_eq!(
+            v.arbiter(t0 + secs(7)),
+            ArbiterLiveness::Lost { silent: secs(67) }
+        );
+
+        // A heartbeat (a newer `at`) ends the doubt at once.
+        let mut v = Vitals::new("s");
+        v.stored_session(stored.clone(), secs(60), t0);
+        assert!(v.session(session(SessionState::Thinking, None), t0 + secs(1)));
+        assert_eq!(
+            v.arbiter(t0 + secs(1)),
+            ArbiterLiveness::Thinking { queued: 0 }
+        );
+        assert_eq!(
+            v.arbiter(t0 + secs(16)),
+            ArbiterLiveness::Lost { silent: secs(15) }
+        );
+
+        // A fresh stored status whose coordinator died: thinking after the
+        // grace only while it is younger than the lost threshold.
+        let mut v = Vitals::new("s");
+        v.stored_session(session(SessionState::Thinking, None), secs(1), t0);
+        assert_eq!(
+            v.arbiter(t0 + secs(7)),
+            ArbiterLiveness::Thinking { queued: 0 }
+        );
+        assert_eq!(
+            v.arbiter(t0 + secs(14)),
+            ArbiterLiveness::Lost { silent: secs(15) }
+        );
+
+        // An idle stored status claims nothing either way.
+        let mut v = Vitals::new("s");
+        let mut idle = session(SessionState::Idle, None);
+        idle.at -= Span::seconds(600);
+        v.stored_session(idle, secs(600), t0);
+        assert_eq!(v.arbiter(t0), ArbiterLiveness::Idle);
+        assert_eq!(v.arbiter(t0 + secs(60)), ArbiterLiveness::Idle);
     }
 
     #[test]

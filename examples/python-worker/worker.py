@@ -8,8 +8,8 @@ cancel or failure. The model is an Anthropic Messages server, called without
 tools: every reply must be the JSON of an OrchestratorOutput.
 
 Simplifications (see README.md): no tools, no subagents, no parking, no
-context warnings; inputs and control are read between model calls, not
-during one. Settings come from the environment, as `arbiter-worker` reads
+context warnings. Inputs and control are read during model calls too.
+Settings come from the environment, as `arbiter-worker` reads
 them (see the Conformance kit section of docs/protocol.md).
 """
 
@@ -32,6 +32,8 @@ PREFIX = "arbiter.v1"
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 WRONG_LAST_SEQUENCE = 10071
 INPUT_GAP_WAIT = 60.0
+BLOBS = "arbiter_orch_blobs"  # object store for records too large for a message
+MAX_RECORD = 900_000
 SYSTEM_PROMPT = (
     "You are an Orchestrator. Reply with JSON only, exactly "
     '{"expects_response": <bool>, "message": "<text>"}: expects_response is '
@@ -181,7 +183,11 @@ class Orchestrator:
         try:
             while True:
                 m = await sub.next_msg(timeout=5)
-                out.append(json.loads(m.data))
+                record = json.loads(m.data)
+                if "blob" in record:  # a pointer: the record is an object
+                    store = await self.js.object_store(BLOBS)
+                    record = json.loads((await store.get(record["blob"])).data)
+                out.append(record)
                 if m.metadata.sequence.stream >= last.seq:
                     break
         finally:
@@ -195,13 +201,23 @@ class Orchestrator:
             "rev": rev, "worker_id": self.w.worker_id, "summons_seq": self.summons_seq,
             "append": append, "snapshot": self.snap, "outbox": outbox, "at": now(),
         }
+        data = json.dumps(record).encode()
+        if len(data) > min(MAX_RECORD, self.nc.max_payload - 65536):
+            # Too large for a message: the whole record as an object, then a pointer.
+            name = f"{self.id}.{rev}.{self.lease_id}"
+            store = await self.js.object_store(BLOBS)
+            await store.put(name, data)
+            data = json.dumps({
+                "v": 1, "orch_id": self.id, "session_id": self.session_id,
+                "number": self.number, "rev": rev, "worker_id": self.w.worker_id,
+                "blob": name, "at": now(),
+            }).encode()
         headers = {
             "Nats-Msg-Id": f"{self.id}:state:{rev}:{self.lease_id}",
             "Nats-Expected-Last-Subject-Sequence": str(self.last_seq),
         }
         try:
-            ack = await self.js.publish(self.state_subject, json.dumps(record).encode(),
-                                        headers=headers)
+            ack = await self.js.publish(self.state_subject, data, headers=headers)
         except APIError as e:
             if e.err_code == WRONG_LAST_SEQUENCE:
                 self.fenced = True
@@ -404,9 +420,12 @@ class Orchestrator:
         return taken, msgs
 
     async def wait_for_input(self):
-        taken, msgs = await self.take_pending(block=True)
-        if not taken:
-            return
+        if self.snap.get("inbox"):  # stored while the model was busy
+            taken, msgs = [], []
+        else:
+            taken, msgs = await self.take_pending(block=True)
+            if not taken:
+                return
         text = "\n\n".join(self.snap.get("inbox", []) + taken)
         self.snap["inbox"] = []
         message = {"role": "user", "content": [{"type": "text", "text": text}]}
@@ -433,7 +452,7 @@ class Orchestrator:
         else:
             pending_append = []
         try:
-            raw = await asyncio.to_thread(self.call_model)
+            raw = await self.call_watching(pending_append)
         except ModelError as e:
             error = {"kind": "model", "role": "orchestrator", "class": e.kind, "message": str(e)}
             return await self.fail(error, pending_append)
@@ -469,6 +488,23 @@ class Orchestrator:
         await self.write(pending_append, [message])  # stored first ...
         await self.publish([message])  # ... then published
         await self.status(self.status_state())
+
+    async def call_watching(self, pending_append):
+        """Calls the model. Meanwhile inputs are stored into the inbox at once
+        (with `pending_append`, which is then emptied: it is stored), and a
+        release or cancel raises Stopped at once: the reply is never used."""
+        call = asyncio.ensure_future(asyncio.to_thread(self.call_model))
+        while not call.done():
+            poll = asyncio.ensure_future(self.take_pending(block=False))
+            await asyncio.wait({call, poll}, return_when=asyncio.FIRST_COMPLETED)
+            taken, msgs = await poll  # a poll is never dropped: it may hold messages
+            if taken:
+                self.snap.setdefault("inbox", []).extend(taken)
+                await self.write(list(pending_append), [])
+                pending_append.clear()
+                for m in msgs:
+                    await m.ack()
+        return call.result()
 
     async def fail(self, error, append):
         message = self.message({"type": "failed", "error": error})

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::schema::Checker;
 use crate::{LlmError, Message, Model, Request, Response, Result, StopReason};
 
 /// Parses a turn's final text as `T`: JSON (a Markdown code fence around it
@@ -25,6 +26,15 @@ pub fn parse_with<T: DeserializeOwned>(
     text: &str,
     schema: &Value,
 ) -> std::result::Result<T, String> {
+    parse_checked(text, schema, &Checker::new(schema)?)
+}
+
+/// [`parse_with`], the schema compiled already (once for all the replies of a call).
+fn parse_checked<T: DeserializeOwned>(
+    text: &str,
+    schema: &Value,
+    checker: &Checker,
+) -> std::result::Result<T, String> {
     let trimmed = text.trim();
     let unfenced = trimmed
         .strip_prefix("```json")
@@ -38,19 +48,20 @@ pub fn parse_with<T: DeserializeOwned>(
     let mut value: Value =
         serde_json::from_str(unfenced).map_err(|e| format!("the reply is not valid JSON: {e}"))?;
     crate::schema::strip_optional_nulls(&mut value, schema);
-    crate::schema::validate(&value, schema)?;
+    checker.check(&value)?;
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
-/// The request's `output_schema`, set to `T`'s when missing; a recursive `T`
-/// is an invalid request.
-fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<Value> {
+/// The request's `output_schema`, set to `T`'s when missing, and compiled;
+/// a recursive `T`, or a schema that cannot be compiled, is an invalid request.
+fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<(Value, Checker)> {
     let schema = match request.output_schema.take() {
         Some(schema) => schema,
         None => crate::schema::try_for_model::<T>()?,
     };
+    let checker = Checker::new(&schema).map_err(|message| LlmError::InvalidRequest { message })?;
     request.output_schema = Some(schema.clone());
-    Ok(schema)
+    Ok((schema, checker))
 }
 
 /// The user message that asks the model to repair its reply.
@@ -83,7 +94,7 @@ pub async fn complete<T: DeserializeOwned + JsonSchema>(
     mut request: Request,
     repairs: u32,
 ) -> Result<Structured<T>> {
-    let schema = output_schema::<T>(&mut request)?;
+    let (schema, checker) = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     let mut grown = false;
     loop {
@@ -91,7 +102,14 @@ pub async fn complete<T: DeserializeOwned + JsonSchema>(
         if grow(model, &mut request, &response, &mut grown).await {
             continue;
         }
-        if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
+        if let Some(done) = judge(
+            model,
+            &mut request,
+            (&schema, &checker),
+            response,
+            attempt,
+            repairs,
+        )? {
             return Ok(done);
         }
         attempt += 1;
@@ -124,7 +142,7 @@ mod tests {
 fn judge<T: DeserializeOwned>(
     model: &dyn Model,
     request: &mut Request,
-    schema: &Value,
+    (schema, checker): (&Value, &Checker),
     response: Response,
     attempt: u32,
     repairs: u32,
@@ -132,7 +150,7 @@ fn judge<T: DeserializeOwned>(
     let raw = response.text();
     let checked = match cut_short(&response.stop_reason) {
         Some(detail) => Err(detail.to_owned()),
-        None => parse_with::<T>(&raw, schema),
+        None => parse_checked::<T>(&raw, schema, checker),
     };
     match checked {
         Ok(value) => Ok(Some(Structured {
@@ -219,7 +237,7 @@ where
     T: DeserializeOwned + JsonSchema,
     F: FnMut(Progress<'_>),
 {
-    let schema = output_schema::<T>(&mut request)?;
+    let (schema, checker) = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     let mut reported = 0;
     let mut grown = false;
@@ -241,7 +259,14 @@ where
         if grow(model, &mut request, &response, &mut grown).await {
             continue;
         }
-        if let Some(done) = judge(model, &mut request, &schema, response, attempt, repairs)? {
+        if let Some(done) = judge(
+            model,
+            &mut request,
+            (&schema, &checker),
+            response,
+            attempt,
+            repairs,
+        )? {
             return Ok(done);
         }
         attempt += 1;

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arbiter_protocol::{
-    ArbiterDelta, ArbiterEntry, ArbiterIntent, LogBody, LogEntry, VERSION, subjects,
+    ArbiterDelta, ArbiterEntry, ArbiterIntent, LogBody, LogEntry, SessionState, SessionStatus,
+    VERSION, subjects,
 };
 use arbiter_tests::{NatsServer, bin, eventually};
 use common::*;
@@ -112,7 +113,7 @@ impl Console {
     }
 
     /// Polls the screen until `done` holds; fails with the screen after [`WAIT`].
-    async fn wait(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+    async fn wait(&self, what: &str, mut done: impl FnMut(&str) -> bool) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let screen = self.screen();
@@ -412,6 +413,73 @@ async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
         raw.contains(&format!("resume: arbiter-console --session {s}")),
         "{raw}"
     );
+}
+
+/// A thinking session status as its coordinator would publish it, `age` old.
+fn thinking_status(session: &str, age: chrono::Duration) -> SessionStatus {
+    let now = chrono::Utc::now();
+    SessionStatus {
+        v: VERSION,
+        session_id: session.into(),
+        state: SessionState::Thinking,
+        queued: 0,
+        arbiter_context_pct: 3.0,
+        arbiter_context_tokens: 6_000,
+        active: None,
+        summoned: 0,
+        last_seq: 1,
+        created_at: now - age,
+        at: now - age,
+        spend: Default::default(),
+        archived_at: None,
+        budget: Default::default(),
+    }
+}
+
+/// The bucket holds a session's status as of its last change. A console that
+/// attaches while its coordinator is dead must not show the Arbiter thinking
+/// on the word of that old record: it says it has no heartbeat yet, then that
+/// nothing was heard since the record was written. A heartbeat, once one
+/// comes, is believed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_attach_a_stored_status_older_than_a_heartbeat_is_not_shown_as_live() {
+    arbiter_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let s = "s-tui-stale";
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
+    // Thinking, a minute ago; the coordinator has been gone since.
+    let stored = thinking_status(s, chrono::Duration::seconds(60));
+    bus.sessions_kv
+        .put(s, serde_json::to_vec(&stored).unwrap().into())
+        .await
+        .unwrap();
+    log_arbiter_words(nats.url(), s, "Working on it.").await;
+
+    let console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
+    let mut seen_unknown = false;
+    let screen = console
+        .wait("the Arbiter shown silent for a minute", |screen| {
+            // Never "thinking" on the record's word alone.
+            assert!(!screen.contains("thinking"), "{screen}");
+            seen_unknown |= screen.contains("Arbiter · unknown: no heartbeat yet");
+            screen.contains("Arbiter: Working on it.")
+                && screen.contains("Arbiter · no status for ")
+        })
+        .await;
+    assert!(seen_unknown, "{screen}");
+
+    // The coordinator is back: its first heartbeat shows it thinking.
+    bus.publish_core(
+        subjects::session_status(s),
+        &thinking_status(s, chrono::Duration::zero()),
+    )
+    .await
+    .unwrap();
+    let screen = console.wait_for(&["Arbiter · thinking"]).await;
+    assert!(!screen.contains("no status for"), "{screen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod contain;
 pub mod context;
 mod evidence;
 mod inputs;
@@ -474,10 +475,23 @@ async fn start_sandbox(config: &Config) -> Result<Sandbox> {
     })?;
     let sandbox = Sandbox::new(&config.sandbox, &root)?;
     match config.sandbox.mode {
-        SandboxMode::None => tracing::warn!(
-            "--sandbox none: tools' commands run unconfined, as this worker's user; they can \
-             read its environment, its memory and its files (API keys included)"
-        ),
+        SandboxMode::None => {
+            tracing::warn!(
+                "--sandbox none: tools' commands run unconfined, as this worker's user; they can \
+                 read its environment, its memory and its files (API keys included)"
+            );
+            match sandbox.containment() {
+                Some(sandbox::Containment::ProcessGroup) | None => tracing::warn!(
+                    "--sandbox none: no writable cgroup v2 and no PID namespace here; a timeout \
+                     or cancel kills a command's process group only, so a process it started \
+                     with setsid, nohup and disown, or a double fork survives it"
+                ),
+                Some(how) => tracing::info!(
+                    "--sandbox none: tools' commands run in {how}; a timeout or cancel kills \
+                     every process they started"
+                ),
+            }
+        }
         SandboxMode::Bwrap => {
             sandbox.probe(&root).await?;
             for name in config

@@ -19,6 +19,9 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+pub use crate::contain::Containment;
+use crate::contain::Scope;
+
 /// How the tools' commands are confined (`--sandbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxMode {
@@ -115,6 +118,8 @@ pub struct Sandbox {
     /// `bash`, or `sh` where there is none.
     shell: PathBuf,
     bwrap: Option<Bwrap>,
+    /// Without bwrap: how a command's stray processes are killed.
+    contain: Containment,
 }
 
 #[derive(Debug, Clone)]
@@ -163,25 +168,33 @@ impl Sandbox {
     pub fn new(config: &SandboxConfig, workspace_root: &Path) -> Result<Self, SandboxError> {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let shell = find_shell(&path);
-        let bwrap = match config.mode {
-            SandboxMode::None => None,
+        let (bwrap, contain) = match config.mode {
+            SandboxMode::None => (None, Containment::detect(&shell)),
             SandboxMode::Bwrap => {
                 let program = find_program("bwrap", &path).ok_or(SandboxError::NotInstalled)?;
                 let env = |name: &str| std::env::var_os(name);
-                Some(Bwrap {
+                let bwrap = Bwrap {
                     program,
                     args: bwrap_args(config, workspace_root, &shell, &env),
-                })
+                };
+                // The PID namespace bwrap makes holds every process.
+                (Some(bwrap), Containment::ProcessGroup)
             }
         };
-        Ok(Self { shell, bwrap })
+        Ok(Self {
+            shell,
+            bwrap,
+            contain,
+        })
     }
 
     /// Commands run unconfined, as `--sandbox none` does.
     pub fn unconfined() -> Self {
         let path = std::env::var_os("PATH").unwrap_or_default();
+        let shell = find_shell(&path);
         Self {
-            shell: find_shell(&path),
+            contain: Containment::detect(&shell),
+            shell,
             bwrap: None,
         }
     }
@@ -219,6 +232,31 @@ impl Sandbox {
         }))
     }
 
+    /// Without bwrap, how a command's stray processes are killed; `None` in
+    /// the sandbox (its PID namespace holds them all).
+    pub fn containment(&self) -> Option<&Containment> {
+        self.bwrap.is_none().then_some(&self.contain)
+    }
+
+    /// The command that runs `line` with the shell, in `workspace` (which
+    /// keeps its absolute path inside the sandbox), and the scope that kills
+    /// every process it starts (with its process group, which the caller
+    /// kills). The caller sets stdio. An error when its cgroup cannot be made.
+    pub(crate) fn contained(
+        &self,
+        workspace: &Path,
+        line: &str,
+    ) -> std::io::Result<(Command, Scope)> {
+        if self.bwrap.is_some() {
+            return Ok((self.command(workspace, line), Scope::none()));
+        }
+        let (program, args, scope) = self.contain.wrap(&self.shell, line)?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        self.unconfined_env(&mut cmd, workspace);
+        Ok((cmd, scope))
+    }
+
     /// The command that runs `line` with the shell, in `workspace` (which
     /// keeps its absolute path inside the sandbox). The caller sets stdio.
     pub(crate) fn command(&self, workspace: &Path, line: &str) -> Command {
@@ -243,18 +281,24 @@ impl Sandbox {
             }
             None => {
                 let mut cmd = Command::new(&self.shell);
-                cmd.arg("-c").arg(line).current_dir(workspace);
-                for (name, _) in std::env::vars_os() {
-                    if is_secret_env(&name.to_string_lossy()) {
-                        cmd.env_remove(name);
-                    }
-                }
-                cmd.env("TERM", "dumb")
-                    .env("PAGER", "cat")
-                    .env("GIT_PAGER", "cat");
+                cmd.arg("-c").arg(line);
+                self.unconfined_env(&mut cmd, workspace);
                 cmd
             }
         }
+    }
+
+    /// An unconfined command's directory and environment: the worker's, less its secrets.
+    fn unconfined_env(&self, cmd: &mut Command, workspace: &Path) {
+        cmd.current_dir(workspace);
+        for (name, _) in std::env::vars_os() {
+            if is_secret_env(&name.to_string_lossy()) {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("TERM", "dumb")
+            .env("PAGER", "cat")
+            .env("GIT_PAGER", "cat");
     }
 }
 

@@ -214,6 +214,7 @@ fn unknown(blind: Blind) -> &'static str {
     match blind {
         Blind::Offline => "unknown: console offline",
         Blind::Reconnected => "unknown: no status since reconnecting",
+        Blind::Attached => "unknown: no heartbeat yet",
     }
 }
 

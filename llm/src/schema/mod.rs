@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
-pub use validate::{strip_optional_nulls, validate};
+pub use validate::{Checker, strip_optional_nulls, validate};
 
 /// A provider's schema rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,13 +1,39 @@
-//! Checks a JSON value against a normalised schema: the keywords the
-//! normaliser leaves (`type`, `enum`, `properties`, `required`,
-//! `additionalProperties`, `items`, `minItems`, `anyOf`, `allOf`) are
-//! enforced; anything else is left to the type's own deserialiser.
+//! Checks a JSON value against a normalised schema with the `jsonschema`
+//! crate (every keyword of draft 2020-12; formats are not asserted), and
+//! words the first mismatch for the model that must repair its reply: where
+//! (`$.tags[0]`), and what was expected and what came.
 
-use serde_json::{Map, Value};
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::paths::{Location, LocationSegment};
+use jsonschema::{ValidationError, Validator};
+use serde_json::Value;
 
 /// `Ok` when `value` matches `schema`; else the first mismatch, with its path.
 pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
-    check(value, schema, "$")
+    Checker::new(schema)?.check(value)
+}
+
+/// A schema compiled once, to check many values against.
+#[derive(Debug)]
+pub struct Checker {
+    validator: Validator,
+}
+
+impl Checker {
+    /// Compiles `schema`; an error says why it cannot be used.
+    pub fn new(schema: &Value) -> Result<Self, String> {
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| format!("the output schema cannot be used: {e}"))?;
+        Ok(Self { validator })
+    }
+
+    /// `Ok` when `value` matches; else the first mismatch, with its path.
+    pub fn check(&self, value: &Value) -> Result<(), String> {
+        match self.validator.iter_errors(value).next() {
+            None => Ok(()),
+            Some(error) => Err(explain(&error)),
+        }
+    }
 }
 
 /// Removes `null` from properties a schema does not require: OpenAI strict
@@ -41,126 +67,77 @@ fn required(schema: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-fn check(value: &Value, schema: &Value, path: &str) -> Result<(), String> {
-    let Value::Object(s) = schema else {
-        // `true` / `false` schemas.
-        return match schema {
-            Value::Bool(false) => Err(format!("{path}: no value is allowed here")),
-            _ => Ok(()),
-        };
-    };
-    if let Some(types) = s.get("type") {
-        let names: Vec<&str> = match types {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        if !names.iter().any(|t| is_type(value, t)) {
-            return Err(format!(
-                "{path}: expected {}, got {}",
-                names.join(" or "),
-                describe(value)
-            ));
-        }
-    }
-    if let Some(Value::Array(allowed)) = s.get("enum")
-        && !allowed.contains(value)
-    {
-        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
-        return Err(format!("{path}: {value} is not one of {}", list.join(", ")));
-    }
-    if let Some(constant) = s.get("const")
-        && constant != value
-    {
-        return Err(format!("{path}: expected {constant}, got {value}"));
-    }
-    if let Value::Object(map) = value {
-        check_object(map, s, path)?;
-    }
-    if let Value::Array(items) = value {
-        if let Some(min) = s.get("minItems").and_then(Value::as_u64)
-            && (items.len() as u64) < min
-        {
-            return Err(format!(
-                "{path}: expected at least {min} items, got {}",
-                items.len()
-            ));
-        }
-        if let Some(sub) = s.get("items") {
-            for (i, item) in items.iter().enumerate() {
-                check(item, sub, &format!("{path}[{i}]"))?;
+/// One mismatch in words: `$.path: what is wrong`.
+fn explain(error: &ValidationError<'_>) -> String {
+    let path = json_path(error.instance_path());
+    let value = error.instance();
+    let what = match error.kind() {
+        ValidationErrorKind::Required { property } => match property.as_str() {
+            Some(name) => format!("missing required property {name:?}"),
+            None => format!("missing required property {property}"),
+        },
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            let names: Vec<String> = unexpected.iter().map(|k| format!("{k:?}")).collect();
+            match names.as_slice() {
+                [one] => format!("unexpected property {one}"),
+                _ => format!("unexpected properties {}", names.join(", ")),
             }
         }
-    }
-    if let Some(Value::Array(branches)) = s.get("allOf") {
-        for branch in branches {
-            check(value, branch, path)?;
+        ValidationErrorKind::Type { kind } => {
+            let names: Vec<&str> = match kind {
+                TypeKind::Single(t) => vec![t.as_str()],
+                TypeKind::Multiple(set) => set.iter().map(|t| t.as_str()).collect(),
+            };
+            format!("expected {}, got {}", names.join(" or "), describe(value))
         }
-    }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(branches)) = s.get(key) {
-            let errors: Vec<String> = branches
+        ValidationErrorKind::Enum { options } => {
+            let list: Vec<String> = options
+                .as_array()
+                .map(|o| o.iter().map(Value::to_string).collect())
+                .unwrap_or_else(|| vec![options.to_string()]);
+            format!("{value} is not one of {}", list.join(", "))
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            format!("expected {expected_value}, got {value}")
+        }
+        ValidationErrorKind::MinItems { limit } => format!(
+            "expected at least {limit} items, got {}",
+            value.as_array().map_or(0, Vec::len)
+        ),
+        ValidationErrorKind::FalseSchema => "no value is allowed here".to_owned(),
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            // Each branch's first mismatch, so the model sees every shape it missed.
+            let branches: Vec<String> = context
                 .iter()
-                .filter_map(|b| check(value, b, path).err())
+                .filter_map(|errors| errors.first())
+                .map(explain)
                 .collect();
-            if errors.len() == branches.len() && !branches.is_empty() {
-                return Err(format!(
-                    "{path}: matches none of the allowed shapes ({})",
-                    errors.join("; ")
-                ));
-            }
+            format!(
+                "matches none of the allowed shapes ({})",
+                branches.join("; ")
+            )
         }
-    }
-    Ok(())
+        // Anything else (bounds, patterns) the normaliser should have
+        // dropped; the crate's own words, which name the keyword.
+        _ => error.to_string(),
+    };
+    format!("{path}: {what}")
 }
 
-fn check_object(
-    map: &Map<String, Value>,
-    s: &Map<String, Value>,
-    path: &str,
-) -> Result<(), String> {
-    for name in s
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
-        if !map.contains_key(name) {
-            return Err(format!("{path}: missing required property {name:?}"));
-        }
-    }
-    let props = s.get("properties").and_then(Value::as_object);
-    for (key, v) in map {
-        let sub_path = format!("{path}.{key}");
-        match (
-            props.and_then(|p| p.get(key)),
-            s.get("additionalProperties"),
-        ) {
-            (Some(sub), _) => check(v, sub, &sub_path)?,
-            (None, Some(Value::Bool(false))) => {
-                return Err(format!("{path}: unexpected property {key:?}"));
+/// A JSON pointer as the path the model reads: `/tags/0/name` is `$.tags[0].name`.
+fn json_path(location: &Location) -> String {
+    let mut path = String::from("$");
+    for segment in location.segments() {
+        match segment {
+            LocationSegment::Property(name) => {
+                path.push('.');
+                path.push_str(&name);
             }
-            (None, Some(extra @ Value::Object(_))) => check(v, extra, &sub_path)?,
-            (None, _) => {}
+            LocationSegment::Index(i) => path.push_str(&format!("[{i}]")),
         }
     }
-    Ok(())
-}
-
-fn is_type(value: &Value, name: &str) -> bool {
-    match name {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        "boolean" => value.is_boolean(),
-        "null" => value.is_null(),
-        "number" => value.is_number(),
-        "integer" => {
-            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
-        _ => true,
-    }
+    path
 }
 
 fn describe(value: &Value) -> String {
@@ -243,6 +220,41 @@ mod tests {
             err(json!({"intent": "a", "shape": {"r": "x"}})).starts_with("$.shape: matches none")
         );
         assert_eq!(err(json!([])), "$: expected object, got an array ([])");
+    }
+
+    /// What the hand-written validator let through: it ignored `$ref`,
+    /// `not`, `uniqueItems` and bounds, and took `oneOf` for `anyOf`.
+    #[test]
+    fn every_keyword_of_a_given_schema_is_enforced() {
+        let s = json!({
+            "$defs": {"id": {"type": "string", "minLength": 2}},
+            "type": "object",
+            "properties": {
+                "id": {"$ref": "#/$defs/id"},
+                "tags": {"type": "array", "uniqueItems": true},
+                "n": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+                "m": {"not": {"enum": [13]}}
+            }
+        });
+        assert_eq!(
+            validate(&json!({"id": "ab", "tags": [1, 2], "n": 1.5}), &s),
+            Ok(())
+        );
+        let err = |v: Value| validate(&v, &s).unwrap_err();
+        assert_eq!(
+            err(json!({"id": 7})),
+            "$.id: expected string, got a number (7)"
+        );
+        assert!(err(json!({"id": "a"})).starts_with("$.id: "), "too short");
+        assert!(
+            err(json!({"tags": [1, 1]})).starts_with("$.tags: "),
+            "not unique"
+        );
+        assert!(
+            err(json!({"n": 2})).starts_with("$.n: "),
+            "both branches of oneOf"
+        );
+        assert!(err(json!({"m": 13})).starts_with("$.m: "), "not");
     }
 
     #[test]

@@ -339,4 +339,14 @@ async fn a_worker_without_a_sandbox_warns_at_start() {
         .find(|l| l.contains("--sandbox none: tools' commands run unconfined"))
         .expect("a warning at start");
     assert!(warning.contains("WARN"), "{warning}");
+    // Once, what holds a command's processes: a cgroup or a PID namespace,
+    // or a warning that a setsid one would survive.
+    let contained: Vec<&String> = seen
+        .iter()
+        .filter(|l| {
+            l.contains("--sandbox none: tools' commands run in a")
+                || l.contains("--sandbox none: no writable cgroup v2 and no PID namespace")
+        })
+        .collect();
+    assert_eq!(contained.len(), 1, "{seen:#?}");
 }

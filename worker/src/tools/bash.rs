@@ -2,8 +2,10 @@
 //! sandbox (`crate::sandbox`), in a process group of its own, with a timeout
 //! and an output cap. When the command ends, times out or is cancelled
 //! (release, cancel, or the Orchestrator's future being dropped), the group
-//! is killed; in the sandbox that kills its PID namespace, so nothing the
-//! command started outlives it, not even a process that left the group.
+//! is killed; in the sandbox that kills its PID namespace, and unsandboxed
+//! its cgroup or PID namespace where the machine allows one (`crate::contain`),
+//! so nothing the command started outlives it, not even a process that left
+//! the group.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -23,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{ToolContext, ToolOutcome};
+use crate::contain::Scope;
 
 /// How long a command may run when the call names no timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -65,9 +68,10 @@ pub(super) struct BashInput {
     timeout_ms: Option<u64>,
 }
 
-/// A command's process group, killed (SIGKILL) when this is dropped or
-/// [`ProcessGroup::kill`] is called, whichever comes first.
-struct ProcessGroup(Option<Pid>);
+/// A command's process group and its scope (its cgroup, if unsandboxed),
+/// killed (SIGKILL) when this is dropped or [`ProcessGroup::kill`] is called,
+/// whichever comes first.
+struct ProcessGroup(Option<Pid>, Scope);
 
 impl ProcessGroup {
     fn kill(&mut self) {
@@ -75,6 +79,7 @@ impl ProcessGroup {
             // ESRCH (the group is already gone) is the only expected error.
             let _ = killpg(pgid, Signal::SIGKILL);
         }
+        self.1.kill();
     }
 }
 
@@ -143,14 +148,14 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-fn command(ctx: &ToolContext, line: &str) -> Command {
-    let mut cmd = ctx.sandbox.command(ctx.workspace.root(), line);
+fn command(ctx: &ToolContext, line: &str) -> std::io::Result<(Command, Scope)> {
+    let (mut cmd, scope) = ctx.sandbox.contained(ctx.workspace.root(), line)?;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    cmd
+    Ok((cmd, scope))
 }
 
 /// Copies one pipe into the chunk channel until it closes.
@@ -177,7 +182,13 @@ pub(super) async fn run(ctx: &ToolContext, input: BashInput) -> ToolOutcome {
         .timeout_ms
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
         .clamp(Duration::from_millis(1), MAX_TIMEOUT);
-    let mut child = match command(ctx, &input.command).spawn() {
+    let (mut cmd, scope) = match command(ctx, &input.command) {
+        Ok(made) => made,
+        Err(e) => {
+            return ToolOutcome::error(format!("bash: cannot make the command's cgroup: {e}"));
+        }
+    };
+    let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return ToolOutcome::error(format!("bash: cannot start the command: {e}")),
     };
@@ -187,6 +198,7 @@ pub(super) async fn run(ctx: &ToolContext, input: BashInput) -> ToolOutcome {
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw),
+        scope,
     );
     let (tx, mut chunks) = mpsc::channel(CHUNKS);
     let readers = [
@@ -567,5 +579,80 @@ mod tests {
         });
         let out = run(&ctx, "bash", &json!({"command": "echo \"$TERM $PAGER\""})).await;
         assert_eq!(out.content, "exit code: 0\ndumb cat\n");
+    }
+
+    /// Unsandboxed, a command that leaves its process group (`setsid`), or
+    /// hides behind `nohup` and a double fork, is still killed on a timeout,
+    /// a cancel and its own end, by its cgroup or PID namespace. Where the
+    /// machine has neither, the `setsid` one survives, as the docs say.
+    #[tokio::test]
+    async fn unconfined_commands_leave_nothing_behind_not_even_a_setsid_one() {
+        let config = SandboxConfig {
+            mode: SandboxMode::None,
+            ..Default::default()
+        };
+        let escapees = |mark: &str, rest: &str| {
+            format!(
+                "(setsid bash -c 'exec -a {mark}-setsid sleep 60' &); \
+                 nohup bash -c 'exec -a {mark}-nohup sleep 60' >/dev/null 2>&1 & disown; \
+                 ( ( exec -a {mark}-double sleep 60 & ) & ); {rest}"
+            )
+        };
+        let (_base, ctx) = context_with(&config);
+        let contained = ctx.sandbox.containment().cloned().unwrap();
+        tracing::info!("contained by {contained}");
+
+        // A timeout.
+        let mark = marker("unconfined-timeout");
+        let line = escapees(&mark, &format!("exec -a {mark}-shell sleep 60"));
+        let timed = ctx.clone();
+        let call = tokio::spawn(async move {
+            run(
+                &timed,
+                "bash",
+                &json!({"command": line, "timeout_ms": 1500}),
+            )
+            .await
+        });
+        started(&mark, 4).await;
+        let out = call.await.unwrap();
+        assert!(out.content.starts_with("timed out after"), "{out:?}");
+        if contained == crate::contain::Containment::ProcessGroup {
+            // Only the group is reached: the session leader is left.
+            assert!(!all_gone(&format!("{mark}-setsid")).await);
+            for pid in running(&mark) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            return;
+        }
+        assert!(all_gone(&mark).await, "left running: {:?}", running(&mark));
+
+        // A cancel.
+        let mark = marker("unconfined-cancel");
+        let line = escapees(&mark, &format!("exec -a {mark}-shell sleep 60"));
+        let cancelled = ctx.clone();
+        let cancel = ctx.cancel.clone();
+        let call =
+            tokio::spawn(async move { run(&cancelled, "bash", &json!({"command": line})).await });
+        started(&mark, 4).await;
+        cancel.cancel();
+        let out = call.await.unwrap();
+        assert!(out.is_error && out.content.contains("cancelled"), "{out:?}");
+        assert!(all_gone(&mark).await, "survived: {:?}", running(&mark));
+
+        // Its own end: what it left in the background goes with it.
+        let (_base, ctx) = context_with(&config);
+        let root = ctx.workspace.root().to_owned();
+        let mark = marker("unconfined-end");
+        let line = escapees(&mark, "while [ ! -e go ]; do sleep 0.05; done; echo done");
+        let call = tokio::spawn(async move { run(&ctx, "bash", &json!({"command": line})).await });
+        started(&mark, 3).await;
+        std::fs::write(root.join("go"), "").unwrap();
+        let out = call.await.unwrap();
+        assert_eq!(out.content, "exit code: 0\ndone\n");
+        assert!(all_gone(&mark).await, "outlived it: {:?}", running(&mark));
     }
 }

@@ -281,6 +281,29 @@ impl Kit {
         out
     }
 
+    /// The workspace of a session, as the worker is told to find it.
+    pub fn workspace(&self, session_id: &str) -> PathBuf {
+        self.workspaces.path().join(session_id)
+    }
+
+    /// An object of `arbiter_orch_blobs`, as JSON.
+    pub async fn blob(&self, name: &str) -> Result<Value, String> {
+        let store = self
+            .js
+            .get_object_store(subjects::ORCH_BLOBS_BUCKET)
+            .await
+            .map_err(|e| format!("object store {}: {e}", subjects::ORCH_BLOBS_BUCKET))?;
+        let mut object = store
+            .get(name)
+            .await
+            .map_err(|e| format!("object {name}: {e}"))?;
+        let mut bytes = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut object, &mut bytes)
+            .await
+            .map_err(|e| format!("object {name}: {e}"))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("object {name} is no JSON: {e}"))
+    }
+
     /// Whether the message at `seq` is still in the summons stream.
     pub async fn summons_present(&self, seq: u64) -> bool {
         match self.js.get_stream(subjects::SUMMONS_STREAM).await {
@@ -339,5 +362,13 @@ where
             return None;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// At most 200 characters of `text`, for a reason in the table.
+pub fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
     }
 }

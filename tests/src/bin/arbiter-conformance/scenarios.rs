@@ -156,6 +156,9 @@ pub async fn run(kit: &Kit) -> Vec<Row> {
     }
     main_line(kit, &mut rows).await;
     endings(kit, &mut rows).await;
+    during_a_call(kit, &mut rows).await;
+    large_record(kit, &mut rows).await;
+    evidence(kit, &mut rows).await;
     malformed(kit, &mut rows).await;
     takeover(kit, &mut rows).await;
     rows.0
@@ -345,6 +348,165 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
         "release: end stored, stopped, summons acked, no input consumer left",
         release.await,
     );
+}
+
+/// What comes while the model is busy: an input is stored at once (into the
+/// record's `inbox`) and reaches the next call; a cancel ends the
+/// Orchestrator at once, and the reply that comes after is never published.
+async fn during_a_call(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("mid-call").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock
+        .push(&orch.brief, note("N: working on it.").gated(hold.clone()));
+    kit.mock
+        .push(&orch.brief, question("Q: did the input come?"));
+    let input = async {
+        kit.requests(&orch, 1).await?;
+        kit.input(&orch, 1, "MID-CALL INPUT").await;
+        let stored = until(PROMPT, || async {
+            let last = crate::kit::last_record(&kit.js, &orch.id).await?;
+            let inbox = last["snapshot"]["inbox"].as_array()?.clone();
+            inbox
+                .iter()
+                .any(|t| t.as_str().is_some_and(|t| t.contains("MID-CALL INPUT")))
+                .then_some(())
+        })
+        .await;
+        hold.open();
+        stored.ok_or_else(|| {
+            format!(
+                "no state record with the input in its inbox within {PROMPT:?} while the \
+                 model call was held"
+            )
+        })?;
+        let requests = kit.requests(&orch, 2).await?;
+        check(
+            last_user_text(&requests[1]).contains("MID-CALL INPUT"),
+            || "the input did not reach the next model call".into(),
+        )?;
+        kit.out(&orch, 2).await.map(|_| ())
+    };
+    let input = input.await;
+    hold.open();
+    rows.add(
+        "input during a model call: stored at once, in the next call",
+        input,
+    );
+    kit.control(&orch, "release").await;
+
+    let orch = kit.summon("mid-call-cancel").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock.push(
+        &orch.brief,
+        question("Q: never published.").gated(hold.clone()),
+    );
+    let cancel = async {
+        kit.requests(&orch, 1).await?;
+        kit.control(&orch, "cancel").await;
+        let ended = kit.ended(&orch, "cancelled").await;
+        let stopped = kit.status(&orch, "stopped").await;
+        hold.open();
+        ended.map_err(|e| format!("{e} while the model call was held"))?;
+        stopped?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        check(kit.outs_of(&orch.id).is_empty(), || {
+            "the held reply was published after the cancel".into()
+        })
+    };
+    let cancel = cancel.await;
+    hold.open();
+    rows.add(
+        "cancel during a model call: ended at once, its reply never published",
+        cancel,
+    );
+}
+
+/// The text of the big reply: with the reply in `append` and the output in
+/// `outbox`, its record passes a NATS message, while the output fits one.
+const BIG: usize = 600_000;
+
+/// A record too large for one message is stored as an object of
+/// `arbiter_orch_blobs`, with a pointer on the subject, and the output goes out.
+async fn large_record(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("large").await;
+    // Numbered words: no unit repeats (a worker may stop a looping reply).
+    let words: Vec<String> = (100_000..100_000 + BIG / 8)
+        .map(|i| format!("w{i}"))
+        .collect();
+    let big = format!("Q: {}", words.join(" "));
+    kit.mock.push(&orch.brief, question(&big));
+    let rule = async {
+        let out = kit.out(&orch, 1).await?;
+        check(out.body["event"]["message"] == big.as_str(), || {
+            "output seq 1 is not the model's reply".into()
+        })?;
+        let pointer = crate::kit::last_record(&kit.js, &orch.id)
+            .await
+            .ok_or_else(|| String::from("no state record"))?;
+        let name = pointer["blob"].as_str().ok_or_else(|| {
+            format!(
+                "the last record is no pointer (no \"blob\"): {}",
+                crate::kit::clip(&pointer.to_string())
+            )
+        })?;
+        let record = kit.blob(name).await?;
+        check(
+            record["rev"] == pointer["rev"]
+                && record["outbox"][0]["event"]["message"] == big.as_str(),
+            || {
+                format!(
+                    "object {name} is not the record rev {} with the output",
+                    pointer["rev"]
+                )
+            },
+        )
+    };
+    rows.add(
+        "a record too large for a message: an object, a pointer on the subject",
+        rule.await,
+    );
+    kit.control(&orch, "release").await;
+}
+
+/// Evidence is optional; when an output carries it, it decodes as
+/// `Evidence` and tells the truth: no tool call (the model called none) and
+/// the file the kit created in the workspace while the model was busy.
+async fn evidence(kit: &Kit, rows: &mut Rows) {
+    let orch = kit.summon("evidence").await;
+    let hold = arbiter_tests::Gate::new();
+    kit.mock
+        .push(&orch.brief, question("Q: done?").gated(hold.clone()));
+    let rule = async {
+        kit.requests(&orch, 1).await?;
+        let file = kit.workspace("conf-evidence").join("made-by-the-kit.txt");
+        let made = std::fs::write(&file, "evidence\n");
+        hold.open();
+        made.map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        let out = kit.out(&orch, 1).await?;
+        let Some(evidence) = out.body.get("evidence") else {
+            return Ok(()); // optional
+        };
+        let evidence: arbiter_protocol::Evidence = serde_json::from_value(evidence.clone())
+            .map_err(|e| format!("its evidence does not decode: {e}"))?;
+        check(evidence.tools.iter().all(|t| t.calls == 0), || {
+            format!("its evidence counts tool calls: {:?}", evidence.tools)
+        })?;
+        check(
+            evidence
+                .files
+                .created
+                .iter()
+                .any(|f| f == "made-by-the-kit.txt"),
+            || format!("its evidence misses the file created: {:?}", evidence.files),
+        )
+    };
+    let outcome = rule.await;
+    hold.open();
+    rows.add(
+        "evidence, if sent: decodes, no tool calls, the file created",
+        outcome,
+    );
+    kit.control(&orch, "release").await;
 }
 
 /// Cancel, a duplicate summons, the failed-event kinds.
