@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use arbiter_llm::schema::{self, Dialect};
-use arbiter_protocol::{ArbiterOutput, OrchestratorOutput};
+use arbiter_protocol::{ArbiterOutput, ArbiterPacket, OrchestratorOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -58,6 +58,7 @@ fn every_model_facing_schema_keeps_its_providers_rules() {
         ("arbiter_output", both::<ArbiterOutput>()),
         ("orchestrator_output", both::<OrchestratorOutput>()),
         ("plan", both::<Plan>()),
+        ("arbiter_packet", both::<ArbiterPacket>()),
     ] {
         assert_eq!(
             schema::violations(&anthropic, Dialect::Anthropic),

@@ -474,3 +474,84 @@ async fn another_coordinator_reads_the_memory_within_the_budget_it_is_given() {
     })
     .await;
 }
+
+/// An Arbiter handoff keeps only its packet and the last exchanges, so the
+/// workspace's memory opens the first prompt of the next generation too,
+/// read afresh: a fact the first generation kept is in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_opens_the_next_arbiter_generation_too() {
+    const W2: &str = "proj-generations";
+    const KEPT: &str = "The human reviews every migration before it runs.";
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    sys.spawn_coordinator_with(arbiter_coordinator::Config {
+        // Small, so that scripted usage crosses the 60 % threshold.
+        context_budget: 10_000,
+        arbiter_handoff_pct: 60,
+        ..sys.coordinator_config()
+    });
+    // Every Arbiter request on one lane: a new generation's first message is its packet.
+    sys.mock.set_lane_fn(|body| {
+        if body["model"] == ARBITER_MODEL {
+            "arb".to_owned()
+        } else {
+            lane_of(body)
+        }
+    });
+    let s = "s-memory-generations";
+    let log = sys.watch_log(s).await;
+    let said = |text: &str, memory: &[&str], tokens: u64| {
+        MockReply::json(&json!({"intent": "address_human", "message": text, "memory": memory}))
+            .usage(tokens, 20, 0, 0)
+    };
+    sys.mock.push("arb", said("One.", &[KEPT], 1000));
+    sys.mock.push("arb", said("Two.", &[], 2000));
+    // 70 % of the budget: a handoff is due after this turn.
+    sys.mock.push("arb", said("Three.", &[], 7000));
+    sys.mock.push(
+        "arb",
+        MockReply::json(&json!({
+            "goal": "Plan the migrations.",
+            "preferences": ["reviews before runs"],
+            "decisions": [],
+            "orchestrators": [],
+            "open": [],
+            "active": null,
+        })),
+    );
+    sys.mock.push("arb", said("Four.", &[], 2500));
+    for (text, answer) in [
+        ("First.", "One."),
+        ("Second.", "Two."),
+        ("Third.", "Three."),
+    ] {
+        sys.send_in(W2, s, text).await;
+        log.wait_for(
+            answer,
+            |b| matches!(b, LogBody::Arbiter(a) if a.text == answer),
+        )
+        .await;
+    }
+    log.wait_for("the handoff", |b| matches!(b, LogBody::ArbiterHandoff(_)))
+        .await;
+    sys.send_in(W2, s, "Fourth.").await;
+    log.wait_for(
+        "Four.",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Four."),
+    )
+    .await;
+    let requests = sys.mock.requests_for("arb");
+    assert_eq!(requests.len(), 5);
+    // The first generation's first prompt had no memory yet (none was kept).
+    assert!(!first_user_text(&requests[0]).contains("[Memory of workspace"));
+    // The second generation's first turn opens with it, the fact included.
+    let opening = requests[4].last_user_text();
+    assert!(
+        opening.starts_with(&format!("[Memory of workspace {W2}: ")) && opening.contains(KEPT),
+        "{opening}"
+    );
+    assert!(opening.ends_with("Fourth."), "{opening}");
+}
