@@ -159,14 +159,20 @@ pub(crate) fn write_home(
          model = {model}\n\
          model_provider = \"{PROVIDER}\"\n\
          developer_instructions = {instructions}\n\
-         check_for_update_on_startup = false\n\
          \n\
          [model_providers.{PROVIDER}]\n\
          name = \"Arbiter's model\"\n\
          base_url = {base_url}\n\
          wire_api = \"responses\"\n\
          env_key = \"{KEY_ENV}\"\n\
-         request_max_retries = {retries}\n",
+         request_max_retries = {retries}\n\
+         stream_max_retries = {retries}\n\
+         \n\
+         # What the model's commands see: the core variables, never the key.\n\
+         [shell_environment_policy]\n\
+         inherit = \"core\"\n\
+         ignore_default_excludes = false\n\
+         exclude = [\"{KEY_ENV}\", \"*KEY*\", \"*SECRET*\", \"*TOKEN*\"]\n",
         model = toml_string(&model.model),
         instructions = toml_string(instructions),
         base_url = toml_string(model.base_url.trim_end_matches('/')),
