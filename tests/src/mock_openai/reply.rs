@@ -327,7 +327,7 @@ impl OpenAiReply {
     }
 
     /// The reply as a streamed Responses API answer (`POST /v1/responses`).
-    pub(super) fn render_responses(&self, n: u64) -> Response {
+    pub(crate) fn render_responses(&self, n: u64) -> Response {
         match &self.kind {
             Kind::Raw {
                 status,
