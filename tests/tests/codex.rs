@@ -213,6 +213,53 @@ async fn a_codex_orchestrator_moves_to_another_worker_with_its_thread() {
         })
         .collect();
     assert_eq!(numbers, vec![1, 1, 1]);
+
+    // The records hold the thread and its rollout, and never the key.
+    let orch_id = log
+        .bodies()
+        .iter()
+        .find_map(|b| match b {
+            LogBody::Summoned(s) => Some(s.orch_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let subject = arbiter_protocol::subjects::orch_state(&orch_id);
+    let mut stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut rollout = String::new();
+    let mut threads = Vec::new();
+    for seq in 1..=last {
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        if message.subject.as_str() != subject {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&message.payload).into_owned();
+        assert!(!text.contains(API_KEY), "the key is in a record");
+        let record: Value = serde_json::from_str(&text).unwrap();
+        if let Some(piece) = record["cli_transcript"]["append"].as_str() {
+            rollout.push_str(piece);
+        }
+        if let Some(thread) = record["snapshot"]["codex"]["thread_id"].as_str() {
+            threads.push(thread.to_owned());
+        }
+    }
+    assert!(
+        rollout.contains("\"session_meta\""),
+        "the rollout is stored"
+    );
+    assert!(
+        rollout.contains("Two is written."),
+        "turn 2 on B is stored too"
+    );
+    threads.dedup();
+    assert_eq!(threads.len(), 1, "one thread throughout: {threads:?}");
 }
 
 /// Copies a directory tree (the workspace, restored on another host).
