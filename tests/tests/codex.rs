@@ -262,6 +262,100 @@ async fn a_codex_orchestrator_moves_to_another_worker_with_its_thread() {
     assert_eq!(threads.len(), 1, "one thread throughout: {threads:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_short_by_a_dead_worker_runs_again_from_the_stored_thread() {
+    let cli = codex_cli_bin();
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let base_url = sys.openai.base_url();
+    // The worker restarts on the same host: the same workspace root, where
+    // the dead run's CODEX_HOME (with turn 2 begun in it) is still on disk.
+    let root = sys.workspaces.path().to_owned();
+    let worker = |id: &str| {
+        sys.worker_process_with(
+            id,
+            1,
+            &[
+                ("ARBITER_RUNTIME", "codex".as_ref()),
+                ("CODEX_CLI_BIN", cli.as_os_str()),
+                (
+                    "ORCHESTRATOR_MODEL",
+                    format!("openai:{ORCH_MODEL}").as_ref(),
+                ),
+                ("OPENAI_BASE_URL", base_url.as_ref()),
+                ("OPENAI_API_KEY", API_KEY.as_ref()),
+            ],
+        )
+    };
+    let mut a = worker("worker-a");
+    sys.worker_up("worker-a").await;
+    let s = "s-cut";
+    let brief = "Survive a cut.";
+    let lane = orch_lane(brief);
+    let arb = arbiter_lane(&format!("start {s}"));
+    sys.openai.push(&lane, output(true, "Ready. Go?"));
+    // Turn 2 starts on A and is held at the model until A is gone.
+    let hold = Gate::new();
+    sys.openai
+        .push(&lane, output(true, "never sent").gated(hold.clone()));
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Go now."));
+    sys.openai.wait_for_requests(&lane, 2, WAIT).await;
+    let cut = &sys.openai.requests_for(&lane)[1];
+    assert!(
+        cut.input_texts("user")
+            .iter()
+            .any(|t| t.starts_with("Go now."))
+    );
+
+    // A dies mid-turn, its CLI with it.
+    let pids = cli_pids(&root);
+    assert!(
+        !pids.is_empty(),
+        "the Codex process of the turn (and its helpers)"
+    );
+    for pid in pids
+        .iter()
+        .chain(std::iter::once(&(a.id().unwrap() as i32)))
+    {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    a.wait().await.unwrap();
+    hold.open();
+    sys.openai.push(&lane, output(true, "Done after the cut."));
+    let _b = worker("worker-b");
+    log.wait_for(
+        "the report of the turn run again",
+        |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done after the cut."),
+    )
+    .await;
+    let requests = sys.openai.requests_for(&lane);
+    let again = requests.last().unwrap();
+    // The same thread, from the stored rollout: turn 1 once, the Arbiter's
+    // words once (the cut turn's copy is not in it).
+    assert_eq!(
+        again.body["prompt_cache_key"],
+        requests[0].body["prompt_cache_key"]
+    );
+    let user = again.input_texts("user");
+    let sent = user.iter().filter(|t| t.starts_with("Go now.")).count();
+    assert_eq!(sent, 1, "{user:#?}");
+    let said = again.input_texts("assistant");
+    assert_eq!(
+        said.iter().filter(|t| t.contains("Ready. Go?")).count(),
+        1,
+        "{said:#?}"
+    );
+    assert!(!said.iter().any(|t| t.contains("never sent")));
+}
+
 /// Copies a directory tree (the workspace, restored on another host).
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -115,6 +115,14 @@ impl Agent {
     /// Writes the home's config, and the thread's rollout from the records
     /// when this worker took the Orchestrator over.
     async fn prepare_codex_home(&mut self, home: &std::path::Path) -> Result<(), String> {
+        let restored = self.cli_restored.take();
+        if restored.is_some() {
+            // Taken over (or restarted): the records are the truth. Codex
+            // resumes a thread from its rollout alone (measured: a fresh home
+            // with only the rollout), so whatever an earlier run left here
+            // (its sqlite state, a rollout longer by a cut turn) goes.
+            let _ = tokio::fs::remove_dir_all(home).await;
+        }
         codex::write_home(
             home,
             &self.shared.config.codex.bin,
@@ -122,7 +130,7 @@ impl Agent {
             &self.system,
             &self.shared.output_schema,
         )?;
-        let Some(stored) = self.cli_restored.take() else {
+        let Some(stored) = restored else {
             return Ok(());
         };
         let Some(thread) = &self.snap.codex else {
