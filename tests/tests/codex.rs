@@ -15,7 +15,7 @@ use std::time::Duration;
 use arbiter_protocol::{LogBody, WireError};
 use arbiter_tests::{Gate, OpenAiReply, ResponsesRequestExt, eventually};
 use arbiter_worker::Runtime;
-use arbiter_worker::context::NOTICE_MARK;
+use arbiter_worker::context::{CRITICAL_MARK, NOTICE_MARK};
 use common::*;
 use serde_json::{Value, json};
 
@@ -471,6 +471,68 @@ async fn a_context_warning_rides_in_the_next_turns_input() {
     let last = second.last().unwrap();
     assert!(
         last.starts_with("Go on.") && last.contains(NOTICE_MARK) && last.contains("75%"),
+        "{last}"
+    );
+}
+
+/// Past 85 % a codex Orchestrator's report must carry its handoff packet,
+/// as on the other runtimes: a report without one goes back to Codex, in
+/// the next turn's input with the critical warning, and the repaired report
+/// reaches the log with its packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_85_percent_a_codex_report_without_a_packet_is_sent_back_for_one() {
+    let sys = codex_system(200_000).await;
+    let s = "s-codex-packet";
+    let brief = "Fill up and report.";
+    let lane = orch_lane(brief);
+    // 180k of the 200k budget: 90 %.
+    sys.openai.push(
+        &lane,
+        output(true, "Done, no packet.").usage(180_000, 20, 0),
+    );
+    let packet = json!({
+        "done": [{"id": "T1", "what": "looked around", "files": []}],
+        "open": [{"id": "T2", "what": "write b.txt"}],
+        "decisions": [],
+        "questions": [],
+        "next_step": "Write b.txt.",
+    });
+    sys.openai.push(
+        &lane,
+        OpenAiReply::json(
+            &json!({"expects_response": true, "message": "Done, with a packet.", "handoff": packet}),
+        )
+        .usage(181_000, 20, 0),
+    );
+    let log = sys.watch_log(s).await;
+    summon(&sys, s, brief).await;
+    let at = log
+        .wait_for(
+            "the repaired report",
+            |b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done, with a packet."),
+        )
+        .await;
+    assert!(
+        !log.bodies()
+            .iter()
+            .any(|b| matches!(b, LogBody::Orchestrator(o) if o.text == "Done, no packet."))
+    );
+    let LogBody::Orchestrator(report) = &log.bodies()[at] else {
+        unreachable!()
+    };
+    let carried = report
+        .handoff
+        .as_ref()
+        .expect("the packet rides on the report");
+    assert_eq!(carried.open[0].id, "T2");
+    // Codex's model was told why, and warned, in the next turn's input.
+    let requests = sys.openai.requests_for(&lane);
+    assert_eq!(requests.len(), 2);
+    let input = requests[1].input_texts("user");
+    let last = input.last().unwrap();
+    assert!(
+        last.contains("90% of your context is used, so this reply must carry your `handoff`")
+            && last.contains(CRITICAL_MARK),
         "{last}"
     );
 }
