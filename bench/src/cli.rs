@@ -48,12 +48,15 @@ pub struct RoleArgs {
     pub workspace_root: PathBuf,
     #[arg(long, default_value = "bench-worker")]
     pub worker_id: String,
-    /// The worker's runtime: native or claude-code.
+    /// The worker's runtime: native, claude-code or codex.
     #[arg(long, default_value = "native")]
     pub runtime: arbiter_worker::Runtime,
     /// The Claude Code CLI (claude-code runtime).
     #[arg(long)]
     pub claude_bin: Option<PathBuf>,
+    /// The Codex CLI (codex runtime).
+    #[arg(long)]
+    pub codex_bin: Option<PathBuf>,
 }
 
 /// Which parts to run and how hard. The defaults take about three minutes.
@@ -144,7 +147,7 @@ pub struct RunOptions {
         long,
         env = "ARBITER_BENCH_RUNTIMES",
         value_delimiter = ',',
-        default_value = "native,claude-code"
+        default_value = "native,claude-code,codex"
     )]
     pub runtimes: Vec<arbiter_worker::Runtime>,
     /// Orchestrators started per runtime in the `runtimes` part (each
@@ -154,6 +157,9 @@ pub struct RunOptions {
     /// The Claude Code CLI for the claude-code runtime (`scripts/install-claude-cli`).
     #[arg(long, env = "CLAUDE_CLI_BIN")]
     pub claude_bin: Option<PathBuf>,
+    /// The Codex CLI for the codex runtime (`scripts/install-codex-cli`).
+    #[arg(long, env = "CODEX_CLI_BIN")]
+    pub codex_bin: Option<PathBuf>,
     /// Keep the children's logs and the server's store here instead of a temp dir.
     #[arg(long, env = "ARBITER_BENCH_KEEP")]
     pub keep: Option<PathBuf>,

@@ -40,7 +40,15 @@ pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
         nats: arbiter_bus::NatsOptions::url(args.nats_url.clone()),
         max_orchestrators: args.max_orchestrators,
         workspace_root: args.workspace_root.clone(),
-        model: model(&args, ORCH_MODEL),
+        model: if args.runtime == arbiter_worker::Runtime::Codex {
+            // Codex speaks the Responses API, which the mock serves under /v1.
+            let mut model = model(&args, ORCH_MODEL);
+            model.provider = Provider::OpenAi;
+            model.base_url = format!("{}/v1", args.llm_url);
+            model
+        } else {
+            model(&args, ORCH_MODEL)
+        },
         worker_id: args.worker_id.clone(),
         runtime: args.runtime,
         claude_code: arbiter_worker::ClaudeCodeConfig {
@@ -50,6 +58,9 @@ pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
                 .ok()
                 .and_then(|exe| Some(exe.parent()?.join("arbiter-worker"))),
             allow: Vec::new(),
+        },
+        codex: arbiter_worker::CodexConfig {
+            bin: args.codex_bin.clone().unwrap_or_else(|| "codex".into()),
         },
         ..arbiter_worker::Config::default()
     };
@@ -75,6 +86,13 @@ async fn stopped() {
     }
 }
 
+/// The agent CLIs a worker of the claude-code or codex runtime runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CliBins<'a> {
+    pub claude: Option<&'a std::path::Path>,
+    pub codex: Option<&'a std::path::Path>,
+}
+
 /// The command line that starts a coordinator.
 pub fn coordinator_args(nats_url: &str, llm_url: &str) -> Vec<String> {
     vec![
@@ -94,7 +112,7 @@ pub fn worker_args(
     workspace_root: &std::path::Path,
     worker_id: &str,
     runtime: arbiter_worker::Runtime,
-    claude_bin: Option<&std::path::Path>,
+    clis: CliBins<'_>,
 ) -> Vec<String> {
     let mut args = vec![
         "worker".into(),
@@ -111,8 +129,11 @@ pub fn worker_args(
         "--runtime".into(),
         runtime.name().into(),
     ];
-    if let Some(bin) = claude_bin {
+    if let Some(bin) = clis.claude {
         args.extend(["--claude-bin".into(), bin.display().to_string()]);
+    }
+    if let Some(bin) = clis.codex {
+        args.extend(["--codex-bin".into(), bin.display().to_string()]);
     }
     args
 }

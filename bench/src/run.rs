@@ -63,6 +63,7 @@ impl Ctx {
                 otlp: otlp.as_deref(),
                 runtime,
                 claude_bin: self.opts.claude_bin.as_deref(),
+                codex_bin: self.opts.codex_bin.as_deref(),
             },
         )
         .await

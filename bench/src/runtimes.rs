@@ -3,7 +3,8 @@
 //! Orchestrators' start (the Arbiter's summons reply → the Orchestrator's
 //! first model request), the worker's resident memory per live Orchestrator
 //! (the worker and every process under it, so a claude-code Orchestrator's
-//! CLI counts), and the routing overhead per hop at one session.
+//! CLI counts; a codex one has a process only during a turn), and the
+//! routing overhead per hop at one session.
 
 use std::time::Duration;
 
@@ -35,6 +36,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<()> {
             tracing::warn!(
                 "runtimes: no CLAUDE_CLI_BIN (scripts/install-claude-cli); claude-code skipped"
             );
+            continue;
+        }
+        if runtime == Runtime::Codex && ctx.opts.codex_bin.is_none() {
+            tracing::warn!("runtimes: no CODEX_CLI_BIN (scripts/install-codex-cli); codex skipped");
             continue;
         }
         *ctx.runtime

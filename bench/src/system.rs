@@ -38,6 +38,7 @@ pub struct Shape<'a> {
     pub otlp: Option<&'a str>,
     pub runtime: arbiter_worker::Runtime,
     pub claude_bin: Option<&'a Path>,
+    pub codex_bin: Option<&'a Path>,
 }
 
 impl System {
@@ -68,7 +69,10 @@ impl System {
                 &root,
                 &format!("bench-worker-{i}"),
                 shape.runtime,
-                shape.claude_bin,
+                roles::CliBins {
+                    claude: shape.claude_bin,
+                    codex: shape.codex_bin,
+                },
             );
             workers.push(Proc::spawn(
                 &format!("worker-{i}"),

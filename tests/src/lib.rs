@@ -16,7 +16,7 @@ use std::time::Duration;
 
 pub use cluster::SecureCluster;
 pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
-pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, Semantics};
+pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, ResponsesRequestExt, Semantics};
 pub use nats::NatsServer;
 pub use netns::NetNs;
 pub use otlp::OtlpReceiver;

@@ -131,6 +131,11 @@ impl MockAnthropic {
         });
         let app = Router::new()
             .route("/v1/messages", post(messages))
+            // The Responses API (the Codex CLI's), for a client whose base
+            // URL is `<base>/v1`: the request is read as a Messages request
+            // (its user and assistant texts), so lanes and responders work
+            // the same, and the reply is sent as Responses API events.
+            .route("/v1/responses", post(responses))
             .route("/v1/models/{id}", get(model_info))
             .fallback(not_found)
             .with_state(shared.clone());
@@ -277,8 +282,6 @@ impl std::fmt::Debug for MockAnthropic {
 
 /// `POST /v1/messages`: record, pick the lane's next reply, render it.
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let n = shared.message_counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let request_id = format!("req_mock_{n}");
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -286,6 +289,72 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             return json_error(StatusCode::BAD_REQUEST, "invalid_request_error", &msg);
         }
     };
+    let (reply, n) = match decide(&shared, headers, &body).await {
+        Ok(decided) => decided,
+        Err(response) => return response,
+    };
+    let ctx = reply::RenderCtx {
+        model: body["model"].as_str().unwrap_or("claude-mock").to_owned(),
+        message_id: format!("msg_mock_{n}"),
+        request_id: format!("req_mock_{n}"),
+        tool_counter: &shared.tool_counter,
+    };
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    reply.render(&ctx, stream)
+}
+
+/// `POST /v1/responses`: the request as a Messages body, the reply as
+/// Responses API events.
+async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            let msg = format!("mock: request body is not JSON: {e}");
+            return json_error(StatusCode::BAD_REQUEST, "invalid_request_error", &msg);
+        }
+    };
+    let messages: Vec<Value> = body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| {
+            item["type"] == "message" && (item["role"] == "user" || item["role"] == "assistant")
+        })
+        .filter_map(|item| {
+            let texts: Vec<Value> = item["content"]
+                .as_array()?
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                // The CLI's own `<environment_context>` and the like.
+                .filter(|t| !t.starts_with('<'))
+                .map(|t| json!({"type": "text", "text": t}))
+                .collect();
+            (!texts.is_empty()).then(|| json!({"role": item["role"], "content": texts}))
+        })
+        .collect();
+    let tools: Vec<Value> = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(|name| json!({"name": name})))
+        .collect();
+    let translated =
+        json!({"model": body["model"], "messages": messages, "tools": tools, "stream": true});
+    let (reply, n) = match decide(&shared, headers, &translated).await {
+        Ok(decided) => decided,
+        Err(response) => return response,
+    };
+    reply.to_openai().render_responses(n)
+}
+
+/// Records a request and picks its reply (its lane's next, else the
+/// responder's), waiting out the reply's delay and gate.
+async fn decide(
+    shared: &Arc<Shared>,
+    headers: HeaderMap,
+    body: &Value,
+) -> Result<(MockReply, u64), Response> {
+    let n = shared.message_counter.fetch_add(1, Ordering::Relaxed) + 1;
     let (lane_fn, responder, wait, record) = {
         let state = shared.lock();
         (
@@ -295,7 +364,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             state.record,
         )
     };
-    let lane = lane_fn(&body);
+    let lane = lane_fn(body);
     let headers = headers
         .iter()
         .map(|(k, v)| {
@@ -329,28 +398,25 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     };
     let Some(reply) = reply else {
         let msg = format!("mock: no scripted reply for lane {lane}");
-        return json_error(StatusCode::BAD_REQUEST, "invalid_request_error", &msg);
+        return Err(json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &msg,
+        ));
     };
     if let Some(delay) = reply.delay {
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
-            () = shared.shutdown.cancelled() => return shutting_down(),
+            () = shared.shutdown.cancelled() => return Err(shutting_down()),
         }
     }
     if let Some(gate) = &reply.gate {
         tokio::select! {
             () = gate.wait() => {}
-            () = shared.shutdown.cancelled() => return shutting_down(),
+            () = shared.shutdown.cancelled() => return Err(shutting_down()),
         }
     }
-    let ctx = reply::RenderCtx {
-        model: body["model"].as_str().unwrap_or("claude-mock").to_owned(),
-        message_id: format!("msg_mock_{n}"),
-        request_id,
-        tool_counter: &shared.tool_counter,
-    };
-    let stream = body["stream"].as_bool().unwrap_or(false);
-    reply.render(&ctx, stream)
+    Ok((reply, n))
 }
 
 /// `GET /v1/models/{id}`: the model's limits as set by `set_model_limits`.

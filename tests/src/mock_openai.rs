@@ -1,6 +1,8 @@
 //! An in-process mock of an OpenAI-compatible Chat Completions server
 //! (OpenAI, Ollama, vLLM, llama.cpp): it records requests and answers with
 //! replies the test scripted per lane, as JSON or as `data:` SSE chunks.
+//! It also answers the Responses API (`POST /v1/responses`, streamed, what
+//! the Codex CLI speaks) from the same lanes and replies.
 
 mod reply;
 mod semantics;
@@ -109,6 +111,7 @@ impl MockOpenAi {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/v1/responses", post(responses))
             // A server mounted under another path (a proxy's): the client
             // must use the base URL as given.
             .route("/custom-mount/chat/completions", post(completions))
@@ -287,10 +290,51 @@ impl ChatRequestExt for RecordedRequest {
     }
 }
 
+/// Helpers for asserting on Responses API requests (the Codex CLI's).
+pub trait ResponsesRequestExt {
+    /// The texts of the `input` messages of `role` (`developer`, `user`,
+    /// `assistant`), in order.
+    fn input_texts(&self, role: &str) -> Vec<String>;
+    /// The `text.format.schema` the request asks the answer to follow, or `null`.
+    fn responses_output_schema(&self) -> &Value;
+}
+
+impl ResponsesRequestExt for RecordedRequest {
+    fn input_texts(&self, role: &str) -> Vec<String> {
+        self.body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|item| item["type"] == "message" && item["role"] == role)
+            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+            .filter_map(|block| block["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn responses_output_schema(&self) -> &Value {
+        &self.body["text"]["format"]["schema"]
+    }
+}
+
 async fn completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
+) -> Response {
+    answer(shared, headers, body, false).await
+}
+
+async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(shared, headers, body, true).await
+}
+
+/// Records the request and answers it with its lane's next reply, as
+/// Chat Completions or (`responses_api`) as Responses API events.
+async fn answer(
+    shared: Arc<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+    responses_api: bool,
 ) -> Response {
     let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
     let body: Value = match serde_json::from_slice(&body) {
@@ -352,5 +396,9 @@ async fn completions(
             () = shared.shutdown.cancelled() => return reply::shutting_down(),
         }
     }
-    reply.render(&body, n)
+    if responses_api {
+        reply.render_responses(n)
+    } else {
+        reply.render(&body, n)
+    }
 }

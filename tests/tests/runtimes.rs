@@ -1,6 +1,8 @@
 //! The seed flow on each Orchestrator runtime, checked the same way: the
-//! native agent loop, and the real Claude Code CLI (`CLAUDE_CLI_BIN`, from
-//! the pinned `claude-agent-sdk` wheel) against the mock Messages API. The
+//! native agent loop, the real Claude Code CLI (`CLAUDE_CLI_BIN`, from the
+//! pinned `claude-agent-sdk` wheel) against the mock Messages API, and the
+//! real Codex CLI (`CODEX_CLI_BIN`, from the pinned `openai-codex-cli-bin`
+//! wheel) against the mock's Responses API. The
 //! Orchestrator's questions reach the Arbiter, notes stay notes, its work is
 //! on disk with the worker's evidence, the console's `◈ Tool (n)` follows its
 //! tools, and the next Orchestrator of the session is II.
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arbiter_protocol::{OrchestratorStatus, SessionState, subjects};
-use arbiter_tests::MockReply;
+use arbiter_tests::{MockReply, OpenAiReply, ResponsesRequestExt};
 use arbiter_worker::Runtime;
 use common::*;
 use futures::StreamExt;
@@ -24,33 +26,64 @@ const BRIEF: &str = "Build an authentication system in src/auth/: Google and Git
 const BRIEF_II: &str = "Add a logout route to src/auth/.";
 
 /// How the model asks for the same things on each runtime: the native
-/// loop's tools and final JSON, or the CLI's tools (absolute paths) and its
-/// `StructuredOutput` tool.
+/// loop's tools and final JSON, the Claude Code CLI's tools (absolute paths)
+/// and its `StructuredOutput` tool, or Codex's `exec_command` and a final
+/// JSON message (from the OpenAI mock's Responses API).
 struct Flavor {
     runtime: Runtime,
     workspace: PathBuf,
 }
 
+/// A scripted reply for the mock the runtime's model calls go to.
+enum Scripted {
+    Messages(MockReply),
+    Responses(OpenAiReply),
+}
+
 impl Flavor {
-    fn output(&self, expects_response: bool, message: &str) -> MockReply {
+    fn output(&self, expects_response: bool, message: &str) -> Scripted {
+        let value = json!({"expects_response": expects_response, "message": message});
         match self.runtime {
-            Runtime::Native => orch(expects_response, message),
-            Runtime::ClaudeCode => MockReply::tool_use(
-                "StructuredOutput",
-                json!({"expects_response": expects_response, "message": message}),
-            ),
+            Runtime::Native => Scripted::Messages(orch(expects_response, message)),
+            Runtime::ClaudeCode => {
+                Scripted::Messages(MockReply::tool_use("StructuredOutput", value))
+            }
+            Runtime::Codex => Scripted::Responses(OpenAiReply::json(&value)),
         }
     }
 
-    fn write(&self, path: &str, content: &str) -> MockReply {
+    fn write(&self, path: &str, content: &str) -> Scripted {
         match self.runtime {
-            Runtime::Native => {
-                MockReply::tool_use("write", json!({"path": path, "content": content}))
-            }
-            Runtime::ClaudeCode => MockReply::tool_use(
+            Runtime::Native => Scripted::Messages(MockReply::tool_use(
+                "write",
+                json!({"path": path, "content": content}),
+            )),
+            Runtime::ClaudeCode => Scripted::Messages(MockReply::tool_use(
                 "Write",
                 json!({"file_path": self.workspace.join(path), "content": content}),
-            ),
+            )),
+            Runtime::Codex => {
+                let dir = Path::new(path).parent().unwrap().display().to_string();
+                Scripted::Responses(OpenAiReply::tool_call(
+                    "exec_command",
+                    json!({"cmd": format!("mkdir -p {dir} && cat > {path} <<'EOF'\n{content}EOF")}),
+                ))
+            }
+        }
+    }
+
+    /// The tool the console shows for a write, and the evidence's count.
+    fn write_tool(&self) -> (&'static str, &'static str) {
+        match self.runtime {
+            Runtime::Codex => ("Bash", "bash 2"),
+            _ => ("Write", "write 2"),
+        }
+    }
+
+    fn push(&self, sys: &System, lane: &str, reply: Scripted) {
+        match reply {
+            Scripted::Messages(reply) => sys.mock.push(lane, reply),
+            Scripted::Responses(reply) => sys.openai.push(lane, reply),
         }
     }
 }
@@ -92,6 +125,12 @@ async fn the_seed_flow_on_claude_code() {
     seed_flow_on(Runtime::ClaudeCode).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_flow_on_codex() {
+    codex_cli_bin();
+    seed_flow_on(Runtime::Codex).await;
+}
+
 async fn seed_flow_on(runtime: Runtime) {
     let sys = System::start_with(Options {
         runtime,
@@ -117,24 +156,29 @@ async fn seed_flow_on(runtime: Runtime) {
     log.wait_len(2).await;
 
     sys.mock.push(&arb, arbiter("summon_orchestrator", BRIEF));
-    sys.mock.push(
+    f.push(
+        &sys,
         &lane,
         f.output(true, "Clarifying: shared session store or stateless?"),
     );
     sys.mock
         .push(&arb, arbiter("address_orchestrator", "Stateless."));
-    sys.mock.push(
+    f.push(
+        &sys,
         &lane,
         f.write("src/auth/config.ts", "providers: google, github\n"),
     );
-    sys.mock.push(
+    f.push(
+        &sys,
         &lane,
         f.output(false, "Creating provider configurations now."),
     );
-    sys.mock
-        .push(&lane, f.write("src/auth/jwt.ts", "expiry: 48h\n"));
-    sys.mock
-        .push(&lane, f.output(true, "Complete. Auth system in src/auth/."));
+    f.push(&sys, &lane, f.write("src/auth/jwt.ts", "expiry: 48h\n"));
+    f.push(
+        &sys,
+        &lane,
+        f.output(true, "Complete. Auth system in src/auth/."),
+    );
     sys.mock
         .push(&arb, arbiter("release_orchestrators", "It is done."));
     sys.send(s, "Google and GitHub. 48hr tokens.").await;
@@ -144,7 +188,7 @@ async fn seed_flow_on(runtime: Runtime) {
     let lane_ii = orch_lane(BRIEF_II);
     sys.mock
         .push(&arb, arbiter("summon_orchestrator", BRIEF_II));
-    sys.mock.push(&lane_ii, f.output(true, "Logout is in."));
+    f.push(&sys, &lane_ii, f.output(true, "Logout is in."));
     sys.mock
         .push(&arb, arbiter("release_orchestrators", "Logout is in."));
     sys.send(s, "Add logout too.").await;
@@ -195,13 +239,14 @@ async fn seed_flow_on(runtime: Runtime) {
         "Orchestrator I: Clarifying: shared session store or stateless?\n\
          [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]"
     );
+    let (tool, counted) = f.write_tool();
     assert!(
         asked[3].contains("Creating provider configurations now.")
-            && asked[3].contains(
+            && asked[3].contains(&format!(
                 "Orchestrator I: Complete. Auth system in src/auth/.\n\
-                 [Evidence from the worker, not written by Orchestrator I: 2 tool calls (write 2), \
-                 2 files changed (created: src/auth/config.ts, src/auth/jwt.ts)]"
-            ),
+                 [Evidence from the worker, not written by Orchestrator I: 2 tool calls ({counted}), \
+                 2 files changed (created: src/auth/config.ts, src/auth/jwt.ts)"
+            )),
         "{}",
         asked[3]
     );
@@ -227,8 +272,8 @@ async fn seed_flow_on(runtime: Runtime) {
         .filter(|s| s.number == 1)
         .filter_map(tool_line)
         .collect();
-    for want in ["◈ Write (1)", "◈ Write (2)"] {
-        assert!(lines.iter().any(|l| l == want), "{want} in {lines:?}");
+    for want in [format!("◈ {tool} (1)"), format!("◈ {tool} (2)")] {
+        assert!(lines.contains(&want), "{want} in {lines:?}");
     }
 
     // Its model use is in its records the same way on both runtimes: the
@@ -259,6 +304,39 @@ async fn seed_flow_on(runtime: Runtime) {
     assert_eq!(spend["output_tokens"], 100, "{spend}");
 
     // Who the mock heard from.
+    if runtime == Runtime::Codex {
+        let requests = sys.openai.requests_for(&lane);
+        assert_eq!(requests.len(), 5, "{:?}", sys.openai.lane_counts());
+        for request in &requests {
+            let developer = request.input_texts("developer").join("\n");
+            assert!(developer.contains("You are an Orchestrator"), "{developer}");
+            assert!(
+                !request.body.to_string().contains("Build me an auth system"),
+                "the human's words reach I only through the Arbiter"
+            );
+            assert_eq!(
+                request.header("authorization"),
+                Some(format!("Bearer {API_KEY}").as_str())
+            );
+            assert_eq!(request.body["stream"], true);
+            assert!(
+                request.responses_output_schema()["properties"]["expects_response"].is_object()
+            );
+            let tools = request.body["tools"].to_string();
+            assert!(tools.contains("\"exec_command\""), "{tools}");
+        }
+        // Later turns resume the same thread: the Arbiter's answer follows
+        // the question in the same conversation.
+        let last = requests.last().unwrap().input_texts("user").join("\n");
+        assert!(last.contains("Stateless."), "{last}");
+        arbiter_tests::eventually(WAIT, "the CLI processes to end", || async {
+            cli_processes(sys.workspaces.path(), ".codex")
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+        return;
+    }
     let requests = sys.mock.requests_for(&lane);
     for request in &requests {
         assert!(request.system_text().contains("You are an Orchestrator"));
@@ -267,7 +345,7 @@ async fn seed_flow_on(runtime: Runtime) {
             "the human's words reach I only through the Arbiter"
         );
         match runtime {
-            Runtime::Native => {
+            Runtime::Native | Runtime::Codex => {
                 assert_eq!(request.header("x-api-key"), Some(API_KEY));
             }
             Runtime::ClaudeCode => {
@@ -284,7 +362,7 @@ async fn seed_flow_on(runtime: Runtime) {
     if runtime == Runtime::ClaudeCode {
         // One CLI process per Orchestrator, ended with it.
         arbiter_tests::eventually(WAIT, "the CLI processes to end", || async {
-            cli_processes(sys.workspaces.path())
+            cli_processes(sys.workspaces.path(), ".claude-code")
                 .is_empty()
                 .then_some(())
         })
@@ -292,9 +370,9 @@ async fn seed_flow_on(runtime: Runtime) {
     }
 }
 
-/// The processes running with a CLI home under `root` in their environment.
-fn cli_processes(root: &Path) -> Vec<std::ffi::OsString> {
-    let homes = root.join(".claude-code");
+/// The processes running with a CLI home under `root/homes` in their environment.
+fn cli_processes(root: &Path, homes: &str) -> Vec<std::ffi::OsString> {
+    let homes = root.join(homes);
     let mut left = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else {

@@ -45,6 +45,7 @@ use crate::transcript::Transcript;
 
 mod budget;
 mod cli;
+mod codex;
 mod waiting;
 
 use waiting::until;
@@ -133,6 +134,7 @@ impl Agent {
         let names: Vec<&str> = match shared.config.runtime {
             Runtime::Native => tools.iter().map(|t| t.name.as_str()).collect(),
             Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
+            Runtime::Codex => crate::runtime::codex::TOOLS.to_vec(),
         };
         let system = crate::prompt::orchestrator_system_prompt(&names);
         let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
@@ -248,6 +250,7 @@ impl Agent {
         match self.shared.config.runtime {
             Runtime::Native => self.work_native().await,
             Runtime::ClaudeCode => self.work_cli().await,
+            Runtime::Codex => self.work_codex().await,
         }
     }
 

@@ -33,6 +33,7 @@ pub mod workspace;
 
 pub use runtime::Runtime;
 pub use runtime::claude::ClaudeCodeConfig;
+pub use runtime::codex::CodexConfig;
 pub use slots::WorkerPresence;
 
 /// The JSON Schemas of what a worker stores and answers, by file stem in
@@ -120,6 +121,8 @@ pub struct Config {
     pub runtime: Runtime,
     /// How the `claude-code` runtime runs the CLI.
     pub claude_code: ClaudeCodeConfig,
+    /// How the `codex` runtime runs the CLI.
+    pub codex: CodexConfig,
     /// What each model's tokens cost (the built-in table unless the config
     /// file's `[prices]` say otherwise).
     pub prices: arbiter_llm::price::PriceTable,
@@ -147,6 +150,7 @@ impl Default for Config {
             max_parked: None,
             runtime: Runtime::Native,
             claude_code: ClaudeCodeConfig::default(),
+            codex: CodexConfig::default(),
             prices: arbiter_llm::price::PriceTable::defaults(),
         }
     }
@@ -253,6 +257,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await
             .map_err(Error::Runtime)?;
         tracing::info!(cli = %config.claude_code.bin.display(), %version, "Orchestrators run on the Claude Code CLI");
+    }
+    if config.runtime == Runtime::Codex {
+        let version = runtime::codex::probe(&config.codex.bin, &config.model)
+            .await
+            .map_err(Error::Runtime)?;
+        tracing::info!(cli = %config.codex.bin.display(), %version, "Orchestrators run on the Codex CLI");
     }
     let sandbox = start_sandbox(&config).await?;
     let mut config = config;

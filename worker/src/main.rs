@@ -116,14 +116,15 @@ struct Cli {
     #[arg(long, env = "ARBITER_MAX_PARKED")]
     max_parked: Option<usize>,
     /// What runs the Orchestrators' turns: native (the project's own agent
-    /// loop) or claude-code (the Claude Code CLI, one process per
-    /// Orchestrator). Summonses that ask for another runtime are left to
-    /// workers that run it.
+    /// loop), claude-code (the Claude Code CLI, one process per
+    /// Orchestrator) or codex (the Codex CLI, one `codex exec` per turn;
+    /// the Orchestrator model must be openai:<model>). Summonses that ask
+    /// for another runtime are left to workers that run it.
     #[arg(
         long,
         env = "ARBITER_RUNTIME",
         default_value = "native",
-        value_name = "native|claude-code"
+        value_name = "native|claude-code|codex"
     )]
     runtime: arbiter_worker::Runtime,
     /// The Claude Code CLI the claude-code runtime runs.
@@ -140,6 +141,9 @@ struct Cli {
         value_name = "RULE"
     )]
     claude_allow: Vec<String>,
+    /// The Codex CLI the codex runtime runs.
+    #[arg(long, env = "CODEX_CLI_BIN", default_value = "codex")]
+    codex_bin: PathBuf,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -284,6 +288,7 @@ async fn run_main() -> anyhow::Result<()> {
             hook_bin: None,
             allow: cli.claude_allow,
         },
+        codex: arbiter_worker::CodexConfig { bin: cli.codex_bin },
     };
     let shutdown = arbiter_bus::cli::shutdown_signal();
     match arbiter_worker::run(config, shutdown).await {

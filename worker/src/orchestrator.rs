@@ -273,6 +273,13 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 .join(crate::runtime::claude::HOMES_DIR)
                 .join(&summon.orch_id);
             let _ = tokio::fs::remove_dir_all(home).await;
+            // The Codex CLI's home (codex runtime): its thread is in the records.
+            let home = shared
+                .config
+                .workspace_root
+                .join(crate::runtime::codex::HOMES_DIR)
+                .join(&summon.orch_id);
+            let _ = tokio::fs::remove_dir_all(home).await;
             // The stopped status goes out before the slot is taken by
             // another, so status never shows more Orchestrators than slots.
             stop_status(&status, heartbeat).await;

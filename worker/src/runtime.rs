@@ -4,9 +4,12 @@
 //! this turn" differs. `native` is the project's own agent loop
 //! (`agent.rs`: model calls and tools in this process); `claude-code` runs
 //! each Orchestrator in a long-lived Claude Code CLI process
-//! (`runtime/claude.rs`, driven from `agent/cli.rs`).
+//! (`runtime/claude.rs`, driven from `agent/cli.rs`); `codex` runs each
+//! turn as one `codex exec` process on the Orchestrator's Codex thread
+//! (`runtime/codex.rs`, driven from `agent/codex.rs`).
 
 pub mod claude;
+pub mod codex;
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,6 +22,8 @@ pub enum Runtime {
     Native,
     /// The Claude Code CLI in headless stream-json mode, one process per Orchestrator.
     ClaudeCode,
+    /// The OpenAI Codex CLI (`codex exec --json`), one process per turn.
+    Codex,
 }
 
 impl Runtime {
@@ -27,6 +32,7 @@ impl Runtime {
         match self {
             Runtime::Native => "native",
             Runtime::ClaudeCode => "claude-code",
+            Runtime::Codex => "codex",
         }
     }
 
@@ -48,11 +54,9 @@ impl FromStr for Runtime {
         match s {
             "native" => Ok(Runtime::Native),
             "claude-code" => Ok(Runtime::ClaudeCode),
-            "codex" => {
-                Err("the codex runtime is not available yet: use native or claude-code".to_owned())
-            }
+            "codex" => Ok(Runtime::Codex),
             other => Err(format!(
-                "unknown runtime {other:?}: use native or claude-code"
+                "unknown runtime {other:?}: use native, claude-code or codex"
             )),
         }
     }
@@ -70,11 +74,14 @@ mod tests {
         assert!(Runtime::ClaudeCode.offers(Some("claude-code")));
         assert!(!Runtime::ClaudeCode.offers(Some("codex")));
         assert_eq!("claude-code".parse(), Ok(Runtime::ClaudeCode));
+        assert_eq!("codex".parse(), Ok(Runtime::Codex));
+        assert!(Runtime::Codex.offers(Some("codex")));
+        assert!(!Runtime::Codex.offers(Some("claude-code")));
         assert!(
-            "codex"
+            "gemini"
                 .parse::<Runtime>()
                 .unwrap_err()
-                .contains("not available")
+                .contains("native, claude-code or codex")
         );
     }
 }

@@ -67,8 +67,8 @@ pub(crate) struct Snapshot {
     /// Tool calls by tool and commands run, for the outputs' evidence.
     #[serde(default)]
     pub tally: Tally,
-    /// The Claude Code CLI's own figures of each turn (claude-code runtime;
-    /// `spend` holds the tokens and cost of both runtimes).
+    /// The agent CLI's own figures of each turn (claude-code and codex
+    /// runtimes; `spend` holds the tokens and cost of every runtime).
     #[serde(default, skip_serializing_if = "Cost::is_empty")]
     pub cost: Cost,
     /// What its model requests (its subagents' included) cost so far.
@@ -78,6 +78,23 @@ pub(crate) struct Snapshot {
     /// latest input that carried one); absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<arbiter_protocol::Cap>,
+    /// The Codex CLI's thread (codex runtime), once its first turn ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex: Option<CodexThread>,
+}
+
+/// An Orchestrator's Codex thread: what a worker that takes it over needs,
+/// beside the rollout file itself (in `cli_transcript`), to resume it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct CodexThread {
+    pub thread_id: String,
+    /// Where the rollout file lies under the CLI's `CODEX_HOME`
+    /// (`sessions/YYYY/MM/DD/rollout-<time>-<thread_id>.jsonl`): Codex
+    /// finds a thread only at that path.
+    pub rollout: String,
+    /// The thread's `turn.completed.usage` after the last stored turn:
+    /// cumulative, so the next turn's usage is the difference.
+    pub usage: serde_json::Value,
 }
 
 /// An Orchestrator's model use as the Claude Code CLI reported it: totals
@@ -103,18 +120,29 @@ impl Cost {
 
     /// Adds one finished CLI turn.
     pub(crate) fn add(&mut self, turn: &crate::runtime::claude::TurnDone) {
-        let usage = &turn.usage;
+        self.add_turn(&turn.usage, &turn.model_usage, turn.cost_usd);
+    }
+
+    /// Adds one finished turn of either CLI: `usage` with Anthropic's keys
+    /// (`input_tokens`, `output_tokens`, `cache_read_input_tokens`,
+    /// `cache_creation_input_tokens`).
+    pub(crate) fn add_turn(
+        &mut self,
+        usage: &serde_json::Value,
+        model_usage: &serde_json::Value,
+        cost_usd: f64,
+    ) {
         let n = |key: &str| usage[key].as_u64().unwrap_or(0);
         self.turns += 1;
-        self.cost_usd += turn.cost_usd;
+        self.cost_usd += cost_usd;
         self.input_tokens += n("input_tokens");
         self.output_tokens += n("output_tokens");
         self.cache_read_input_tokens += n("cache_read_input_tokens");
         self.cache_creation_input_tokens += n("cache_creation_input_tokens");
         self.last_turn = Some(serde_json::json!({
-            "usage": turn.usage,
-            "model_usage": turn.model_usage,
-            "cost_usd": turn.cost_usd,
+            "usage": usage,
+            "model_usage": model_usage,
+            "cost_usd": cost_usd,
         }));
     }
 }
@@ -134,6 +162,7 @@ impl Snapshot {
             cost: Cost::default(),
             spend: arbiter_protocol::Spend::default(),
             budget: None,
+            codex: None,
         }
     }
 }
@@ -168,8 +197,9 @@ pub(crate) struct Record {
     /// none): in the first record written after the walk, and no other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Baseline>,
-    /// What the Claude Code CLI's session transcript grew by since the
-    /// last record that carried it (claude-code runtime only).
+    /// What the agent CLI's session transcript grew by since the last
+    /// record that carried it (claude-code: the session's `.jsonl`; codex:
+    /// the thread's rollout file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli_transcript: Option<CliTranscript>,
     pub at: DateTime<Utc>,

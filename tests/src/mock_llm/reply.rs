@@ -70,6 +70,49 @@ pub struct MockReply {
 }
 
 impl MockReply {
+    /// The same reply as the OpenAI mock's (for the Responses API): text and
+    /// tool calls, usage (input with the cache reads, which OpenAI counts
+    /// in), errors and raw bodies. Delays and gates are waited out before.
+    pub(crate) fn to_openai(&self) -> crate::OpenAiReply {
+        use crate::OpenAiReply;
+        let u = self.usage;
+        let reply = match &self.kind {
+            Kind::Message { text, tools } => match tools.split_first() {
+                Some(((name, input), rest)) => {
+                    let mut reply = OpenAiReply::tool_call(name.clone(), input.clone());
+                    for (name, input) in rest {
+                        reply = reply.and_tool_call(name.clone(), input.clone());
+                    }
+                    match text {
+                        Some(text) => reply.with_text(text.clone()),
+                        None => reply,
+                    }
+                }
+                None => OpenAiReply::text(text.clone().unwrap_or_default()),
+            },
+            Kind::HttpError {
+                status,
+                error_type,
+                message,
+            } => OpenAiReply::http_error(*status, error_type.clone(), message.clone()),
+            Kind::StreamError {
+                error_type,
+                message,
+                ..
+            } => OpenAiReply::stream_error(error_type.clone(), message.clone()),
+            Kind::Raw {
+                status,
+                content_type,
+                body,
+            } => OpenAiReply::raw(*status, content_type.clone(), body.clone()),
+        };
+        reply.usage(
+            u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens,
+            u.output_tokens,
+            u.cache_read_input_tokens,
+        )
+    }
+
     fn new(kind: Kind) -> MockReply {
         MockReply {
             kind,

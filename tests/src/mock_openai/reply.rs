@@ -1,6 +1,11 @@
 //! Scripted replies for the mock Chat Completions server and how each is
 //! rendered: a `chat.completion` JSON body, or `data:` chunks with tool-call
-//! fragments by index, the usage chunk (`choices: []`) and `[DONE]`.
+//! fragments by index, the usage chunk (`choices: []`) and `[DONE]`. The
+//! same replies answer the Responses API (`POST /v1/responses`, what the
+//! Codex CLI speaks) as its SSE events: `response.created`,
+//! `response.output_item.added`, `response.output_text.delta`,
+//! `response.output_item.done` per item (a message, or a `function_call`),
+//! and `response.completed` with `usage`.
 
 use std::time::Duration;
 
@@ -319,6 +324,118 @@ impl OpenAiReply {
                 )
             }
         }
+    }
+
+    /// The reply as a streamed Responses API answer (`POST /v1/responses`).
+    pub(crate) fn render_responses(&self, n: u64) -> Response {
+        match &self.kind {
+            Kind::Raw {
+                status,
+                content_type,
+                body,
+            } => respond(
+                *status,
+                content_type,
+                &self.headers,
+                Body::from(body.clone()),
+            ),
+            Kind::HttpError {
+                status,
+                error_type,
+                message,
+            } => error_response(*status, error_type, message, &self.headers),
+            Kind::Answer(_) => {
+                panic!("OpenAiReply::render_responses: an answer is resolved before it is rendered")
+            }
+            Kind::Message { .. } | Kind::StreamError { .. } => {
+                let mut events = self.response_events(n);
+                if let Some(cut) = self.cut_after {
+                    events.truncate(cut);
+                }
+                let events: Vec<Bytes> = events
+                    .into_iter()
+                    .map(|e| {
+                        let kind = e["type"].as_str().unwrap_or_default().to_owned();
+                        Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
+                    })
+                    .collect();
+                let pause = self.event_delay;
+                let body = futures::stream::iter(events).then(move |event| async move {
+                    if let Some(pause) = pause {
+                        tokio::time::sleep(pause).await;
+                    }
+                    Ok::<_, std::convert::Infallible>(event)
+                });
+                respond(
+                    200,
+                    "text/event-stream",
+                    &self.headers,
+                    Body::from_stream(body),
+                )
+            }
+        }
+    }
+
+    /// The Responses API events of a streamed answer, in wire order.
+    fn response_events(&self, n: u64) -> Vec<Value> {
+        let id = format!("resp_mock_{n}");
+        let mut out = vec![json!({"type": "response.created", "response": {"id": id}})];
+        let (text, calls) = match &self.kind {
+            Kind::Message { text, calls } => (text.clone(), calls.clone()),
+            Kind::StreamError { .. } => (Some("Partial answer ".to_owned()), Vec::new()),
+            _ => (None, Vec::new()),
+        };
+        let mut index = 0;
+        if let Some(text) = text.filter(|t| !t.is_empty() || calls.is_empty()) {
+            let item_id = format!("msg_mock_{n}");
+            out.push(
+                json!({"type": "response.output_item.added", "output_index": index,
+                "item": {"type": "message", "id": item_id, "role": "assistant", "content": []}}),
+            );
+            for piece in split_chunks(&text) {
+                out.push(
+                    json!({"type": "response.output_text.delta", "item_id": item_id,
+                    "output_index": index, "content_index": 0, "delta": piece}),
+                );
+            }
+            if let Kind::StreamError {
+                error_type,
+                message,
+            } = &self.kind
+            {
+                out.push(json!({"type": "response.failed", "response": {"id": id,
+                    "error": {"code": error_type, "message": message}}}));
+                return out;
+            }
+            out.push(json!({"type": "response.output_item.done", "output_index": index,
+                "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}}));
+            index += 1;
+        }
+        for (i, (name, input)) in calls.iter().enumerate() {
+            let item = json!({"type": "function_call", "id": format!("fc_mock_{n}_{i}"),
+                "call_id": format!("call_mock_{n}_{i}"), "name": name,
+                "arguments": input.to_string(), "status": "completed"});
+            out.push(
+                json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+            );
+            out.push(
+                json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            );
+            index += 1;
+        }
+        let mut response = json!({"id": id, "status": "completed"});
+        if let Some((prompt, completion, cached)) = self.usage {
+            response["usage"] = json!({
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + completion,
+            });
+        }
+        out.push(json!({"type": "response.completed", "response": response}));
+        out
     }
 
     fn finish(&self) -> &str {

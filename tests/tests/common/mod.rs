@@ -89,6 +89,18 @@ pub struct System {
 /// and each Orchestrator gets its own script.
 pub fn lane_of(body: &Value) -> String {
     let model = body["model"].as_str().unwrap_or_default();
+    // A Responses API body (the Codex CLI's): the first user text that is
+    // not the CLI's own `<environment_context>`.
+    if let Some(input) = body["input"].as_array() {
+        let text = input
+            .iter()
+            .filter(|item| item["role"] == "user")
+            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+            .filter_map(|block| block["text"].as_str().map(str::to_owned))
+            .find(|t| !t.starts_with('<'))
+            .unwrap_or_default();
+        return format!("{model}:{text}");
+    }
     // The first user message (an OpenAI-style body starts with the system prompt).
     let first = body["messages"]
         .as_array()
@@ -131,6 +143,27 @@ pub fn claude_code() -> arbiter_worker::ClaudeCodeConfig {
             .map_or_else(|| PathBuf::from("claude"), PathBuf::from),
         hook_bin: Some(arbiter_tests::bin("arbiter-worker")),
         allow: Vec::new(),
+    }
+}
+
+/// The Codex CLI the tests run (`CODEX_CLI_BIN`, which `scripts/test`
+/// sets from `scripts/install-codex-cli`).
+pub fn codex() -> arbiter_worker::CodexConfig {
+    arbiter_worker::CodexConfig {
+        bin: std::env::var_os("CODEX_CLI_BIN")
+            .map_or_else(|| PathBuf::from("codex"), PathBuf::from),
+    }
+}
+
+/// The path of the Codex CLI for tests that need it; panics with what to
+/// run when it is not set.
+pub fn codex_cli_bin() -> PathBuf {
+    match std::env::var_os("CODEX_CLI_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => panic!(
+            "CODEX_CLI_BIN is not set: run `export CODEX_CLI_BIN=$(scripts/install-codex-cli)` \
+             (scripts/test does this)"
+        ),
     }
 }
 
@@ -280,6 +313,19 @@ impl System {
         config
     }
 
+    /// The Orchestrators' model: on the configured provider's mock, except
+    /// on the codex runtime, which speaks the Responses API (the OpenAI mock).
+    pub fn orch_model_config(&self) -> ModelConfig {
+        if self.runtime != arbiter_worker::Runtime::Codex {
+            return self.model_config(ORCH_MODEL);
+        }
+        let mut config = ModelConfig::new(Provider::OpenAi, ORCH_MODEL);
+        config.base_url = self.openai.base_url();
+        config.api_key = Some(ApiKey::new(API_KEY));
+        config.retry = RetryPolicy::none();
+        config
+    }
+
     /// How a process connects as credential `name` (`coordinator`,
     /// `worker`, …): its bundle on a secure system, the plain URL otherwise.
     pub fn nats_options(&self, name: &str) -> NatsOptions {
@@ -318,12 +364,13 @@ impl System {
             nats: self.nats_options("worker"),
             max_orchestrators: slots,
             workspace_root: self.workspaces.path().to_owned(),
-            model: self.model_config(ORCH_MODEL),
+            model: self.orch_model_config(),
             context_budget: budget,
             subagent_model: Some(self.model_config(SUB_MODEL)),
             worker_id: id.to_owned(),
             runtime: self.runtime,
             claude_code: claude_code(),
+            codex: codex(),
             ..Default::default()
         }
     }

@@ -150,7 +150,14 @@ impl Agent {
     /// `false`: nothing new to keep.
     async fn keep_cli_transcript(&mut self) -> bool {
         let path = self.cli_transcript_path();
-        let mut file = match tokio::fs::read(&path).await {
+        self.keep_cli_file(&path).await
+    }
+
+    /// Keeps what the agent CLI's session file at `path` (claude-code: its
+    /// transcript; codex: its rollout) grew by since it was last kept, for
+    /// the next record; whole lines only. `false`: nothing new to keep.
+    pub(super) async fn keep_cli_file(&mut self, path: &std::path::Path) -> bool {
+        let mut file = match tokio::fs::read(path).await {
             Ok(file) => file,
             Err(e) => {
                 tracing::warn!(error = %e, path = %path.display(), "the CLI's transcript is unreadable; not stored this turn");
@@ -290,7 +297,7 @@ impl Agent {
 }
 
 /// A user message's text blocks, one after another.
-fn user_text(message: &Message) -> String {
+pub(super) fn user_text(message: &Message) -> String {
     message
         .content
         .iter()
