@@ -35,6 +35,13 @@ const CONNECTION_POLL: Duration = Duration::from_millis(250);
 const MAX_LOG_ERRORS: u32 = 10;
 /// Pause before a replaced log consumer is opened (and between failed tries).
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
+/// How long the log consumer may deliver nothing while the session's status
+/// says the log holds more than it delivered: past that it starts over. On a
+/// cluster an ordered consumer whose node died while this client stayed
+/// connected to another one has been seen to deliver nothing more.
+const STALL: Duration = Duration::from_secs(10);
+/// How often the log consumer is checked for a stall.
+const STALL_CHECK: Duration = Duration::from_secs(2);
 /// A publish not acknowledged by then is reported as not sent: past the
 /// time the bus tries it through the loss of a server of a cluster.
 const SEND_TIMEOUT: Duration = Duration::from_secs(arbiter_bus::RIDE_OUT.as_secs() + 5);
@@ -203,6 +210,7 @@ async fn run(
         orch_sub,
         log,
     } = attached;
+    let stored_seq = status.as_ref().map_or(0, |s| s.last_seq);
     let first = [
         (!up).then_some(FeedEvent::Connection { up: true }),
         status.map(|status| {
@@ -222,18 +230,30 @@ async fn run(
     bus_tx.send_replace(Some(bus.clone()));
 
     let (reconnected_tx, reconnected) = watch::channel(0);
+    // The last log seq the session's statuses say is stored.
+    let (stored_tx, stored) = watch::channel(stored_seq);
     let mut tasks = JoinSet::new();
     tasks.spawn(follow_log(
         bus.clone(),
         session_id.clone(),
         log,
         tx.clone(),
-        reconnected,
+        Watches {
+            reconnected,
+            stored,
+        },
     ));
     tasks.spawn(forward(
         session_sub,
         tx.clone(),
-        |_: &SessionStatus| true,
+        move |status: &SessionStatus| {
+            stored_tx.send_if_modified(|seq| {
+                let newer = status.last_seq > *seq;
+                *seq = (*seq).max(status.last_seq);
+                newer
+            });
+            true
+        },
         FeedEvent::Session,
     ));
     tasks.spawn(forward(
@@ -329,29 +349,55 @@ async fn forward<T: DeserializeOwned>(
     }
 }
 
+/// What [`follow_log`] watches besides its consumer.
+struct Watches {
+    /// Counts reconnections.
+    reconnected: watch::Receiver<u64>,
+    /// The last log seq the session's statuses say is stored.
+    stored: watch::Receiver<u64>,
+}
+
+/// Whether a log consumer has stalled: the log holds entries past the last
+/// one it delivered, and it has delivered nothing for [`STALL`].
+pub(crate) fn stalled(stored: u64, delivered: u64, quiet: Duration) -> bool {
+    stored > delivered && quiet >= STALL
+}
+
 /// Forwards the log. A consumer that keeps failing (or ends) is replaced by
 /// one that starts after the last entry forwarded, for as long as it takes;
 /// so is one that lived through a reconnection, which would otherwise take
-/// several missed heartbeats to notice that it must start over.
+/// several missed heartbeats to notice that it must start over, and one
+/// that has [`stalled`].
 async fn follow_log(
     bus: Bus,
     session_id: String,
     mut log: pull::Ordered,
     tx: mpsc::Sender<FeedEvent>,
-    mut reconnected: watch::Receiver<u64>,
+    watches: Watches,
 ) {
+    let Watches {
+        mut reconnected,
+        stored,
+    } = watches;
     let mut errors = 0;
     let mut last_stream_seq = None;
+    let mut delivered = 0;
+    let mut last_delivery = tokio::time::Instant::now();
+    let mut check = tokio::time::interval(STALL_CHECK);
     loop {
         tokio::select! {
             message = log.next() => match message {
                 Some(Ok(message)) => {
                     errors = 0;
+                    last_delivery = tokio::time::Instant::now();
                     if let Ok(info) = message.info() {
                         last_stream_seq = Some(info.stream_sequence);
                     }
                     let event = match arbiter_bus::decode::<LogEntry>(&message.subject, &message.payload) {
-                        Ok(entry) => FeedEvent::Log(entry),
+                        Ok(entry) => {
+                            delivered = delivered.max(entry.seq);
+                            FeedEvent::Log(entry)
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "malformed log entry");
                             FeedEvent::Malformed { detail: detail(e) }
@@ -377,7 +423,15 @@ async fn follow_log(
                 }
                 tracing::info!("reconnected: the log consumer starts over");
             }
+            _ = check.tick() => {
+                let stored = *stored.borrow();
+                if !stalled(stored, delivered, last_delivery.elapsed()) {
+                    continue;
+                }
+                tracing::warn!(stored, delivered, "the log consumer delivered nothing for 10 s while the log holds more: it starts over");
+            }
         }
+        last_delivery = tokio::time::Instant::now();
         let deliver_policy = match last_stream_seq {
             Some(seq) => DeliverPolicy::ByStartSequence {
                 start_sequence: seq + 1,
@@ -457,6 +511,17 @@ mod tests {
             .await
             .expect("no feed event within 20 s")
             .expect("the feed ended")
+    }
+
+    #[test]
+    fn a_consumer_is_stalled_only_when_the_log_is_ahead_and_it_is_quiet() {
+        let quiet = STALL + Duration::from_millis(1);
+        assert!(stalled(5, 3, quiet));
+        // Quiet, but nothing more is stored: an idle session.
+        assert!(!stalled(3, 3, quiet));
+        assert!(!stalled(0, 0, quiet));
+        // Behind, but it delivered a moment ago: it is catching up.
+        assert!(!stalled(5, 3, Duration::from_secs(1)));
     }
 
     #[tokio::test]

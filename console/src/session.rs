@@ -242,6 +242,10 @@ where
         let connects = || stats.connects.load(std::sync::atomic::Ordering::Relaxed);
         let mut seen_connects = connects();
         let mut connection_check = tokio::time::interval(RECONNECT_CHECK);
+        // A consumer that delivers nothing while the status says the log
+        // holds more starts over too (`feed::stalled`).
+        let mut last_delivery = Instant::now();
+        let mut delivered = 0;
         loop {
             if !input_open && !self.config.follow && self.progress.settled(replay_window_over) {
                 tracing::debug!("session settled");
@@ -252,9 +256,11 @@ where
                 message = log.next() => match message {
                     Some(Ok(message)) => {
                         log_errors = 0;
+                        last_delivery = Instant::now();
                         if let Ok(info) = message.info() {
                             last_stream_seq = Some(info.stream_sequence);
                         }
+                        delivered = delivered.max(readable_seq(&message.payload).unwrap_or(0));
                         self.log_message(&message.subject, &message.payload).await?;
                     }
                     Some(Err(e)) => {
@@ -278,6 +284,13 @@ where
                         seen_connects = connects();
                         tracing::info!("reconnected: the log consumer starts over");
                         log = self.reopen_log(last_stream_seq).await?;
+                        last_delivery = Instant::now();
+                    }
+                    let stored = self.status.as_ref().map_or(0, |s| s.last_seq);
+                    if up && crate::feed::stalled(stored, delivered, last_delivery.elapsed()) {
+                        tracing::warn!(stored, delivered, "the log consumer delivered nothing for 10 s while the log holds more: it starts over");
+                        log = self.reopen_log(last_stream_seq).await?;
+                        last_delivery = Instant::now();
                     }
                 }
                 message = status_sub.next() => match message {
