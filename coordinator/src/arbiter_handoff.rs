@@ -258,6 +258,11 @@ impl Session {
             }
         };
         let generation = self.state.arbiter.generation() + 1;
+        // Its decisions go to the workspace's memory, as an Orchestrator's do.
+        self.remember_decisions_of(
+            format!("Arbiter, generation {}", generation - 1),
+            &packet.decisions,
+        );
         let (transcript, kept) = successor_transcript(&self.transcript, &packet, generation);
         self.transcript = transcript;
         self.replace_transcript = true;

@@ -125,7 +125,14 @@ impl Session {
     /// The decisions of Orchestrator `number`'s handoff packet, kept as
     /// `decision (why)`; one refused is said in the log.
     pub(crate) fn remember_decisions(&mut self, number: u32, decisions: &[Decision]) {
-        let by = arbiter_protocol::orchestrator_name(number);
+        self.remember_decisions_of(arbiter_protocol::orchestrator_name(number), decisions);
+    }
+
+    /// The decisions of a packet written by `by` (an Orchestrator, or an
+    /// Arbiter generation handing off), kept as `decision (why)`; one
+    /// refused is said in the log. Ids come from the text, so a decision
+    /// every packet repeats is kept once.
+    pub(crate) fn remember_decisions_of(&mut self, by: String, decisions: &[Decision]) {
         let mut refused = Vec::new();
         for d in decisions {
             let text = format!("{} (why: {})", d.decision.trim(), d.why.trim());

@@ -477,7 +477,8 @@ async fn another_coordinator_reads_the_memory_within_the_budget_it_is_given() {
 
 /// An Arbiter handoff keeps only its packet and the last exchanges, so the
 /// workspace's memory opens the first prompt of the next generation too,
-/// read afresh: a fact the first generation kept is in it.
+/// read afresh: a fact the first generation kept is in it, and so are the
+/// decisions of the packet it handed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_opens_the_next_arbiter_generation_too() {
     const W2: &str = "proj-generations";
@@ -516,7 +517,7 @@ async fn the_memory_opens_the_next_arbiter_generation_too() {
         MockReply::json(&json!({
             "goal": "Plan the migrations.",
             "preferences": ["reviews before runs"],
-            "decisions": [],
+            "decisions": [{"decision": "Migrations go in one file per table", "why": "short reviews"}],
             "orchestrators": [],
             "open": [],
             "active": null,
@@ -554,4 +555,14 @@ async fn the_memory_opens_the_next_arbiter_generation_too() {
         "{opening}"
     );
     assert!(opening.ends_with("Fourth."), "{opening}");
+    // The handing-off Arbiter's decisions are kept like an Orchestrator's,
+    // and are in the new generation's memory already.
+    let decision = "Migrations go in one file per table (why: short reviews)";
+    let kept = stored(&sys, W2).await;
+    let entry = kept.iter().find(|e| e.text == decision).expect("kept");
+    assert_eq!(
+        (entry.kind, entry.by.as_str()),
+        (MemoryKind::Decision, "Arbiter, generation 1")
+    );
+    assert!(opening.contains(decision), "{opening}");
 }
