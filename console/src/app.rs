@@ -169,6 +169,7 @@ impl App {
     pub fn apply(&mut self, event: FeedEvent, now: Instant) {
         match event {
             FeedEvent::Log(entry) => {
+                self.vitals.log(&entry);
                 if let Some(text) = self.conversation.log(&entry) {
                     self.input.remember(&text);
                 }

@@ -93,6 +93,8 @@ pub struct Vitals {
     offline: bool,
     /// When the connection last came back; `None` if it was never lost.
     online_since: Option<Instant>,
+    /// The Arbiter's generation, from the log's `arbiter_handoff` entries.
+    arbiter_generation: u32,
 }
 
 impl Vitals {
@@ -104,7 +106,20 @@ impl Vitals {
             active_since: None,
             offline: false,
             online_since: None,
+            arbiter_generation: 1,
         }
+    }
+
+    /// A log entry: an Arbiter handoff moves the generation on.
+    pub fn log(&mut self, entry: &arbiter_protocol::LogEntry) {
+        if let arbiter_protocol::LogBody::ArbiterHandoff(e) = &entry.body {
+            self.arbiter_generation = self.arbiter_generation.max(e.generation);
+        }
+    }
+
+    /// The Arbiter's generation: 1 until it first hands itself off.
+    pub fn arbiter_generation(&self) -> u32 {
+        self.arbiter_generation
     }
 
     /// The console lost (`up == false`) or regained its connection to NATS at
@@ -298,6 +313,46 @@ mod tests {
     use arbiter_protocol::ActiveOrchestrator;
     use chrono::{Duration as Span, Utc};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn an_arbiter_handoff_in_the_log_moves_the_generation_on() {
+        let entry = |seq, body| arbiter_protocol::LogEntry {
+            v: 1,
+            session_id: "s".into(),
+            seq,
+            at: Utc::now(),
+            body,
+        };
+        let packet: arbiter_protocol::ArbiterPacket = serde_json::from_value(serde_json::json!({
+            "goal": "g", "preferences": [], "decisions": [], "orchestrators": [],
+            "open": [], "active": null}))
+        .unwrap();
+        let handoff = |generation| {
+            arbiter_protocol::LogBody::ArbiterHandoff(arbiter_protocol::ArbiterHandoffEntry {
+                generation,
+                packet: Box::new(packet.clone()),
+                built_by_coordinator: None,
+                kept_exchanges: 2,
+                context_tokens_before: 6000,
+                context_tokens_after: 2000,
+            })
+        };
+        let mut vitals = Vitals::new("s");
+        assert_eq!(vitals.arbiter_generation(), 1);
+        vitals.log(&entry(
+            1,
+            arbiter_protocol::LogBody::Arbiter(arbiter_protocol::ArbiterEntry {
+                text: "hi".into(),
+            }),
+        ));
+        assert_eq!(vitals.arbiter_generation(), 1);
+        vitals.log(&entry(2, handoff(2)));
+        assert_eq!(vitals.arbiter_generation(), 2);
+        // An entry seen again (a replay) never moves it back.
+        vitals.log(&entry(3, handoff(3)));
+        vitals.log(&entry(2, handoff(2)));
+        assert_eq!(vitals.arbiter_generation(), 3);
+    }
 
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {

@@ -27,6 +27,16 @@ const MIN_RULE: usize = 3;
 const LONG_LABEL: usize = 17;
 
 /// The rows of the status area for an inner width of `width`.
+/// The Arbiter's label: `Arbiter`, then `Arbiter II` once it has handed
+/// itself off, numbered as Orchestrators are.
+fn arbiter_name(generation: u32) -> String {
+    if generation <= 1 {
+        "Arbiter".to_owned()
+    } else {
+        format!("Arbiter {}", arbiter_protocol::roman(generation))
+    }
+}
+
 pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> {
     let arbiter_state = match vitals.arbiter(now) {
         ArbiterLiveness::Idle => None,
@@ -66,7 +76,7 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         Bar::Narrow
     };
     let mut rows = vec![bar_line(
-        Span::styled("Arbiter", theme::arbiter()),
+        Span::styled(arbiter_name(vitals.arbiter_generation()), theme::arbiter()),
         arbiter_state,
         vitals.arbiter_pct(),
         bar,
@@ -233,6 +243,8 @@ mod tests {
 
     #[test]
     fn bars_fill_and_fit() {
+        assert_eq!(arbiter_name(1), "Arbiter");
+        assert_eq!(arbiter_name(3), "Arbiter III");
         let full = |pct| text(&bar_line(Span::raw("Arbiter"), None, pct, Bar::Full, 40));
         assert_eq!(full(Some(18.0)), "  Arbiter ─────────── ██░░░░░░░░ 18%    ");
         assert_eq!(full(Some(18.0)).chars().count(), 40);
