@@ -8,9 +8,10 @@
 
 mod common;
 
-use arbiter_protocol::LogBody;
+use arbiter_protocol::{LogBody, Summon, subjects};
 use arbiter_tests::{Gate, MockReply};
 use common::*;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 /// The Orchestrators a worker runs now (its presence endpoint).
@@ -81,7 +82,21 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
     let hold = Gate::new();
     sys.mock
         .push(&lane, orch(true, "Reviewed.").gated(hold.clone()));
+    let mut wire = sys
+        .bus
+        .client
+        .subscribe(subjects::summon("review"))
+        .await
+        .unwrap();
+    sys.bus.client.flush().await.unwrap();
     sys.send(s, human).await;
+    let summon: Summon = tokio::time::timeout(WAIT, wire.next())
+        .await
+        .map(|m| serde_json::from_slice(&m.unwrap().payload).unwrap())
+        .expect("the summons on arbiter.v1.summon.review");
+    assert_eq!(summon.pool, "review");
+    // No runtime named, none configured: any runtime of the pool may take it.
+    assert_eq!(summon.runtime, None);
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
 
     let bodies = log.bodies();
@@ -254,7 +269,21 @@ async fn a_summons_directed_to_claude_code_runs_on_the_worker_that_offers_it() {
         )
         .gated(hold.clone()),
     );
+    // The summons on the wire, as the workers of the pool see it.
+    let mut wire = sys
+        .bus
+        .client
+        .subscribe(subjects::summon("default"))
+        .await
+        .unwrap();
+    sys.bus.client.flush().await.unwrap();
     sys.send(s, human).await;
+    let summon: Summon = tokio::time::timeout(WAIT, wire.next())
+        .await
+        .map(|m| serde_json::from_slice(&m.unwrap().payload).unwrap())
+        .expect("the summons on arbiter.v1.summon.default");
+    assert_eq!(summon.runtime.as_deref(), Some("claude-code"));
+    assert_eq!(summon.brief, brief);
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
     // The CLI made the call, on the worker that offers claude-code.
     let requests = sys.mock.requests_for(&lane);
