@@ -2,7 +2,10 @@
 //! pool is up, asked through the workers' NATS micro service
 //! (`$SRV.PING.arbiter-worker`; each answer names its pool in its metadata).
 //! A summons to a pool nobody serves waits in the queue, silently; the
-//! session tells the human instead of leaving them to guess.
+//! session tells the human instead of leaving them to guess. A summons the
+//! Arbiter directs (a pool or a runtime it names) is checked against the
+//! workers that answer (their `pool` and `runtime` metadata) before it is
+//! routed: [`Fleet::offers`].
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -49,6 +52,25 @@ impl Fleet {
         }
     }
 
+    /// What the workers that are up offer, enough to tell whether one
+    /// serves `pool` with `runtime` (`None`: any): the answers stop being
+    /// gathered once one does. `None` when the workers could not be asked.
+    pub(crate) async fn offers(
+        &self,
+        client: &Client,
+        pool: &str,
+        runtime: Option<&str>,
+    ) -> Option<Vec<Offer>> {
+        let wanted = |o: &Offer| o.pool == pool && runtime.is_none_or(|r| r == o.runtime);
+        match gather(client, wanted).await {
+            Ok(offers) => Some(offers),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not ping the workers");
+                None
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -60,8 +82,20 @@ struct PingReply {
     metadata: HashMap<String, String>,
 }
 
-/// Pings the worker service; true as soon as a worker of `pool` answers.
-async fn ping(client: &Client, pool: &str) -> Result<bool, async_nats::Error> {
+/// What one worker that answered offers: its pool and its runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub pool: String,
+    /// `native` for a worker that does not say (older workers ran only it).
+    pub runtime: String,
+}
+
+/// Pings the worker service and gathers what the answers offer, until one
+/// is `enough` or the window closes.
+async fn gather(
+    client: &Client,
+    enough: impl Fn(&Offer) -> bool,
+) -> Result<Vec<Offer>, async_nats::Error> {
     let inbox = client.new_inbox();
     let mut replies = client.subscribe(inbox.clone()).await?;
     client
@@ -69,19 +103,37 @@ async fn ping(client: &Client, pool: &str) -> Result<bool, async_nats::Error> {
         .await?;
     let window = tokio::time::sleep(PING_WINDOW);
     tokio::pin!(window);
+    let mut offers = Vec::new();
     loop {
         tokio::select! {
-            _ = &mut window => return Ok(false),
+            _ = &mut window => return Ok(offers),
             reply = replies.next() => match reply {
                 Some(reply) => {
-                    let serves = serde_json::from_slice::<PingReply>(&reply.payload)
-                        .is_ok_and(|r| r.metadata.get("pool").is_some_and(|p| p == pool));
-                    if serves {
-                        return Ok(true);
+                    let Ok(mut reply) = serde_json::from_slice::<PingReply>(&reply.payload) else {
+                        continue;
+                    };
+                    let Some(pool) = reply.metadata.remove("pool") else {
+                        continue;
+                    };
+                    let runtime = reply
+                        .metadata
+                        .remove("runtime")
+                        .unwrap_or_else(|| "native".to_owned());
+                    let offer = Offer { pool, runtime };
+                    let done = enough(&offer);
+                    offers.push(offer);
+                    if done {
+                        return Ok(offers);
                     }
                 }
-                None => return Ok(false),
+                None => return Ok(offers),
             },
         }
     }
+}
+
+/// Pings the worker service; true as soon as a worker of `pool` answers.
+async fn ping(client: &Client, pool: &str) -> Result<bool, async_nats::Error> {
+    let offers = gather(client, |o| o.pool == pool).await?;
+    Ok(offers.iter().any(|o| o.pool == pool))
 }

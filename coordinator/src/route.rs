@@ -4,21 +4,131 @@
 
 use arbiter_protocol::{
     ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, Control, ControlAction,
-    ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, Summon, SummonedEntry,
-    SystemEntry, VERSION, WireError,
+    Directive, ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, Summon,
+    SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, orchestrator_name,
 };
 use chrono::Utc;
 
+use crate::fleet::Offer;
 use crate::session::{Input, Session};
 use crate::state::{Active, Effect, Pending};
 
+/// What the workers that are up offered, as the session saw them before it
+/// routed a summons (the router itself does not wait on the bus).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FleetView {
+    /// Not asked: the summons named no pool and no runtime.
+    NotAsked,
+    /// The workers could not be asked; a directed summons goes ahead.
+    Unknown,
+    /// What the workers that answered offer.
+    Seen(Vec<Offer>),
+}
+
+impl FleetView {
+    /// Whether the session must ask the workers before routing `output`.
+    pub(crate) fn wanted(output: &ArbiterOutput) -> bool {
+        output.intent == ArbiterIntent::SummonOrchestrator
+            && (output.pool.is_some() || output.runtime.is_some())
+    }
+}
+
+/// Where a summons goes, once it may go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub pool: String,
+    pub runtime: Option<String>,
+    /// The Arbiter named the pool or the runtime.
+    pub directed: bool,
+}
+
+/// The summons decision, pure: where `output` goes given the coordinator's
+/// own pool and runtime and what the fleet offers, or why it cannot go.
+pub(crate) fn summons_target(
+    output: &ArbiterOutput,
+    own_pool: &str,
+    own_runtime: Option<&str>,
+    fleet: &FleetView,
+) -> Result<Target, String> {
+    if output.message.trim().is_empty() {
+        return Err("a summons needs a brief, and the message was empty.".to_owned());
+    }
+    match output.strategy.unwrap_or_default() {
+        SummonStrategy::Solo => {}
+        other => {
+            return Err(format!(
+                "the strategy {:?} is not available yet: only solo. Summon one \
+                 Orchestrator (strategy solo, or leave it out).",
+                other.as_str()
+            ));
+        }
+    }
+    let pool = output.pool.clone().unwrap_or_else(|| own_pool.to_owned());
+    if !arbiter_protocol::subjects::is_valid_token(&pool) {
+        return Err(format!(
+            "{pool:?} is not a pool name (letters, digits, - or _), so nothing was summoned."
+        ));
+    }
+    let runtime = match output.runtime {
+        Some(r) => Some(r.as_str().to_owned()),
+        None => own_runtime.map(str::to_owned),
+    };
+    let directed = output.pool.is_some() || output.runtime.is_some();
+    if let (true, FleetView::Seen(offers)) = (directed, fleet) {
+        let in_pool: Vec<&Offer> = offers.iter().filter(|o| o.pool == pool).collect();
+        if in_pool.is_empty() {
+            let mut pools: Vec<&str> = offers.iter().map(|o| o.pool.as_str()).collect();
+            pools.sort_unstable();
+            pools.dedup();
+            let served = if pools.is_empty() {
+                "no worker answered at all".to_owned()
+            } else {
+                format!("pools served now: {}", pools.join(", "))
+            };
+            return Err(format!(
+                "no worker serves the pool {pool:?} ({served}), so nothing was summoned. \
+                 Leave the pool out for the usual one, or tell the human."
+            ));
+        }
+        if let Some(wanted) = &runtime
+            && !in_pool.iter().any(|o| &o.runtime == wanted)
+        {
+            let mut runtimes: Vec<&str> = in_pool.iter().map(|o| o.runtime.as_str()).collect();
+            runtimes.sort_unstable();
+            runtimes.dedup();
+            return Err(format!(
+                "no worker of the pool {pool:?} offers the runtime {wanted:?} (runtimes \
+                 offered there: {}), so nothing was summoned. Leave the runtime out, or \
+                 tell the human.",
+                runtimes.join(", ")
+            ));
+        }
+    }
+    Ok(Target {
+        pool,
+        runtime,
+        directed,
+    })
+}
+
 impl Session {
-    /// Carries out one Arbiter decision.
-    pub(crate) fn route(&mut self, output: ArbiterOutput) {
+    /// Carries out one Arbiter decision; `fleet` is what the workers offered
+    /// when the decision is a directed summons (`FleetView::wanted`).
+    pub(crate) fn route(&mut self, output: ArbiterOutput, fleet: &FleetView) {
+        let target = (output.intent == ArbiterIntent::SummonOrchestrator).then(|| {
+            summons_target(
+                &output,
+                &self.shared.config.pool,
+                self.shared.config.orchestrator_runtime.as_deref(),
+                fleet,
+            )
+        });
         let ArbiterOutput {
             intent,
             message,
             memory,
+            directive,
+            ..
         } = output;
         self.remember_facts(memory.unwrap_or_default());
         match intent {
@@ -37,15 +147,15 @@ impl Session {
                      Speak to the human, or summon an Orchestrator with a complete brief.",
                 ),
             },
-            ArbiterIntent::SummonOrchestrator if message.trim().is_empty() => self.reject(
-                intent,
-                "a summons needs a brief, and the message was empty.",
-            ),
-            ArbiterIntent::SummonOrchestrator => {
-                self.state.rejections = 0;
-                self.release_active();
-                self.summon(message);
-            }
+            ArbiterIntent::SummonOrchestrator => match target {
+                Some(Ok(target)) => {
+                    self.state.rejections = 0;
+                    self.release_active();
+                    self.summon(message, target, directive);
+                }
+                Some(Err(reason)) => self.reject(intent, &reason),
+                None => unreachable!("a summons always has a target decision"),
+            },
             ArbiterIntent::ReleaseOrchestrators => {
                 self.state.rejections = 0;
                 self.release_active();
@@ -106,12 +216,16 @@ impl Session {
         }));
     }
 
-    fn summon(&mut self, brief: String) {
+    fn summon(&mut self, brief: String, target: Target, directive: Option<Directive>) {
         self.state.summoned += 1;
         self.new_exchange();
         let number = self.state.summoned;
         let orch_id = uuid::Uuid::now_v7().to_string();
-        let pool = self.shared.config.pool.clone();
+        let Target {
+            pool,
+            runtime,
+            directed,
+        } = target;
         self.state.active = Some(Active {
             orch_id: orch_id.clone(),
             number,
@@ -126,7 +240,12 @@ impl Session {
             pool: pool.clone(),
             brief: brief.clone(),
         }));
-        tracing::info!(orch.id = %orch_id, number, pool = %pool, "summoning an Orchestrator");
+        if directed || directive.is_some() {
+            // The record of where it went and on whose words.
+            let text = direction_note(number, &pool, runtime.as_deref(), directive.as_ref());
+            self.log(LogBody::System(SystemEntry { text }));
+        }
+        tracing::info!(orch.id = %orch_id, number, pool = %pool, runtime = ?runtime, directed, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
         // Sent now, or once the budget allows (`budget.rs`).
@@ -139,7 +258,7 @@ impl Session {
             workspace: None,
             pool: pool.clone(),
             summoned_at: Utc::now(),
-            runtime: self.shared.config.orchestrator_runtime.clone(),
+            runtime,
             handoff,
             budget: None,
         });
@@ -169,5 +288,199 @@ impl Session {
         self.log(LogBody::Released(ReleasedEntry {
             numbers: vec![active.number],
         }));
+    }
+}
+
+/// The log's note on a directed summons: where it goes, and the human's
+/// words behind it, verbatim.
+fn direction_note(
+    number: u32,
+    pool: &str,
+    runtime: Option<&str>,
+    directive: Option<&Directive>,
+) -> String {
+    let name = orchestrator_name(number);
+    let mut text = format!(
+        "{name} is summoned to the pool {pool:?} on the runtime {:?}.",
+        runtime.unwrap_or("any")
+    );
+    if let Some(d) = directive {
+        text.push_str(&format!(" The human's directive, verbatim: {:?}", d.words));
+        match (&d.parsed, d.confidence) {
+            (Some(p), Some(c)) => text.push_str(&format!(" (read as: {p}; confidence {c} %)")),
+            (Some(p), None) => text.push_str(&format!(" (read as: {p})")),
+            (None, Some(c)) => text.push_str(&format!(" (confidence {c} %)")),
+            (None, None) => {}
+        }
+        text.push('.');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::OrchestratorRuntime;
+
+    fn offer(pool: &str, runtime: &str) -> Offer {
+        Offer {
+            pool: pool.into(),
+            runtime: runtime.into(),
+        }
+    }
+
+    fn summons(brief: &str) -> ArbiterOutput {
+        ArbiterOutput::new(ArbiterIntent::SummonOrchestrator, brief)
+    }
+
+    #[test]
+    fn the_summons_decision_table() {
+        let fleet = FleetView::Seen(vec![
+            offer("default", "native"),
+            offer("review", "native"),
+            offer("review", "codex"),
+        ]);
+        let nobody = FleetView::Seen(Vec::new());
+        let with = |f: &dyn Fn(&mut ArbiterOutput)| {
+            let mut o = summons("Review the parser.");
+            f(&mut o);
+            o
+        };
+        let ok = |pool: &str, runtime: Option<&str>, directed: bool| -> Result<Target, &str> {
+            Ok(Target {
+                pool: pool.into(),
+                runtime: runtime.map(Into::into),
+                directed,
+            })
+        };
+        let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
+            (
+                "solo, undirected: the coordinator's own pool and runtime",
+                summons("Review the parser."),
+                &FleetView::NotAsked,
+                ok("default", None, false),
+            ),
+            (
+                "solo named explicitly",
+                with(&|o| o.strategy = Some(SummonStrategy::Solo)),
+                &FleetView::NotAsked,
+                ok("default", None, false),
+            ),
+            (
+                "a pool that is served",
+                with(&|o| o.pool = Some("review".into())),
+                &fleet,
+                ok("review", None, true),
+            ),
+            (
+                "a runtime offered in the pool",
+                with(&|o| {
+                    o.pool = Some("review".into());
+                    o.runtime = Some(OrchestratorRuntime::Codex);
+                }),
+                &fleet,
+                ok("review", Some("codex"), true),
+            ),
+            (
+                "the fleet could not be asked: it goes ahead",
+                with(&|o| o.pool = Some("elsewhere".into())),
+                &FleetView::Unknown,
+                ok("elsewhere", None, true),
+            ),
+            (
+                "a pool name that cannot be a subject token",
+                with(&|o| o.pool = Some("gpu boxes".into())),
+                &fleet,
+                Err("\"gpu boxes\" is not a pool name"),
+            ),
+            (
+                "a pool nobody serves",
+                with(&|o| o.pool = Some("gpu".into())),
+                &fleet,
+                Err("no worker serves the pool \"gpu\" (pools served now: default, review)"),
+            ),
+            (
+                "no worker at all",
+                with(&|o| o.pool = Some("gpu".into())),
+                &nobody,
+                Err("no worker serves the pool \"gpu\" (no worker answered at all)"),
+            ),
+            (
+                "a runtime nobody offers in the (own) pool",
+                with(&|o| o.runtime = Some(OrchestratorRuntime::Codex)),
+                &fleet,
+                Err(
+                    "no worker of the pool \"default\" offers the runtime \"codex\" (runtimes offered there: native)",
+                ),
+            ),
+            (
+                "parallel is not available yet",
+                with(&|o| o.strategy = Some(SummonStrategy::Parallel)),
+                &fleet,
+                Err("the strategy \"parallel\" is not available yet: only solo."),
+            ),
+            (
+                "consensus is not available yet",
+                with(&|o| o.strategy = Some(SummonStrategy::Consensus)),
+                &fleet,
+                Err("the strategy \"consensus\" is not available yet: only solo."),
+            ),
+            (
+                "sequential is not available yet",
+                with(&|o| o.strategy = Some(SummonStrategy::Sequential)),
+                &fleet,
+                Err("the strategy \"sequential\" is not available yet: only solo."),
+            ),
+            (
+                "an empty brief, whatever else it says",
+                {
+                    let mut o = summons("  ");
+                    o.pool = Some("review".into());
+                    o
+                },
+                &fleet,
+                Err("a summons needs a brief, and the message was empty."),
+            ),
+        ];
+        for (name, output, fleet, want) in cases {
+            let got = summons_target(&output, "default", None, fleet);
+            match (want, got) {
+                (Ok(want), Ok(got)) => assert_eq!(got, want, "{name}"),
+                (Err(want), Err(got)) => {
+                    assert!(got.starts_with(want), "{name}: {got}");
+                }
+                (want, got) => panic!("{name}: wanted {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_coordinators_runtime_is_the_default_and_a_named_one_wins() {
+        let fleet = FleetView::Seen(vec![
+            offer("default", "claude-code"),
+            offer("default", "native"),
+        ]);
+        let plain = summons("Go.");
+        let got = summons_target(&plain, "default", Some("claude-code"), &FleetView::NotAsked);
+        assert_eq!(got.unwrap().runtime.as_deref(), Some("claude-code"));
+        let mut named = summons("Go.");
+        named.runtime = Some(OrchestratorRuntime::Native);
+        let got = summons_target(&named, "default", Some("claude-code"), &fleet);
+        assert_eq!(got.unwrap().runtime.as_deref(), Some("native"));
+    }
+
+    #[test]
+    fn the_direction_note_keeps_the_humans_words_verbatim() {
+        let d = Directive {
+            words: "get Codex to review, \"quickly\"".into(),
+            parsed: Some("runtime codex".into()),
+            confidence: Some(90),
+        };
+        assert_eq!(
+            direction_note(2, "review", Some("codex"), Some(&d)),
+            "Orchestrator II is summoned to the pool \"review\" on the runtime \"codex\". \
+             The human's directive, verbatim: \"get Codex to review, \\\"quickly\\\"\" \
+             (read as: runtime codex; confidence 90 %)."
+        );
     }
 }

@@ -442,10 +442,13 @@ impl Session {
                     }
                 }, if turn.is_some() => {
                     turn = None;
+                    // A directed summons is checked against the workers that
+                    // are up before it is routed (the router does not wait).
+                    let fleet = self.fleet_view(&result).await;
                     self.state.turn_in_flight = false;
                     self.changed = true;
                     self.status_dirty = true;
-                    self.finish_turn(result);
+                    self.finish_turn(result, &fleet);
                     self.maybe_hand_off();
                     if !self.commit().await {
                         break;
@@ -776,7 +779,41 @@ impl Session {
         )
     }
 
-    fn finish_turn(&mut self, result: Result<Structured<ArbiterOutput>, LlmError>) {
+    /// What the workers offer, asked only for a directed summons.
+    async fn fleet_view(
+        &self,
+        result: &Result<Structured<ArbiterOutput>, LlmError>,
+    ) -> crate::route::FleetView {
+        use crate::route::FleetView;
+        let Ok(reply) = result else {
+            return FleetView::NotAsked;
+        };
+        let output = &reply.value;
+        if !FleetView::wanted(output) {
+            return FleetView::NotAsked;
+        }
+        let pool = output.pool.as_deref().unwrap_or(&self.shared.config.pool);
+        let runtime = output.runtime.map(|r| r.as_str()).or(self
+            .shared
+            .config
+            .orchestrator_runtime
+            .as_deref());
+        match self
+            .shared
+            .fleet
+            .offers(&self.shared.bus.client, pool, runtime)
+            .await
+        {
+            Some(offers) => FleetView::Seen(offers),
+            None => FleetView::Unknown,
+        }
+    }
+
+    fn finish_turn(
+        &mut self,
+        result: Result<Structured<ArbiterOutput>, LlmError>,
+        fleet: &crate::route::FleetView,
+    ) {
         // The turn's span ends with this step.
         let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
         self.charge_turn();
@@ -802,7 +839,7 @@ impl Session {
                 // What the decision publishes continues the trace from here.
                 self.trace = TraceContext::of(&span);
                 let _in_route = span.enter();
-                self.route(reply.value);
+                self.route(reply.value, fleet);
                 match intent {
                     // The human was spoken to: their answer goes on.
                     ArbiterIntent::AddressHuman => {}

@@ -40,11 +40,7 @@ async fn anthropic_an_invalid_reply_is_repaired_with_the_validation_error() {
         .unwrap();
     assert_eq!(
         reply.value,
-        ArbiterOutput {
-            intent: ArbiterIntent::AddressHuman,
-            message: "Quietly.".into(),
-            memory: None,
-        }
+        ArbiterOutput::new(ArbiterIntent::AddressHuman, "Quietly.")
     );
     assert_eq!(reply.repairs, 2);
     let requests = mock.requests_for("m");

@@ -30,7 +30,10 @@ pub use orchestrator::{
     Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,
 };
-pub use outputs::{ArbiterIntent, ArbiterOutput, OrchestratorOutput};
+pub use outputs::{
+    ArbiterIntent, ArbiterOutput, Directive, OrchestratorOutput, OrchestratorRuntime,
+    SummonStrategy,
+};
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
     ArbiterToOrchestratorEntry, ErrorEntry, HumanCommand, HumanEntry, HumanMessage, LogBody,

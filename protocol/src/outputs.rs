@@ -46,6 +46,104 @@ pub struct ArbiterOutput {
     /// null) when there is nothing new to keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Vec<String>>,
+    /// summon_orchestrator only: the pool of workers that must run the
+    /// Orchestrator. Leave it out (or null) for the coordinator's own pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// summon_orchestrator only: the runtime that must run the Orchestrator.
+    /// Leave it out (or null) for the coordinator's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<OrchestratorRuntime>,
+    /// summon_orchestrator only: how many Orchestrators work the brief and
+    /// how. Only solo is available yet; leave it out (or null) for solo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<SummonStrategy>,
+    /// summon_orchestrator only: the human's words that led you to this
+    /// pool, runtime or strategy. Leave it out (or null) when the human did
+    /// not direct the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directive: Option<Directive>,
+}
+
+impl ArbiterOutput {
+    /// An output with only an intent and a message (no memory, no direction).
+    pub fn new(intent: ArbiterIntent, message: impl Into<String>) -> Self {
+        Self {
+            intent,
+            message: message.into(),
+            memory: None,
+            pool: None,
+            runtime: None,
+            strategy: None,
+            directive: None,
+        }
+    }
+}
+
+/// What runs an Orchestrator's turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrchestratorRuntime {
+    /// The project's own agent loop.
+    Native,
+    /// The Claude Code CLI.
+    ClaudeCode,
+    /// The OpenAI Codex CLI.
+    Codex,
+}
+
+impl OrchestratorRuntime {
+    /// The name a worker's `--runtime` takes and `Summon::runtime` carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::ClaudeCode => "claude-code",
+            Self::Codex => "codex",
+        }
+    }
+}
+
+/// How many Orchestrators work a summons, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SummonStrategy {
+    /// One Orchestrator (the default).
+    #[default]
+    Solo,
+    /// Several Orchestrators at once on parts of the brief (not available yet).
+    Parallel,
+    /// Several Orchestrators answer the same question; their verdicts are tallied (not available yet).
+    Consensus,
+    /// A chain, each link briefed with its predecessor's report (not available yet).
+    Sequential,
+}
+
+impl SummonStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Solo => "solo",
+            Self::Parallel => "parallel",
+            Self::Consensus => "consensus",
+            Self::Sequential => "sequential",
+        }
+    }
+}
+
+/// The human's words behind a directed summons, kept verbatim for the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Directive {
+    /// The human's words, verbatim (e.g. "get Codex to review").
+    pub words: String,
+    /// What you took them to mean, in a few words (e.g. "runtime codex").
+    /// Leave it out (or null) when the words say it plainly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parsed: Option<String>,
+    /// How sure you are of that reading, in percent (0 to 100).
+    /// Leave it out (or null) when you cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub confidence: Option<u8>,
 }
 
 /// One Orchestrator turn: its message to the Arbiter and whether it waits for an answer.

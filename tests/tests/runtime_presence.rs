@@ -33,6 +33,7 @@ async fn a_worker_answers_ping_info_and_stats_with_its_pool_and_slots() {
     assert_eq!(ping["metadata"]["pool"], "gpu");
     assert_eq!(ping["metadata"]["worker_id"], "worker-gpu-1");
     assert_eq!(ping["metadata"]["slots_total"], "3");
+    assert_eq!(ping["metadata"]["runtime"], "native");
 
     let info = srv(&sys, "INFO").await;
     assert_eq!(info["type"], "io.nats.micro.v1.info_response");

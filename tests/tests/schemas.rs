@@ -149,6 +149,9 @@ fn check(example: &Example) -> Result<&'static str, String> {
         decode::<ArbiterDelta>(&value).map(|()| "ArbiterDelta")
     } else if h.contains("session_id>.status`") {
         decode::<SessionStatus>(&value).map(|()| "SessionStatus")
+    } else if h.contains("Conversation rules") {
+        // The Arbiter's reply (never on NATS, but its schema is checked in).
+        decode::<arbiter_protocol::ArbiterOutput>(&value).map(|()| "ArbiterOutput")
     } else if h.contains("Writing a worker") {
         decode::<arbiter_worker::WorkerPresence>(&value).map(|()| "WorkerPresence")
     } else {

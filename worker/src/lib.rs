@@ -311,7 +311,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.max_orchestrators,
         max_parked,
     );
-    let presence = presence::start(&client, slots.clone()).await?;
+    let presence = presence::start(&client, slots.clone(), config.runtime).await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
     let shared = Arc::new(Shared {
         bus,

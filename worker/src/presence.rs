@@ -1,6 +1,6 @@
 //! Presence: every worker is a NATS micro service named [`SERVICE_NAME`], so
 //! `nats micro ls`, `$SRV.PING|INFO|STATS.arbiter-worker` and the coordinator
-//! see the fleet. PING and INFO carry the worker's id, pool and slot count in
+//! see the fleet. PING and INFO carry the worker's id, pool, runtime and slot count in
 //! their metadata; STATS carries the live [`WorkerPresence`] (slots used and
 //! free, the Orchestrators running) as the data of the `presence` endpoint,
 //! which also answers requests with it.
@@ -48,11 +48,16 @@ pub(crate) struct Presence {
 }
 
 /// Registers this worker as an instance of the service.
-pub(crate) async fn start(client: &Client, slots: Arc<Slots>) -> Result<Presence> {
+pub(crate) async fn start(
+    client: &Client,
+    slots: Arc<Slots>,
+    runtime: crate::Runtime,
+) -> Result<Presence> {
     let now = slots.presence();
     let metadata = HashMap::from([
         ("worker_id".to_owned(), now.worker_id.clone()),
         ("pool".to_owned(), now.pool.clone()),
+        ("runtime".to_owned(), runtime.name().to_owned()),
         ("slots_total".to_owned(), now.slots_total.to_string()),
         (
             "protocol".to_owned(),
