@@ -27,6 +27,12 @@ use crate::delta::MessageExtractor;
 use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
+mod status;
+mod turn;
+
+use status::STATUS_HEARTBEAT;
+use turn::RunningTurn;
+
 /// Inputs a session's inbox holds. When it is full the intake never waits
 /// (that would stall every other session): it puts the message back on the
 /// server, to come again after [`PUT_BACK_DELAY`], and the session's log
@@ -35,14 +41,8 @@ pub(crate) const INBOX_CAPACITY: usize = 256;
 /// How long a message put back because its session's inbox was full waits
 /// before the server delivers it again.
 pub(crate) const PUT_BACK_DELAY: Duration = Duration::from_secs(1);
-/// How often status is republished while nothing changes (consoles use it as a heartbeat).
-const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Human message ids remembered to drop redeliveries.
 const SEEN_IDS: usize = 256;
-/// Notes carried in one digest; older ones are counted, not quoted.
-const DIGEST_NOTES: usize = 10;
-/// Characters of one note quoted in a digest.
-const DIGEST_NOTE_CHARS: usize = 300;
 
 /// The message an input came in (pulled, or forwarded by another
 /// coordinator), acknowledged once its step is stored.
@@ -122,31 +122,6 @@ impl SessionHandle {
     /// Stops the actor after the step it is in, to hand the session over.
     pub(crate) fn stop(&self) {
         self.cancel.cancel();
-    }
-}
-
-type TurnFuture = BoxFuture<'static, Result<Structured<ArbiterOutput>, LlmError>>;
-
-/// A turn running as its own task, so the model call starts at once rather
-/// than after the status write; aborted if the session stops first.
-struct RunningTurn(tokio::task::JoinHandle<Result<Structured<ArbiterOutput>, LlmError>>);
-
-impl RunningTurn {
-    fn start(turn: TurnFuture) -> Self {
-        Self(tokio::spawn(turn))
-    }
-
-    async fn finish(&mut self) -> Result<Structured<ArbiterOutput>, LlmError> {
-        match (&mut self.0).await {
-            Ok(result) => result,
-            Err(e) => Err(LlmError::Stream(format!("the turn's task stopped: {e}"))),
-        }
-    }
-}
-
-impl Drop for RunningTurn {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -670,326 +645,12 @@ impl Session {
             }
         }
     }
-
-    /// Everything queued, in arrival order, as one user message; the notes
-    /// gathered since the last delivery go first, as a digest.
-    fn take_queue(&mut self) -> String {
-        let mut parts = Vec::new();
-        if !self.state.notes.is_empty() {
-            parts.push(digest(&std::mem::take(&mut self.state.notes)));
-        }
-        parts.extend(self.take_budget_notes());
-        for pending in self.state.queue.drain(..) {
-            parts.push(match pending {
-                Pending::Human { text, tagged: true } => format!("Human: {text}"),
-                Pending::Human {
-                    text,
-                    tagged: false,
-                } => text,
-                Pending::Orchestrator {
-                    number,
-                    text,
-                    evidence,
-                    handoff,
-                } => crate::outputs::report(number, &text, evidence.as_ref(), handoff.as_deref()),
-                Pending::System { text } => format!("System: {text}"),
-            });
-        }
-        parts.join("\n\n")
-    }
-
-    fn start_turn(&mut self) -> TurnFuture {
-        let messages = self
-            .transcript
-            .iter()
-            .map(|turn| match turn.role {
-                TurnRole::User => Message::user(turn.text.clone()),
-                TurnRole::Assistant => Message::assistant(turn.text.clone()),
-            })
-            .collect();
-        let request = Request {
-            system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
-            messages,
-            tools: Vec::new(),
-            output_schema: Some(self.shared.output_schema.clone()),
-            max_output_tokens: None,
-        };
-        let shared = self.shared.clone();
-        let session_id = self.id.clone();
-        let turn = self.state.turns;
-        // Every request of the turn is counted, repairs included.
-        let model = arbiter_llm::meter::Metered::new(shared.model.clone(), self.meter.clone());
-        // A turn is a span of its own, the child of what started it (in
-        // another process), not of the session's long-lived span.
-        let span = tracing::info_span!(
-            parent: None,
-            "invoke_agent",
-            otel.name = "invoke_agent arbiter",
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = "arbiter",
-            session.id = %self.id,
-            arbiter.turn = i64::try_from(turn).unwrap_or(i64::MAX),
-        );
-        self.trace.adopt(&span);
-        self.turn_span = span.clone();
-        Box::pin(
-            async move {
-                // The words go out as they are written; a forwarder publishes them
-                // so the model stream is never held up by NATS.
-                let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
-                let subject = subjects::session_delta(&session_id);
-                let forward = async {
-                    while let Some(delta) = rx.recv().await {
-                        if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
-                            tracing::debug!(error = %e, "delta not published");
-                        }
-                    }
-                };
-                let mut extractor = MessageExtractor::default();
-                let mut attempt = 0;
-                let call = structured::complete_with::<ArbiterOutput, _>(
-                    &model,
-                    request,
-                    shared.config.schema_repairs,
-                    // Moved in: the sender drops when the call ends, which ends the forwarder.
-                    move |progress| match progress {
-                        Progress::Attempt(n) => {
-                            attempt = n;
-                            extractor = MessageExtractor::default();
-                        }
-                        Progress::Text(piece) => {
-                            if let Some(text) = extractor.push(piece) {
-                                let _ = tx.send(ArbiterDelta {
-                                    v: VERSION,
-                                    session_id: session_id.clone(),
-                                    turn,
-                                    attempt,
-                                    intent: extractor.intent(),
-                                    text,
-                                    at: Utc::now(),
-                                });
-                            }
-                        }
-                    },
-                );
-                let (result, ()) = tokio::join!(call, forward);
-                result
-            }
-            .instrument(span),
-        )
-    }
-
-    /// What the workers offer, asked only for a directed summons.
-    async fn fleet_view(
-        &self,
-        result: &Result<Structured<ArbiterOutput>, LlmError>,
-    ) -> crate::route::FleetView {
-        use crate::route::FleetView;
-        let Ok(reply) = result else {
-            return FleetView::NotAsked;
-        };
-        let output = &reply.value;
-        if !FleetView::wanted(output) {
-            return FleetView::NotAsked;
-        }
-        let pool = output.pool.as_deref().unwrap_or(&self.shared.config.pool);
-        let runtime = output.runtime.map(|r| r.as_str()).or(self
-            .shared
-            .config
-            .orchestrator_runtime
-            .as_deref());
-        match self
-            .shared
-            .fleet
-            .offers(&self.shared.bus.client, pool, runtime)
-            .await
-        {
-            Some(offers) => FleetView::Seen(offers),
-            None => FleetView::Unknown,
-        }
-    }
-
-    fn finish_turn(
-        &mut self,
-        result: Result<Structured<ArbiterOutput>, LlmError>,
-        fleet: &crate::route::FleetView,
-    ) {
-        // The turn's span ends with this step.
-        let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
-        self.charge_turn();
-        self.check_budget();
-        match result {
-            Ok(reply) => {
-                // Unknown usage (some OpenAI-compatible servers) keeps the last figure.
-                if let Some(tokens) = reply.response.context_tokens() {
-                    self.state.context_tokens = tokens;
-                }
-                self.transcript.push(Turn {
-                    role: TurnRole::Assistant,
-                    text: reply.raw,
-                });
-                let intent = reply.value.intent;
-                let span = tracing::info_span!(
-                    parent: &turn_span,
-                    "route",
-                    otel.name = "arbiter route",
-                    session.id = %self.id,
-                    arbiter.intent = reply.value.intent.as_str(),
-                );
-                // What the decision publishes continues the trace from here.
-                self.trace = TraceContext::of(&span);
-                let _in_route = span.enter();
-                self.route(reply.value, fleet);
-                match intent {
-                    // The human was spoken to: their answer goes on.
-                    ArbiterIntent::AddressHuman => {}
-                    ArbiterIntent::Musings => self.question_left(Ending::Musings),
-                    _ => self.question_left(Ending::Rejected),
-                }
-            }
-            Err(e) => {
-                // The user turn stays: it reaches the Arbiter with the next message.
-                tracing::error!(error = %e, "Arbiter turn failed");
-                self.log(LogBody::Error(ErrorEntry {
-                    error: e.to_wire(Role::Arbiter),
-                }));
-                self.question_left(Ending::Failed);
-            }
-        }
-    }
-
-    /// After a turn: an Orchestrator that asked a question must not wait
-    /// for an answer that no turn is coming to give. When nothing is queued
-    /// for the Arbiter and its turn did not answer, a turn that only mused is
-    /// reminded once (a new turn); otherwise the human is told, once.
-    fn question_left(&mut self, ending: Ending) {
-        let Some(active) = self.state.active.as_mut() else {
-            return;
-        };
-        if !active.asked || !self.state.queue.is_empty() || self.state.hold.is_some() {
-            return;
-        }
-        let name = orchestrator_name(active.number);
-        if ending == Ending::Musings && !active.reminded {
-            active.reminded = true;
-            let text = format!(
-                "{name} asked you a question and is waiting for your answer; musings reach \
-                 nobody. Answer it (address_orchestrator), or ask the human (address_human)."
-            );
-            self.log(LogBody::System(SystemEntry { text: text.clone() }));
-            self.enqueue(Pending::System { text });
-            return;
-        }
-        active.asked = false;
-        let why = match ending {
-            Ending::Musings => "ended in musings again",
-            Ending::Rejected => "could not be carried out",
-            Ending::Failed => "failed",
-        };
-        self.log(LogBody::System(SystemEntry {
-            text: format!(
-                "{name} asked a question and is waiting for an answer, but the Arbiter's \
-                 turn {why}. Write to go on, or /stop."
-            ),
-        }));
-    }
-
-    /// Adds the model requests the turn made (those of an abandoned turn
-    /// too, once they are known) to the Arbiter's spend, stored with the step.
-    fn charge_turn(&mut self) {
-        let model = &self.shared.config.model.model;
-        for usage in self.meter.take() {
-            self.shared
-                .config
-                .prices
-                .charge(&mut self.state.spend.arbiter, model, usage.as_ref());
-        }
-        self.state.spend.sum();
-    }
-
-    async fn publish_status(&mut self, thinking: bool, changed: bool) {
-        let status = SessionStatus {
-            v: VERSION,
-            session_id: self.id.clone(),
-            state: if thinking || !self.state.queue.is_empty() {
-                arbiter_protocol::SessionState::Thinking
-            } else {
-                arbiter_protocol::SessionState::Idle
-            },
-            queued: u32::try_from(self.state.queue.len()).unwrap_or(u32::MAX),
-            arbiter_context_pct: percent(
-                self.state.context_tokens,
-                self.shared.config.context_budget,
-            ),
-            arbiter_context_tokens: self.state.context_tokens,
-            active: self
-                .state
-                .active
-                .as_ref()
-                .map(|a| arbiter_protocol::ActiveOrchestrator {
-                    orch_id: a.orch_id.clone(),
-                    number: a.number,
-                }),
-            summoned: self.state.summoned,
-            last_seq: self.state.log_seq,
-            created_at: self.state.created_at,
-            at: Utc::now(),
-            spend: self.state.spend.clone(),
-            archived_at: None,
-            budget: self.budget(),
-        };
-        let bus = &self.shared.bus;
-        if changed {
-            match serde_json::to_vec(&status) {
-                Ok(bytes) => {
-                    if let Err(e) = bus.sessions_kv.put(&self.id, bytes.into()).await {
-                        tracing::warn!(error = %e, "could not store the session status");
-                    } else {
-                        self.status_dirty = false;
-                    }
-                }
-                Err(e) => tracing::error!(error = %e, "could not encode the session status"),
-            }
-        }
-        if let Err(e) = bus
-            .publish_core(subjects::session_status(&self.id), &status)
-            .await
-        {
-            tracing::warn!(error = %e, "could not publish the session status");
-        }
-    }
 }
 
 /// Context used, as a percentage of the budget.
-/// How an Arbiter turn that did not answer an Orchestrator's question ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
-    Musings,
-    Rejected,
-    Failed,
-}
-
 pub(crate) fn percent(tokens: u64, budget: u64) -> f32 {
     if budget == 0 {
         return 0.0;
     }
     ((tokens as f64 / budget as f64) * 100.0) as f32
-}
-
-fn digest(notes: &[(u32, String)]) -> String {
-    let skipped = notes.len().saturating_sub(DIGEST_NOTES);
-    let mut lines = vec!["Notes sent while working:".to_owned()];
-    if skipped > 0 {
-        lines.push(format!("- ({skipped} earlier notes not shown)"));
-    }
-    for (number, text) in &notes[skipped..] {
-        let quoted: String = text.chars().take(DIGEST_NOTE_CHARS).collect();
-        let cut = if text.chars().count() > DIGEST_NOTE_CHARS {
-            "…"
-        } else {
-            ""
-        };
-        lines.push(format!("- {}: {quoted}{cut}", orchestrator_name(*number)));
-    }
-    lines.join("\n")
 }
