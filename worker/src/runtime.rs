@@ -12,7 +12,10 @@ pub mod claude;
 pub mod codex;
 
 use std::fmt;
+use std::path::Path;
+use std::process::Stdio;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// Which runtime runs this worker's Orchestrators (`--runtime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,6 +63,88 @@ impl FromStr for Runtime {
             )),
         }
     }
+}
+
+/// An agent CLI as its runtime's start-up check names it.
+pub(crate) struct Cli<'a> {
+    /// The runtime that needs it (`claude-code`).
+    pub runtime: &'a str,
+    /// Its name in sentences (`Claude Code CLI`).
+    pub name: &'a str,
+    /// What to install, said with every refusal.
+    pub hint: &'a str,
+    /// The oldest version the runtime was built and tested against.
+    pub min: (u32, u32, u32),
+    /// The version in its `--version` output, when the output is this CLI's.
+    pub version_of: fn(&str) -> Option<String>,
+}
+
+/// Checks that `bin` runs (with `env` only) and is recent enough: its
+/// version, or one line that says what to install.
+pub(crate) async fn probe_cli(
+    bin: &Path,
+    env: Vec<(String, std::ffi::OsString)>,
+    cli: &Cli<'_>,
+) -> Result<String, String> {
+    let Cli {
+        runtime,
+        name,
+        hint,
+        ..
+    } = cli;
+    let out = tokio::process::Command::new(bin)
+        .arg("--version")
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(Duration::from_secs(30), out).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "the {runtime} runtime needs the {name}, and {} was not found: {hint}",
+                bin.display()
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(format!(
+                "the {name} {} does not start ({e}): {hint}",
+                bin.display()
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "the {name} {} did not answer --version within 30 s: {hint}",
+                bin.display()
+            ));
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(version) = (cli.version_of)(&text).filter(|_| out.status.success()) else {
+        return Err(format!(
+            "{} is not a working {name} (`--version` {}: {:?}): {hint}",
+            bin.display(),
+            out.status,
+            text.trim()
+        ));
+    };
+    match parse_version(&version) {
+        Some(v) if v >= cli.min => Ok(version),
+        _ => {
+            let (a, b, c) = cli.min;
+            Err(format!(
+                "the {name} {} is version {version}, older than {a}.{b}.{c}: {hint}",
+                bin.display()
+            ))
+        }
+    }
+}
+
+/// `2.1.331` as numbers.
+pub(crate) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 #[cfg(test)]

@@ -103,63 +103,22 @@ pub fn check_allow_rules(rules: &[String]) -> Result<(), String> {
 /// Checks that `bin` runs and is recent enough; the error is one line that
 /// says what to install.
 pub async fn probe(bin: &Path) -> Result<String, String> {
-    let out = Command::new(bin)
-        .arg("--version")
-        .env_clear()
-        .envs(passed_env())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = match tokio::time::timeout(Duration::from_secs(30), out).await {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!(
-                "the claude-code runtime needs the Claude Code CLI, and {} was not found: {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
-        Ok(Err(e)) => {
-            return Err(format!(
-                "the Claude Code CLI {} does not start ({e}): {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "the Claude Code CLI {} did not answer --version within 30 s: {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
+    let cli = super::Cli {
+        runtime: "claude-code",
+        name: "Claude Code CLI",
+        hint: INSTALL_HINT,
+        min: MIN_VERSION,
+        // `2.1.331 (Claude Code)`
+        version_of: |text| {
+            text.contains("Claude Code").then(|| {
+                text.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+        },
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if !out.status.success() || !text.contains("Claude Code") {
-        return Err(format!(
-            "{} is not a working Claude Code CLI (`--version` {}: {:?}): {INSTALL_HINT}",
-            bin.display(),
-            out.status,
-            text.trim()
-        ));
-    }
-    match parse_version(&version) {
-        Some(v) if v >= MIN_VERSION => Ok(version),
-        _ => {
-            let (a, b, c) = MIN_VERSION;
-            Err(format!(
-                "the Claude Code CLI {} is version {version}, older than {a}.{b}.{c}: {INSTALL_HINT}",
-                bin.display()
-            ))
-        }
-    }
-}
-
-fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
+    super::probe_cli(bin, passed_env(), &cli).await
 }
 
 fn passed_env() -> Vec<(String, std::ffi::OsString)> {
@@ -621,6 +580,7 @@ const HOOK_WAIT: Duration = Duration::from_secs(3);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::parse_version;
 
     #[test]
     fn only_rules_that_name_what_they_allow_are_taken() {

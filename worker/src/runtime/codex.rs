@@ -73,63 +73,15 @@ pub async fn probe(bin: &Path, model: &arbiter_llm::ModelConfig) -> Result<Strin
             model.provider, model.model
         ));
     }
-    let out = Command::new(bin)
-        .arg("--version")
-        .env_clear()
-        .envs(passed_env())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = match tokio::time::timeout(Duration::from_secs(30), out).await {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!(
-                "the codex runtime needs the Codex CLI, and {} was not found: {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
-        Ok(Err(e)) => {
-            return Err(format!(
-                "the Codex CLI {} does not start ({e}): {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "the Codex CLI {} did not answer --version within 30 s: {INSTALL_HINT}",
-                bin.display()
-            ));
-        }
+    let cli = super::Cli {
+        runtime: "codex",
+        name: "Codex CLI",
+        hint: INSTALL_HINT,
+        min: MIN_VERSION,
+        // `codex-cli 0.163.0`
+        version_of: |text| text.trim().strip_prefix("codex-cli ").map(str::to_owned),
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text
-        .trim()
-        .strip_prefix("codex-cli ")
-        .map(str::to_owned)
-        .filter(|_| out.status.success());
-    let Some(version) = version else {
-        return Err(format!(
-            "{} is not a working Codex CLI (`--version` {}: {:?}): {INSTALL_HINT}",
-            bin.display(),
-            out.status,
-            text.trim()
-        ));
-    };
-    match parse_version(&version) {
-        Some(v) if v >= MIN_VERSION => Ok(version),
-        _ => {
-            let (a, b, c) = MIN_VERSION;
-            Err(format!(
-                "the Codex CLI {} is version {version}, older than {a}.{b}.{c}: {INSTALL_HINT}",
-                bin.display()
-            ))
-        }
-    }
-}
-
-fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
+    super::probe_cli(bin, passed_env(), &cli).await
 }
 
 fn passed_env() -> Vec<(String, std::ffi::OsString)> {
@@ -584,6 +536,7 @@ pub(crate) fn turn_usage(after: &Value, before: &Value) -> arbiter_llm::Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::parse_version;
     use serde_json::json;
 
     #[test]
