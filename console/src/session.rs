@@ -260,8 +260,8 @@ where
                         if let Ok(info) = message.info() {
                             last_stream_seq = Some(info.stream_sequence);
                         }
-                        delivered = delivered.max(readable_seq(&message.payload).unwrap_or(0));
-                        self.log_message(&message.subject, &message.payload).await?;
+                        let seq = self.log_message(&message.subject, &message.payload).await?;
+                        delivered = delivered.max(seq.unwrap_or(0));
                     }
                     Some(Err(e)) => {
                         if log_errors == 0 {
@@ -332,7 +332,7 @@ where
         let subject = subjects::session_log(self.session_id);
         for entry in &archive.log {
             let bytes = serde_json::to_vec(entry).unwrap_or_default();
-            self.log_message(&subject, &bytes).await?;
+            let _ = self.log_message(&subject, &bytes).await?;
         }
         write_line(
             self.notices,
@@ -372,7 +372,8 @@ where
         }
     }
 
-    async fn log_message(&mut self, subject: &str, payload: &[u8]) -> Result<()> {
+    /// Shows one log entry (once per seq); its seq, when it has one.
+    async fn log_message(&mut self, subject: &str, payload: &[u8]) -> Result<Option<u64>> {
         let entry = match arbiter_bus::decode::<LogEntry>(subject, payload) {
             Ok(entry) => entry,
             Err(e) => {
@@ -382,7 +383,7 @@ where
                     && !self.shown.first_time(seq)
                 {
                     tracing::warn!(seq, "malformed log entry with a seq already shown skipped");
-                    return Ok(());
+                    return Ok(Some(seq));
                 }
                 let detail = match e {
                     WireError::MalformedMessage { detail, .. } => detail,
@@ -391,7 +392,8 @@ where
                 // The detail can quote the entry's JSON: it is made inert.
                 tracing::warn!(%subject, detail = %inert::one_line(&detail), "malformed log entry");
                 let notice = inert::block("! malformed log entry skipped: ", &detail);
-                return write_line(self.notices, &notice).await;
+                write_line(self.notices, &notice).await?;
+                return Ok(seq);
             }
         };
         if !self.shown.first_time(entry.seq) {
@@ -399,13 +401,13 @@ where
                 seq = entry.seq,
                 "log entry with a seq already shown skipped"
             );
-            return Ok(());
+            return Ok(Some(entry.seq));
         }
         self.progress.entry(&entry);
         if let Some(text) = render(&entry, self.config.output, self.config.show_musings)? {
             write_line(&mut self.output, &text).await?;
         }
-        Ok(())
+        Ok(Some(entry.seq))
     }
 
     fn status_message(&mut self, subject: &str, payload: &[u8]) {
