@@ -195,7 +195,7 @@ impl Bus {
 
     /// Every message stored on `subject`, oldest first, up to the newest one
     /// at the time of the call (the stream sequence of which is returned too).
-    /// `None` when the subject holds no message.
+    /// `None` when the subject holds no message (or it was purged meanwhile).
     pub async fn replay_subject(
         &self,
         stream: &str,
@@ -207,12 +207,15 @@ impl Bus {
             .get_stream_no_info(stream)
             .await
             .map_err(|e| BusError::js(what(), e))?;
-        let last = match stream.get_last_raw_message_by_subject(subject).await {
-            Ok(last) => last.sequence,
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                return Ok(None);
+        let last_now = || async {
+            match stream.get_last_raw_message_by_subject(subject).await {
+                Ok(last) => Ok(Some(last.sequence)),
+                Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(e) => Err(BusError::js(what(), e)),
             }
-            Err(e) => return Err(BusError::js(what(), e)),
+        };
+        let Some(mut last) = last_now().await? else {
+            return Ok(None);
         };
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
@@ -227,16 +230,34 @@ impl Bus {
             .await
             .map_err(|e| BusError::js(what(), e))?;
         let mut out = Vec::new();
-        while let Some(next) = futures::StreamExt::next(&mut messages).await {
+        let mut seen = 0;
+        while seen < last {
+            let next =
+                match tokio::time::timeout(REPLAY_QUIET, futures::StreamExt::next(&mut messages))
+                    .await
+                {
+                    Ok(Some(next)) => next,
+                    Ok(None) => break,
+                    // Nothing for a while: the subject may have been purged (an
+                    // archive, a rollup) after its last sequence was read, and a
+                    // consumer waits for purged messages forever. Ask again.
+                    Err(_) => match last_now().await? {
+                        Some(now) if now > seen => {
+                            last = now;
+                            continue;
+                        }
+                        _ => break,
+                    },
+                };
             let msg = next.map_err(|e| BusError::js(what(), e))?;
-            let seq = msg
+            seen = msg
                 .info()
                 .map_err(|e| BusError::js(what(), e))?
                 .stream_sequence;
             out.push(msg);
-            if seq >= last {
-                break;
-            }
+        }
+        if out.is_empty() {
+            return Ok(None);
         }
         Ok(Some((out, last)))
     }
@@ -250,6 +271,10 @@ impl Bus {
             .map_err(|e| BusError::js(format!("publish to {subject}"), e))
     }
 }
+
+/// How long [`Bus::replay_subject`] waits for the next message before it
+/// checks whether the subject still holds what it set out to read.
+const REPLAY_QUIET: Duration = Duration::from_secs(2);
 
 /// How long one pull request of a followed consumer ([`follow`]) lasts.
 const FOLLOW_EXPIRES: Duration = Duration::from_secs(5);

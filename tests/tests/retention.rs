@@ -314,10 +314,11 @@ async fn the_sweeper_and_the_console_work_under_their_own_credentials() {
     })
     .await;
     assert!(status.last_seq >= 4);
-    assert_eq!(
-        count(&sys, subjects::SESSIONS_STREAM, &subjects::session_log(s)).await,
-        0
-    );
+    // The sweeper marks the session archived, then purges its live log.
+    eventually(WAIT, "the sweeper to purge the archived log", || async {
+        (count(&sys, subjects::SESSIONS_STREAM, &subjects::session_log(s)).await == 0).then_some(())
+    })
+    .await;
 
     let out = Command::new(bin("arbiter-console"))
         .args(["--plain", "--session", s])
@@ -443,6 +444,56 @@ async fn a_server_short_of_storage_keeps_its_streams_but_allows_rollups() {
         .config
         .clone();
     assert!(orch_state.allow_rollup);
+}
+
+/// Reading a subject back while it is purged (the sweeper archiving a
+/// session, a rollup) ends with what was there or nothing, never waits for
+/// the purged messages: CI once hung here for an hour, the test below it
+/// reading a log the sweeper had just purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_racing_a_purge_ends_instead_of_waiting_forever() {
+    let nats = arbiter_tests::NatsServer::start().await;
+    let conn = arbiter_bus::connect_with(
+        &arbiter_bus::NatsOptions::url(nats.url()),
+        "test",
+        arbiter_bus::Reach::FailFast,
+    )
+    .await
+    .unwrap();
+    let bus = arbiter_bus::Bus::open(
+        conn,
+        arbiter_protocol::roles::NatsRole::Admin,
+        arbiter_bus::Reach::FailFast,
+    )
+    .await
+    .unwrap();
+    arbiter_bus::setup::declare(&bus.js).await.unwrap();
+    let stream = bus.js.get_stream(subjects::STATE_STREAM).await.unwrap();
+    for round in 0..25 {
+        let subject = subjects::session_state(&format!("s-race-{round}"));
+        for i in 0..5 {
+            bus.js
+                .publish(subject.clone(), format!("{{\"i\":{i}}}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        let replay = tokio::time::timeout(
+            Duration::from_secs(10),
+            bus.replay_subject(subjects::STATE_STREAM, &subject),
+        );
+        let purge = async {
+            // Let the replay read the last sequence first, some rounds.
+            tokio::time::sleep(Duration::from_millis(round % 5)).await;
+            stream.purge().filter(&subject).await.unwrap();
+        };
+        let (replayed, ()) = tokio::join!(replay, purge);
+        let replayed = replayed
+            .unwrap_or_else(|_| panic!("round {round}: the replay still waits 10 s after a purge"))
+            .unwrap();
+        assert!(replayed.is_none_or(|(msgs, _)| msgs.len() <= 5));
+    }
 }
 
 /// A line sent to a session the admin archived while a coordinator held it
