@@ -218,6 +218,15 @@ impl Registry {
             match state::unfinished(&self.shared.steps).await {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
+                    // A stream deleted under a coordinator that is starting:
+                    // the clock after which it counts as deleted (and the
+                    // coordinator stops, `stop_if_deleted`) starts now, not
+                    // once the scan has given up.
+                    if self.stop_if_deleted().await.is_err() {
+                        // Deleted for that long: the consumers' next hiccup
+                        // stops the coordinator with the stream's name.
+                        return;
+                    }
                     tracing::warn!(error = %e, ?delay, "could not scan the stored sessions; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
