@@ -427,6 +427,16 @@ pub fn pool_consumer_config(pool: &str, lease: Duration) -> jetstream::consumer:
     }
 }
 
+/// The emergency consumer of `pool` (`urgent-<pool>` on
+/// `summon.<pool>.urgent`): as the pool's, on the other lane.
+pub fn urgent_consumer_config(pool: &str, lease: Duration) -> jetstream::consumer::pull::Config {
+    jetstream::consumer::pull::Config {
+        durable_name: Some(subjects::urgent_consumer(pool)),
+        filter_subject: subjects::summon_urgent(pool),
+        ..pool_consumer_config(pool, lease)
+    }
+}
+
 /// Makes `pool-<pool>` if it is missing (so that the queue's lag can be read,
 /// for example by an autoscaler, before any worker of the pool has run).
 pub async fn ensure_pool_consumer(js: &jetstream::Context, pool: &str) -> Result<()> {

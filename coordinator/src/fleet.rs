@@ -60,8 +60,11 @@ impl Fleet {
         client: &Client,
         pool: &str,
         runtime: Option<&str>,
+        urgent: bool,
     ) -> Option<Vec<Offer>> {
-        let wanted = |o: &Offer| o.pool == pool && runtime.is_none_or(|r| r == o.runtime);
+        let wanted = |o: &Offer| {
+            o.pool == pool && runtime.is_none_or(|r| r == o.runtime) && (o.urgent || !urgent)
+        };
         match gather(client, wanted).await {
             Ok(offers) => Some(offers),
             Err(e) => {
@@ -88,6 +91,9 @@ pub(crate) struct Offer {
     pub pool: String,
     /// `native` for a worker that does not say (older workers ran only it).
     pub runtime: String,
+    /// It serves its pool's emergency lane (`summon.<pool>.urgent`): its
+    /// `lanes` metadata names `urgent`. False for a worker that does not say.
+    pub urgent: bool,
 }
 
 /// Pings the worker service and gathers what the answers offer, until one
@@ -119,7 +125,11 @@ async fn gather(
                         .metadata
                         .remove("runtime")
                         .unwrap_or_else(|| "native".to_owned());
-                    let offer = Offer { pool, runtime };
+                    let urgent = reply
+                        .metadata
+                        .get("lanes")
+                        .is_some_and(|lanes| lanes.split(',').any(|l| l.trim() == "urgent"));
+                    let offer = Offer { pool, runtime, urgent };
                     let done = enough(&offer);
                     offers.push(offer);
                     if done {

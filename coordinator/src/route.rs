@@ -29,7 +29,7 @@ impl FleetView {
     /// Whether the session must ask the workers before routing `output`.
     pub(crate) fn wanted(output: &ArbiterOutput) -> bool {
         output.intent == ArbiterIntent::SummonOrchestrator
-            && (output.pool.is_some() || output.runtime.is_some())
+            && (output.pool.is_some() || output.runtime.is_some() || emergency(output))
     }
 }
 
@@ -40,6 +40,26 @@ pub(crate) struct Target {
     pub runtime: Option<String>,
     /// The Arbiter named the pool or the runtime.
     pub directed: bool,
+    /// Which lane of the pool it goes on.
+    pub lane: Lane,
+}
+
+/// A pool's two lanes for summonses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// `summon.<pool>`, in turn with the queued work.
+    Queued,
+    /// An emergency: `summon.<pool>.urgent`, served before the queue.
+    Urgent,
+    /// An emergency no worker of the pool takes from the urgent lane (a
+    /// worker of protocol v1 before it, the Python reference worker): it
+    /// goes in turn rather than wait for ever, and the log says so.
+    UrgentUnserved,
+}
+
+/// Whether the Arbiter declared the summons an emergency.
+fn emergency(output: &ArbiterOutput) -> bool {
+    output.emergency == Some(true)
 }
 
 /// The summons decision, pure: where `output` goes given the coordinator's
@@ -74,6 +94,19 @@ pub(crate) fn summons_target(
         None => own_runtime.map(str::to_owned),
     };
     let directed = output.pool.is_some() || output.runtime.is_some();
+    let lane = match (emergency(output), fleet) {
+        (false, _) => Lane::Queued,
+        // Asked and seen: only a worker that serves the urgent lane will do.
+        (true, FleetView::Seen(offers)) => {
+            if offers.iter().any(|o| o.pool == pool && o.urgent) {
+                Lane::Urgent
+            } else {
+                Lane::UrgentUnserved
+            }
+        }
+        // Not known: the urgent lane could be left unserved, so the queue.
+        (true, _) => Lane::UrgentUnserved,
+    };
     if let (true, FleetView::Seen(offers)) = (directed, fleet) {
         let in_pool: Vec<&Offer> = offers.iter().filter(|o| o.pool == pool).collect();
         if in_pool.is_empty() {
@@ -108,6 +141,7 @@ pub(crate) fn summons_target(
         pool,
         runtime,
         directed,
+        lane,
     })
 }
 
@@ -225,6 +259,7 @@ impl Session {
             pool,
             runtime,
             directed,
+            lane,
         } = target;
         self.state.active = Some(Active {
             orch_id: orch_id.clone(),
@@ -245,7 +280,21 @@ impl Session {
             let text = direction_note(number, &pool, runtime.as_deref(), directive.as_ref());
             self.log(LogBody::System(SystemEntry { text }));
         }
-        tracing::info!(orch.id = %orch_id, number, pool = %pool, runtime = ?runtime, directed, "summoning an Orchestrator");
+        let roman = arbiter_protocol::roman(number);
+        match lane {
+            Lane::Queued => {}
+            Lane::Urgent => self.log(LogBody::System(SystemEntry {
+                text: format!(
+                    "Orchestrator {roman} is an emergency: it goes ahead of the work queued in the pool {pool}."
+                ),
+            })),
+            Lane::UrgentUnserved => self.log(LogBody::System(SystemEntry {
+                text: format!(
+                    "Orchestrator {roman} is an emergency, but no worker of the pool {pool} was seen serving the emergency lane: it waits its turn with the queued work."
+                ),
+            })),
+        }
+        tracing::info!(orch.id = %orch_id, number, pool = %pool, runtime = ?runtime, directed, ?lane, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
         // Sent now, or once the budget allows (`budget.rs`).
@@ -261,6 +310,7 @@ impl Session {
             runtime,
             handoff,
             budget: None,
+            emergency: lane == Lane::Urgent,
         });
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
@@ -326,6 +376,7 @@ mod tests {
         Offer {
             pool: pool.into(),
             runtime: runtime.into(),
+            urgent: true,
         }
     }
 
@@ -351,6 +402,7 @@ mod tests {
                 pool: pool.into(),
                 runtime: runtime.map(Into::into),
                 directed,
+                lane: Lane::Queued,
             })
         };
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
@@ -452,6 +504,43 @@ mod tests {
                 (want, got) => panic!("{name}: wanted {want:?}, got {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_emergency_takes_the_urgent_lane_only_where_a_worker_serves_it() {
+        let mut older = offer("default", "native");
+        older.urgent = false;
+        let serving = FleetView::Seen(vec![offer("default", "native")]);
+        let not_serving = FleetView::Seen(vec![older]);
+        let mut urgent = summons("Production is down: roll back the deploy.");
+        urgent.emergency = Some(true);
+        let cases = [
+            ("a worker serves the lane", &urgent, &serving, Lane::Urgent),
+            (
+                "only workers that do not say they serve it",
+                &urgent,
+                &not_serving,
+                Lane::UrgentUnserved,
+            ),
+            (
+                "the fleet could not be asked",
+                &urgent,
+                &FleetView::Unknown,
+                Lane::UrgentUnserved,
+            ),
+            (
+                "no emergency",
+                &summons("Tidy the docs."),
+                &serving,
+                Lane::Queued,
+            ),
+        ];
+        for (name, output, fleet, want) in cases {
+            let got = summons_target(output, "default", None, fleet).unwrap();
+            assert_eq!(got.lane, want, "{name}");
+            assert!(!got.directed, "{name}: an emergency alone directs nothing");
+        }
+        assert!(FleetView::wanted(&urgent), "an emergency asks the fleet");
     }
 
     #[test]

@@ -173,6 +173,9 @@ impl Effect {
                 subjects::session_log(&e.session_id),
                 format!("{}:log:{}", e.session_id, e.seq),
             ),
+            Effect::Summon(s) if s.emergency => {
+                (subjects::summon_urgent(&s.pool), s.orch_id.clone())
+            }
             Effect::Summon(s) => (subjects::summon(&s.pool), s.orch_id.clone()),
             Effect::Input(i) => (
                 subjects::orch_in(&i.orch_id),

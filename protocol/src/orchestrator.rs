@@ -41,6 +41,11 @@ pub struct Summon {
     /// Absent: no cap (and from older coordinators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Cap>,
+    /// An emergency the human declared: published on
+    /// `summon.<pool>.urgent`, which the pool's workers serve before the
+    /// queued work of `summon.<pool>`. Absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub emergency: bool,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.

@@ -63,6 +63,11 @@ pub struct ArbiterOutput {
     /// not direct the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directive: Option<Directive>,
+    /// summon_orchestrator only: true when the human declared an emergency
+    /// (say what they said in directive): the summons goes ahead of the
+    /// work queued in its pool. Leave it out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency: Option<bool>,
 }
 
 impl ArbiterOutput {
@@ -76,6 +81,7 @@ impl ArbiterOutput {
             runtime: None,
             strategy: None,
             directive: None,
+            emergency: None,
         }
     }
 }

@@ -372,10 +372,15 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             let summons = subjects::SUMMONS_STREAM;
             let orch_state = subjects::ORCH_STATE_STREAM;
             let mut pool_subjects = Vec::new();
+            let mut urgent_subjects = Vec::new();
             for pool in who.pools {
                 let name = subjects::pool_consumer(pool);
                 let filter = subjects::summon(pool);
                 pool_subjects.extend(durable(summons, &name, Some(&filter)));
+                let name = subjects::urgent_consumer(pool);
+                let filter = subjects::summon_urgent(pool);
+                pool_subjects.extend(durable(summons, &name, Some(&filter)));
+                urgent_subjects.push(filter);
             }
             vec![
                 own_inbox,
@@ -387,9 +392,10 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         &obj_stream(subjects::ORCH_BLOBS_BUCKET),
                         &kv_stream(subjects::SESSIONS_BUCKET),
                     ])),
-                Grant::new("take summonses of its own pools through `pool-<pool>` (bind, update its ack wait to the lease, fetch, renew, ack)")
+                Grant::new("take summonses of its own pools through `pool-<pool>`, emergencies first through `urgent-<pool>` (bind, update its ack wait to the lease, fetch, renew, ack), woken by a core subscription on the emergency lane")
                     .publish(pool_subjects)
-                    .publish([msg_get(summons)]),
+                    .publish([msg_get(summons)])
+                    .subscribe(urgent_subjects),
                 Grant::new("publish its Orchestrators' turns, state records (JetStream) and status (core NATS)")
                     .publish([
                         subjects::ALL_ORCH_OUT,

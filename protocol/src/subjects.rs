@@ -72,11 +72,21 @@ pub const COORDINATOR_ORCH_CONSUMER: &str = "coordinator-orch-out";
 pub fn summon(pool: &str) -> String {
     format!("{PREFIX}.summon.{pool}")
 }
+/// Where an emergency summons of `pool` goes: a lane of its own that the
+/// pool's workers serve before `summon.<pool>`.
+pub fn summon_urgent(pool: &str) -> String {
+    format!("{PREFIX}.summon.{pool}.urgent")
+}
 pub const ALL_SUMMONS: &str = "arbiter.v1.summon.>";
 
 /// The durable consumer that all workers of a pool share.
 pub fn pool_consumer(pool: &str) -> String {
     format!("pool-{pool}")
+}
+/// The durable consumer of `pool`'s emergency lane (`summon.<pool>.urgent`).
+/// Its prefix is not `pool-`, so no pool's name can make it.
+pub fn urgent_consumer(pool: &str) -> String {
+    format!("urgent-{pool}")
 }
 
 pub fn orch_in(orch_id: &str) -> String {

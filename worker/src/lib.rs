@@ -299,9 +299,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (mut consumer, lease) = arbiter_bus::setup::guarded(
         &bus.alarms,
         NatsRole::Worker,
-        pool_consumer(&bus, &config.pool, config.lease),
+        pool_consumer(&bus, &config.pool, config.lease, Lane::Queued),
     )
     .await?;
+    // Emergencies: their own consumer, taken from before the queue, and a
+    // core subscription on their subject that wakes a worker waiting on it.
+    let (mut urgent, _) = arbiter_bus::setup::guarded(
+        &bus.alarms,
+        NatsRole::Worker,
+        pool_consumer(&bus, &config.pool, config.lease, Lane::Urgent),
+    )
+    .await?;
+    let mut urgent_wake = client
+        .subscribe(subjects::summon_urgent(&config.pool))
+        .await
+        .map_err(|e| js_error("subscribing to the emergency lane", e))?;
+    // Whether the lane may hold an emergency: at start (a backlog), after a
+    // wake-up or a quiet fetch; not after the lane was found empty, so that a
+    // claim costs no extra round trip.
+    let mut urgent_maybe = true;
     let max_parked = config
         .max_parked
         .unwrap_or(config.max_orchestrators.saturating_mul(PARKED_PER_SLOT));
@@ -359,21 +375,58 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let Some(mut permit) = slots.hand_over(permit) else {
             continue;
         };
-        // Holding a free slot: ask for exactly one summons.
+        // Holding a free slot: ask for exactly one summons, an emergency first.
         let (summon, msg) = loop {
-            let fetched = tokio::select! {
-                _ = &mut shutdown => break 'outer,
-                // A summons the server was sending just then comes again
-                // after the lease; a parked Orchestrator would wait up to
-                // a whole fetch otherwise.
-                () = slots.wanted() => match slots.hand_over(permit) {
-                    Some(kept) => {
-                        permit = kept;
-                        continue;
+            let lane_first = if urgent_maybe {
+                fetch_one(&urgent, None).await
+            } else {
+                Ok(None)
+            };
+            let fetched = match lane_first {
+                Ok(Some(found)) => Ok(Some(found)),
+                other => {
+                    urgent_maybe = false;
+                    if let Err(e) = other {
+                        tracing::debug!(error = %e, "fetching from the emergency lane failed; the queue is served");
+                        if pool_consumer_missing(
+                            &shared.bus,
+                            &subjects::urgent_consumer(&shared.config.pool),
+                        )
+                        .await
+                            && let Ok((again, _)) = pool_consumer(
+                                &shared.bus,
+                                &shared.config.pool,
+                                shared.lease,
+                                Lane::Urgent,
+                            )
+                            .await
+                        {
+                            tracing::warn!(pool = %shared.config.pool, "the pool's emergency consumer was deleted; made it again");
+                            urgent = again;
+                        }
                     }
-                    None => continue 'outer,
-                },
-                fetched = fetch_one(&consumer) => fetched,
+                    tokio::select! {
+                        _ = &mut shutdown => break 'outer,
+                        // An emergency published meanwhile: ask again, lane first.
+                        // (A summons the server was sending to this fetch just then
+                        // comes again after the lease.)
+                        Some(_) = urgent_wake.next() => {
+                            urgent_maybe = true;
+                            continue;
+                        }
+                        // A summons the server was sending just then comes again
+                        // after the lease; a parked Orchestrator would wait up to
+                        // a whole fetch otherwise.
+                        () = slots.wanted() => match slots.hand_over(permit) {
+                            Some(kept) => {
+                                permit = kept;
+                                continue;
+                            }
+                            None => continue 'outer,
+                        },
+                        fetched = fetch_one(&consumer, Some(FETCH_EXPIRY)) => fetched,
+                    }
+                }
             };
             if arbiter_bus::metrics::on()
                 && let Ok(info) = consumer.get_info().await
@@ -404,7 +457,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     }
                     None => break (summon, msg),
                 },
-                Ok(None) => failing_since = None,
+                Ok(None) => {
+                    failing_since = None;
+                    // A quiet fetch: look in the lane again, in case a
+                    // wake-up was missed (a reconnect).
+                    urgent_maybe = true;
+                }
                 Err(e) => {
                     let since = *failing_since.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() < arbiter_bus::RIDE_OUT {
@@ -420,10 +478,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                             break 'outer;
                         }
                         Ok(None)
-                            if pool_consumer_missing(&shared.bus, &shared.config.pool).await =>
+                            if pool_consumer_missing(
+                                &shared.bus,
+                                &subjects::pool_consumer(&shared.config.pool),
+                            )
+                            .await =>
                         {
-                            match pool_consumer(&shared.bus, &shared.config.pool, shared.lease)
-                                .await
+                            match pool_consumer(
+                                &shared.bus,
+                                &shared.config.pool,
+                                shared.lease,
+                                Lane::Queued,
+                            )
+                            .await
                             {
                                 Ok((again, _)) => {
                                     tracing::warn!(pool = %shared.config.pool, "the pool's summons consumer was deleted; made it again");
@@ -527,14 +594,27 @@ async fn start_sandbox(config: &Config) -> Result<Sandbox> {
 /// The pool's shared consumer, with `ack_wait` set to the lease; returns it
 /// with the lease actually in force. A consumer made by an older worker (or
 /// with another lease) is updated; if that fails, its own `ack_wait` is used.
-async fn pool_consumer(bus: &Bus, pool: &str, lease: Duration) -> Result<(PullConsumer, Duration)> {
-    let name = subjects::pool_consumer(pool);
+async fn pool_consumer(
+    bus: &Bus,
+    pool: &str,
+    lease: Duration,
+    lane: Lane,
+) -> Result<(PullConsumer, Duration)> {
+    let (name, config) = match lane {
+        Lane::Queued => (
+            subjects::pool_consumer(pool),
+            arbiter_bus::setup::pool_consumer_config(pool, lease),
+        ),
+        Lane::Urgent => (
+            subjects::urgent_consumer(pool),
+            arbiter_bus::setup::urgent_consumer_config(pool, lease),
+        ),
+    };
     let stream = bus
         .js
         .get_stream(subjects::SUMMONS_STREAM)
         .await
         .map_err(|e| js_error("opening the summons stream", e))?;
-    let config = arbiter_bus::setup::pool_consumer_config(pool, lease);
     let consumer: PullConsumer = match stream.get_consumer::<pull::Config>(&name).await {
         Ok(existing) => {
             let have = &existing.cached_info().config;
@@ -566,13 +646,21 @@ async fn pool_consumer(bus: &Bus, pool: &str, lease: Duration) -> Result<(PullCo
     Ok((consumer, in_force))
 }
 
-/// Whether the pool's summons consumer is gone (the stream being there).
-async fn pool_consumer_missing(bus: &Bus, pool: &str) -> bool {
+/// A pool's two summons consumers: `pool-<pool>` for the queue,
+/// `urgent-<pool>` for emergencies, which are taken first.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    Queued,
+    Urgent,
+}
+
+/// Whether the summons consumer `name` is gone (the stream being there).
+async fn pool_consumer_missing(bus: &Bus, name: &str) -> bool {
     let Ok(stream) = bus.js.get_stream(subjects::SUMMONS_STREAM).await else {
         return false;
     };
     stream
-        .get_consumer::<pull::Config>(&subjects::pool_consumer(pool))
+        .get_consumer::<pull::Config>(name)
         .await
         .is_err_and(|e| e.to_string().to_lowercase().contains("not found"))
 }
@@ -586,14 +674,18 @@ fn js_error(what: &str, e: impl std::fmt::Display) -> Error {
 
 /// One fetch of at most one summons, left unacknowledged: it becomes the
 /// Orchestrator's lease. A malformed one is logged, terminated (never
-/// redelivered) and skipped.
+/// redelivered) and skipped. `wait`: how long to wait for one; `None`:
+/// only what is there now.
 async fn fetch_one(
     consumer: &PullConsumer,
+    wait: Option<Duration>,
 ) -> Result<Option<(Summon, async_nats::jetstream::Message)>> {
-    let mut batch = consumer
-        .fetch()
-        .max_messages(1)
-        .expires(FETCH_EXPIRY)
+    let fetch = consumer.fetch().max_messages(1);
+    let fetch = match wait {
+        Some(wait) => fetch.expires(wait),
+        None => fetch,
+    };
+    let mut batch = fetch
         .messages()
         .await
         .map_err(|e| js_error("fetching a summons", e))?;

@@ -58,6 +58,8 @@ pub(crate) async fn start(
         ("worker_id".to_owned(), now.worker_id.clone()),
         ("pool".to_owned(), now.pool.clone()),
         ("runtime".to_owned(), runtime.name().to_owned()),
+        // It takes emergencies from `summon.<pool>.urgent` before the queue.
+        ("lanes".to_owned(), "queued,urgent".to_owned()),
         ("slots_total".to_owned(), now.slots_total.to_string()),
         (
             "protocol".to_owned(),

@@ -165,7 +165,12 @@ impl Session {
         match self
             .shared
             .fleet
-            .offers(&self.shared.bus.client, pool, runtime)
+            .offers(
+                &self.shared.bus.client,
+                pool,
+                runtime,
+                output.emergency == Some(true),
+            )
             .await
         {
             Some(offers) => FleetView::Seen(offers),

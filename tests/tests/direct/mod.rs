@@ -61,6 +61,7 @@ pub async fn summon_as(
         runtime: None,
         handoff: None,
         budget: None,
+        emergency: false,
     };
     sys.bus
         .publish_js(

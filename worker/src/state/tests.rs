@@ -31,6 +31,7 @@ fn summon(orch_id: &str) -> Summon {
         runtime: None,
         handoff: None,
         budget: None,
+        emergency: false,
     }
 }
 
