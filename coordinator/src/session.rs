@@ -150,7 +150,14 @@ pub(crate) struct Session {
     /// Appends the session's records, fenced on the last one.
     writer: arbiter_bus::steplog::Writer,
     pub changed: bool,
+    /// The status changed since it was last published.
     status_dirty: bool,
+    /// The status changed since it was last put in the bucket (see `status.rs`).
+    status_unstored: bool,
+    /// When the bucket last got the status.
+    status_stored_at: Option<std::time::Instant>,
+    /// The status last put in the bucket was settled.
+    stored_settled: bool,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
     pub held: HeldOutputs,
     cancel: CancellationToken,
@@ -198,6 +205,9 @@ pub(crate) fn spawn(
         writer,
         changed: false,
         status_dirty: true,
+        status_unstored: false,
+        status_stored_at: None,
+        stored_settled: false,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,

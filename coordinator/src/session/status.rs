@@ -1,5 +1,14 @@
 //! The session's status: published on every change and, while nothing
 //! changes, every [`STATUS_HEARTBEAT`] (consoles take it as a heartbeat).
+//! The bucket `arbiter_sessions` gets a change at once when the session
+//! settles (idle, nothing queued, no Orchestrator active) or wakes from
+//! settled, or when it last got one a heartbeat or more ago; changes while
+//! it is at work are coalesced into the next heartbeat's put (so the bucket
+//! never shows a session settled that is not). A busy session thus costs the bucket at most
+//! one stored message per heartbeat, not several per turn, and the bucket
+//! is never more than a heartbeat behind.
+
+use std::time::Instant;
 
 use super::*;
 
@@ -40,12 +49,23 @@ impl Session {
         };
         let bus = &self.shared.bus;
         if changed {
+            self.status_dirty = false;
+            self.status_unstored = true;
+        }
+        let settled =
+            status.state == arbiter_protocol::SessionState::Idle && status.active.is_none();
+        let due = self
+            .status_stored_at
+            .is_none_or(|at| at.elapsed() >= STATUS_HEARTBEAT);
+        if self.status_unstored && (settled || self.stored_settled || due || !changed) {
             match serde_json::to_vec(&status) {
                 Ok(bytes) => {
                     if let Err(e) = bus.sessions_kv.put(&self.id, bytes.into()).await {
                         tracing::warn!(error = %e, "could not store the session status");
                     } else {
-                        self.status_dirty = false;
+                        self.status_unstored = false;
+                        self.status_stored_at = Some(Instant::now());
+                        self.stored_settled = settled;
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "could not encode the session status"),
