@@ -158,6 +158,8 @@ pub(crate) struct Session {
     status_stored_at: Option<std::time::Instant>,
     /// The status last put in the bucket was settled.
     stored_settled: bool,
+    /// Its active Orchestrator, number summoned and budget (see `status.rs`).
+    stored_shape: Option<(Option<String>, u32, String)>,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
     pub held: HeldOutputs,
     cancel: CancellationToken,
@@ -208,6 +210,7 @@ pub(crate) fn spawn(
         status_unstored: false,
         status_stored_at: None,
         stored_settled: false,
+        stored_shape: None,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
