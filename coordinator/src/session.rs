@@ -356,11 +356,7 @@ impl Session {
                 handoff = Some(self.start_handoff());
                 self.status_dirty = true;
             }
-            if turn.is_none()
-                && self.state.arbiter.pending.is_none()
-                && self.state.hold.is_none()
-                && (self.state.turn_in_flight || !self.state.queue.is_empty())
-            {
+            if turn.is_none() && self.turn_due() {
                 if self.hold_at_cap() {
                     // At the session's budget cap (the log says so).
                     self.changed = true;
@@ -402,6 +398,13 @@ impl Session {
                 turn = Some(RunningTurn::start(self.start_turn()));
                 self.status_dirty = true;
             }
+            // What an input left unstored because a turn looked due (a
+            // handoff or a hold came first, say) is stored here.
+            if (self.changed || !self.effects.is_empty() || !self.acks.is_empty())
+                && !self.commit().await
+            {
+                break;
+            }
             if self.status_dirty {
                 self.publish_status(turn.is_some() || handoff.is_some(), true)
                     .await;
@@ -417,7 +420,12 @@ impl Session {
                             turn = None;
                             self.status_dirty = true;
                         }
-                        if !self.commit().await {
+                        // An input that starts a turn is stored with the
+                        // turn's start, in one record, at the top of the
+                        // loop (its ack waits for that record).
+                        if !(turn.is_none() && handoff.is_none() && self.turn_due())
+                            && !self.commit().await
+                        {
                             break;
                         }
                     }
@@ -520,6 +528,15 @@ impl Session {
             .caps
             .settle(&self.id, self.at_work().then_some(owner));
         true
+    }
+
+    /// Whether an Arbiter turn is to start (or go on after a restart), no
+    /// turn running: one is in flight or input is queued, and neither an
+    /// Arbiter handoff nor a hold stands in the way.
+    fn turn_due(&self) -> bool {
+        self.state.arbiter.pending.is_none()
+            && self.state.hold.is_none()
+            && (self.state.turn_in_flight || !self.state.queue.is_empty())
     }
 
     pub(crate) fn keep_ack(&mut self, ack: Ack) {
