@@ -76,7 +76,7 @@ impl SubjectCounter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let mut counts: Vec<_> = counts.into_iter().collect();
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
         counts
     }
 }

@@ -423,9 +423,9 @@ impl Session {
                         // An input that starts a turn is stored with the
                         // turn's start, in one record, at the top of the
                         // loop (its ack waits for that record).
-                        if !(turn.is_none() && handoff.is_none() && self.turn_due())
-                            && !self.commit().await
-                        {
+                        let starts_turn =
+                            turn.is_none() && handoff.is_none() && self.turn_due();
+                        if !starts_turn && !self.commit().await {
                             break;
                         }
                     }
