@@ -160,6 +160,11 @@ pub struct RunOptions {
     /// The Codex CLI for the codex runtime (`scripts/install-codex-cli`).
     #[arg(long, env = "CODEX_CLI_BIN")]
     pub codex_bin: Option<PathBuf>,
+    /// Count the messages published per subject during the saturation run
+    /// (a subscription of the benchmark's own: it costs the server a copy of
+    /// each, so compare CPU figures only between runs without it).
+    #[arg(long, env = "ARBITER_BENCH_SUBJECTS")]
+    pub subjects: bool,
     /// Keep the children's logs and the server's store here instead of a temp dir.
     #[arg(long, env = "ARBITER_BENCH_KEEP")]
     pub keep: Option<PathBuf>,

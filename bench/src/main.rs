@@ -29,6 +29,7 @@ mod start;
 mod system;
 mod timeline;
 mod validate;
+mod writes;
 
 use std::io::IsTerminal as _;
 

@@ -139,6 +139,19 @@ impl Report {
             "  JetStream messages stored per routed message: {:.1}",
             s.writes_per_routed
         );
+        let per = |n: u64| n as f64 / s.routed.max(1) as f64;
+        let streams: Vec<String> = s
+            .per_stream
+            .iter()
+            .map(|(name, n)| format!("{name} {:.2}", per(*n)))
+            .collect();
+        println!("    by stream: {}", streams.join(", "));
+        if !s.per_subject.is_empty() {
+            println!("    published per routed message, by subject (core subjects too):");
+            for (subject, n) in &s.per_subject {
+                println!("      {:.2}  {subject}", per(*n));
+            }
+        }
         println!(
             "  disk (streams' stored bytes): {:.0} bytes per routed message, ≈ {:.0} bytes per session of {} exchanges ({} bytes stored at the end; ended Orchestrators rolled up, no session archived)",
             s.disk_per_routed,

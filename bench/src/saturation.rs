@@ -25,6 +25,12 @@ pub struct Saturation {
     pub exchanges: u64,
     /// JetStream messages stored per routed message (records, log, status, …).
     pub writes_per_routed: f64,
+    /// New messages per stream in the window.
+    pub per_stream: Vec<(String, u64)>,
+    /// Messages published per subject pattern (with `--subjects`).
+    pub per_subject: Vec<(String, u64)>,
+    /// Messages routed in the window.
+    pub routed: u64,
     /// Growth of the streams' stored bytes (`STREAM.INFO` state bytes, every
     /// stream and bucket) per routed message, and per session started.
     pub disk_per_routed: f64,
@@ -70,6 +76,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
     let measure = Duration::from_secs(ctx.opts.saturation_duration);
     tracing::info!(?measure, "saturation: measuring");
     let writes_before = system.js_writes().await?;
+    let seqs_before = crate::writes::stream_seqs(&system.bus).await?;
+    let counter = if ctx.opts.subjects {
+        Some(crate::writes::SubjectCounter::start(&system.bus.client).await?)
+    } else {
+        None
+    };
     let disk_before = disk_bytes(&system.bus).await?;
     let before = (
         ctx.recorder.requests(),
@@ -85,6 +97,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
         ctx.recorder.finished.load(Ordering::SeqCst),
     );
     let writes = system.js_writes().await? - writes_before;
+    let per_subject = counter
+        .map(crate::writes::SubjectCounter::take)
+        .unwrap_or_default();
+    let per_stream = crate::writes::grown(
+        &seqs_before,
+        &crate::writes::stream_seqs(&system.bus).await?,
+    );
     let disk_after = disk_bytes(&system.bus).await?;
     let disk_grown = disk_after as f64 - disk_before as f64;
     ctx.recorder.looping.store(false, Ordering::SeqCst);
@@ -102,6 +121,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
         sessions,
         seconds,
         routed_per_sec: (after.0 - before.0) as f64 / seconds,
+        routed: after.0 - before.0,
+        per_stream,
+        per_subject,
         starts_per_sec: (after.3 - before.3) as f64 / seconds,
         writes_per_routed: writes as f64 / (after.0 - before.0).max(1) as f64,
         disk_per_routed: disk_grown / (after.0 - before.0).max(1) as f64,

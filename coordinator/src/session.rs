@@ -150,7 +150,16 @@ pub(crate) struct Session {
     /// Appends the session's records, fenced on the last one.
     writer: arbiter_bus::steplog::Writer,
     pub changed: bool,
+    /// The status changed since it was last published.
     status_dirty: bool,
+    /// The status changed since it was last put in the bucket (see `status.rs`).
+    status_unstored: bool,
+    /// When the bucket last got the status.
+    status_stored_at: Option<std::time::Instant>,
+    /// The status last put in the bucket was settled.
+    stored_settled: bool,
+    /// Its active Orchestrator, number summoned and budget (see `status.rs`).
+    stored_shape: Option<(Option<String>, u32, String)>,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
     pub held: HeldOutputs,
     cancel: CancellationToken,
@@ -198,6 +207,10 @@ pub(crate) fn spawn(
         writer,
         changed: false,
         status_dirty: true,
+        status_unstored: false,
+        status_stored_at: None,
+        stored_settled: false,
+        stored_shape: None,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
@@ -343,11 +356,7 @@ impl Session {
                 handoff = Some(self.start_handoff());
                 self.status_dirty = true;
             }
-            if turn.is_none()
-                && self.state.arbiter.pending.is_none()
-                && self.state.hold.is_none()
-                && (self.state.turn_in_flight || !self.state.queue.is_empty())
-            {
+            if turn.is_none() && self.turn_due() {
                 if self.hold_at_cap() {
                     // At the session's budget cap (the log says so).
                     self.changed = true;
@@ -389,6 +398,13 @@ impl Session {
                 turn = Some(RunningTurn::start(self.start_turn()));
                 self.status_dirty = true;
             }
+            // What an input left unstored because a turn looked due (a
+            // handoff or a hold came first, say) is stored here.
+            if (self.changed || !self.effects.is_empty() || !self.acks.is_empty())
+                && !self.commit().await
+            {
+                break;
+            }
             if self.status_dirty {
                 self.publish_status(turn.is_some() || handoff.is_some(), true)
                     .await;
@@ -404,7 +420,12 @@ impl Session {
                             turn = None;
                             self.status_dirty = true;
                         }
-                        if !self.commit().await {
+                        // An input that starts a turn is stored with the
+                        // turn's start, in one record, at the top of the
+                        // loop (its ack waits for that record).
+                        let starts_turn =
+                            turn.is_none() && handoff.is_none() && self.turn_due();
+                        if !starts_turn && !self.commit().await {
                             break;
                         }
                     }
@@ -507,6 +528,15 @@ impl Session {
             .caps
             .settle(&self.id, self.at_work().then_some(owner));
         true
+    }
+
+    /// Whether an Arbiter turn is to start (or go on after a restart), no
+    /// turn running: one is in flight or input is queued, and neither an
+    /// Arbiter handoff nor a hold stands in the way.
+    fn turn_due(&self) -> bool {
+        self.state.arbiter.pending.is_none()
+            && self.state.hold.is_none()
+            && (self.state.turn_in_flight || !self.state.queue.is_empty())
     }
 
     pub(crate) fn keep_ack(&mut self, ack: Ack) {

@@ -9,6 +9,7 @@ mod common;
 use arbiter_protocol::LogBody;
 use arbiter_tests::Gate;
 use common::*;
+use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,4 +337,63 @@ async fn state_pointers(sys: &System, session: &str) -> usize {
                 .is_some()
         })
         .count()
+}
+
+/// What a conversation costs the server: each Arbiter turn is two session
+/// records (the input it takes with the turn's start, then the turn's end).
+/// Nothing is lost for it: every question is in the log once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arbiter_turn_is_two_stored_records() {
+    let sys = System::start().await;
+    let s = "s-two-records";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Ask me three things");
+    let brief = "Ask three questions, one at a time.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    for n in 1..=3 {
+        sys.mock
+            .push(&orch_lane(brief), orch(true, &format!("Question {n}?")));
+        let reply = if n == 3 {
+            arbiter("release_orchestrators", "Done.")
+        } else {
+            arbiter("address_orchestrator", &format!("Answer {n}."))
+        };
+        sys.mock.push(&arb, reply);
+    }
+    sys.send(s, "Ask me three things").await;
+    log.wait_for("the release", |b| matches!(b, LogBody::Released(_)))
+        .await;
+    let status = sys.settled(s, log.entries().len() as u64).await;
+    assert_eq!(status.summoned, 1);
+
+    // Four Arbiter turns: the human's line, then three questions.
+    assert_eq!(sys.mock.requests_for(&arb).len(), 4);
+    let stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::STATE_STREAM)
+        .await
+        .unwrap();
+    let records = stream
+        .info_with_subjects(arbiter_protocol::subjects::session_state(s))
+        .await
+        .unwrap()
+        .collect::<Vec<_>>()
+        .await;
+    let records: Vec<(String, usize)> = records.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        records,
+        vec![(arbiter_protocol::subjects::session_state(s), 8)],
+        "two records per Arbiter turn"
+    );
+    // Each question and each answer once, in order.
+    let said: Vec<String> = log
+        .bodies()
+        .into_iter()
+        .filter_map(|b| match b {
+            LogBody::Orchestrator(o) => Some(o.text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said, vec!["Question 1?", "Question 2?", "Question 3?"]);
 }

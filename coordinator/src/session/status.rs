@@ -1,5 +1,17 @@
 //! The session's status: published on every change and, while nothing
 //! changes, every [`STATUS_HEARTBEAT`] (consoles take it as a heartbeat).
+//! The bucket `arbiter_sessions` gets a change at once when the session
+//! settles (the Arbiter idle with nothing queued, and no Orchestrator at
+//! work: none active, or its question waits, or the session holds) or wakes
+//! from settled, when its active Orchestrator, the number summoned or its
+//! budget changes, or when it last got one a heartbeat or more ago. The
+//! rest (thinking or not between two Orchestrator turns, the log seq,
+//! context and spend figures) is coalesced into the next heartbeat's put,
+//! so the bucket never shows a session settled that is not. A busy session thus costs the bucket at most
+//! one stored message per heartbeat, not several per turn, and the bucket
+//! is never more than a heartbeat behind.
+
+use std::time::Instant;
 
 use super::*;
 
@@ -40,12 +52,37 @@ impl Session {
         };
         let bus = &self.shared.bus;
         if changed {
+            self.status_dirty = false;
+            self.status_unstored = true;
+        }
+        // Nothing happens until a human writes: no Orchestrator at work.
+        let settled = status.state == arbiter_protocol::SessionState::Idle
+            && (self.state.active.as_ref().is_none_or(|a| a.asked) || self.state.hold.is_some());
+        // What a reader of the bucket acts on: which Orchestrator, how many, the caps.
+        let shape = (
+            status.active.as_ref().map(|a| a.orch_id.clone()),
+            status.summoned,
+            serde_json::to_string(&status.budget).unwrap_or_default(),
+        );
+        let due = self
+            .status_stored_at
+            .is_none_or(|at| at.elapsed() >= STATUS_HEARTBEAT);
+        if self.status_unstored
+            && (settled
+                || self.stored_settled
+                || self.stored_shape.as_ref() != Some(&shape)
+                || due
+                || !changed)
+        {
             match serde_json::to_vec(&status) {
                 Ok(bytes) => {
                     if let Err(e) = bus.sessions_kv.put(&self.id, bytes.into()).await {
                         tracing::warn!(error = %e, "could not store the session status");
                     } else {
-                        self.status_dirty = false;
+                        self.status_unstored = false;
+                        self.status_stored_at = Some(Instant::now());
+                        self.stored_settled = settled;
+                        self.stored_shape = Some(shape);
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "could not encode the session status"),
