@@ -1,7 +1,9 @@
 //! The conversation as the screen shows it: the log's entries, the Arbiter's
 //! reply while it streams in, and the human's messages not yet in the log.
 
-use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, LogEntry, orchestrator_name, roman};
+use arbiter_protocol::{
+    ArbiterDelta, ArbiterIntent, LogBody, LogEntry, member_name, orchestrator_name, roman,
+};
 use chrono::{DateTime, Utc};
 
 use crate::inert::escape;
@@ -139,7 +141,7 @@ impl Conversation {
             }
             LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, escape(&e.text))),
             LogBody::Summoned(e) => {
-                let name = orchestrator_name(e.number);
+                let name = member_name(e.number, e.member);
                 self.entries
                     .push(Entry::new(Kind::Event, format!("{name} summoned.")));
                 self.entries.push(Entry::new(
@@ -148,9 +150,16 @@ impl Conversation {
                 ));
             }
             LogBody::Released(e) => {
-                self.entries
-                    .push(Entry::new(Kind::Event, released(&e.numbers)));
+                let text = match (e.member, e.numbers.as_slice()) {
+                    (Some(m), [n]) => format!("{} released.", member_name(*n, Some(m))),
+                    _ => released(&e.numbers),
+                };
+                self.entries.push(Entry::new(Kind::Event, text));
             }
+            LogBody::Strategy(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&format!("Strategy: {}", crate::render::strategy(e))),
+            )),
             LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
             LogBody::Error(e) => self
                 .entries
@@ -293,6 +302,7 @@ mod tests {
                 seq,
                 t,
                 LogBody::Orchestrator(OrchestratorEntry {
+                    member: None,
                     number: 1,
                     orch_id: "o1".into(),
                     expects_response: true,
@@ -353,6 +363,7 @@ mod tests {
             2,
             t,
             LogBody::Summoned(SummonedEntry {
+                member: None,
                 number: 2,
                 orch_id: "o2".into(),
                 pool: "default".into(),
@@ -363,6 +374,7 @@ mod tests {
             3,
             t,
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 2,
                 orch_id: "o2".into(),
                 expects_response: false,
@@ -376,6 +388,7 @@ mod tests {
             4,
             t,
             LogBody::Released(ReleasedEntry {
+                member: None,
                 numbers: vec![1, 2],
             }),
         ));

@@ -356,6 +356,7 @@ mod tests {
 
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -366,6 +367,8 @@ mod tests {
             arbiter_context_pct: 18.0,
             arbiter_context_tokens: 36_000,
             active: active.map(|(id, n)| ActiveOrchestrator {
+                member: None,
+                reported: false,
                 orch_id: id.into(),
                 number: n,
             }),

@@ -71,6 +71,7 @@ impl Scene {
 
     fn session(&mut self, state: SessionState, pct: f32, active: bool) -> &mut Self {
         let status = SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -81,6 +82,8 @@ impl Scene {
             arbiter_context_pct: pct,
             arbiter_context_tokens: 36_000,
             active: active.then(|| ActiveOrchestrator {
+                member: None,
+                reported: false,
                 orch_id: ORCH.into(),
                 number: 1,
             }),
@@ -165,6 +168,7 @@ fn human(text: &str) -> LogBody {
 
 fn to_orch(text: &str) -> LogBody {
     LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+        member: None,
         number: 1,
         orch_id: ORCH.into(),
         text: text.into(),
@@ -173,6 +177,7 @@ fn to_orch(text: &str) -> LogBody {
 
 fn orch(expects_response: bool, text: &str) -> LogBody {
     LogBody::Orchestrator(OrchestratorEntry {
+        member: None,
         number: 1,
         orch_id: ORCH.into(),
         expects_response,
@@ -191,6 +196,7 @@ fn seed_mid_flight() -> Scene {
             "I need an auth system. Google and GitHub OAuth, 48hr tokens.",
         ))
         .log(LogBody::Summoned(SummonedEntry {
+            member: None,
             number: 1,
             orch_id: ORCH.into(),
             pool: "default".into(),
@@ -242,7 +248,10 @@ fn after_release_the_arbiter_awaits_a_command() {
             true,
             "Complete. Auth system in src/auth/, refresh tokens rotate.",
         ))
-        .log(LogBody::Released(ReleasedEntry { numbers: vec![1] }))
+        .log(LogBody::Released(ReleasedEntry {
+            member: None,
+            numbers: vec![1],
+        }))
         .log(LogBody::Arbiter(ArbiterEntry {
             text: "It is done.".into(),
         }))
