@@ -95,10 +95,39 @@ fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> 
                     .to_owned(),
             );
         }
+        (SummonStrategy::Sequential, _, None) => {
+            return Err(
+                "a sequential summons needs briefs, one per link of the chain \
+                        (e.g. planner, implementer, reviewer), so nothing was summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Sequential, Some(n), Some(briefs)) if n as usize != briefs.len() => {
+            return Err(format!(
+                "count {n} and {} links disagree, so nothing was summoned. Give the briefs only.",
+                briefs.len()
+            ));
+        }
+        (SummonStrategy::Sequential, _, Some(briefs)) => {
+            if briefs.is_empty() {
+                return Err("the list of links was empty, so nothing was summoned.".to_owned());
+            }
+            if let Some(i) = briefs.iter().position(|b| b.trim().is_empty()) {
+                return Err(format!(
+                    "link {} of {} has an empty brief, so nothing was summoned. Every link \
+                     needs a complete brief.",
+                    i + 1,
+                    briefs.len()
+                ));
+            }
+            // One link runs at a time: the cap does not limit a chain's length.
+            return Ok(briefs.clone());
+        }
         (other, _, _) => {
             return Err(format!(
-                "the strategy {:?} is not available yet: only solo and parallel. Summon \
-                 one Orchestrator (strategy solo, or leave it out), or a parallel team.",
+                "the strategy {:?} is not available yet: only solo, parallel and \
+                 sequential. Summon one Orchestrator (strategy solo, or leave it out), a \
+                 parallel team, or a sequential chain.",
                 other.as_str()
             ));
         }
@@ -347,16 +376,27 @@ impl Session {
         }
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
+        let sequential = strategy == SummonStrategy::Sequential;
+        let mut briefs = briefs;
         if team {
             self.gather(number, size);
+        }
+        if sequential && let Some(gather) = self.state.gather.as_mut() {
+            // Only the first link now; the others when the one before reports.
+            gather.sequential = true;
+            gather.links = briefs.drain(1..).collect();
+            gather.purpose = brief.clone();
+            gather.pool = pool.clone();
+            gather.runtime = runtime.clone();
         }
         let mut first = None;
         for (i, member_brief) in briefs.into_iter().enumerate() {
             let member = team.then(|| u32::try_from(i + 1).unwrap_or(u32::MAX));
-            let orch_id = uuid::Uuid::now_v7().to_string();
-            first.get_or_insert_with(|| orch_id.clone());
             // A member of a team told of its team; its own brief follows.
             let member_brief = match member {
+                Some(1) if sequential => {
+                    crate::team::chain_brief(number, 1, size, &brief, &member_brief)
+                }
                 Some(m) if member_brief != brief => format!(
                     "You are {} of a team of {size} working at once, each in a \
                      workspace of its own. The team's purpose: {brief}\n\nYour part:\n{member_brief}",
@@ -364,40 +404,18 @@ impl Session {
                 ),
                 _ => member_brief,
             };
-            self.state.team.push(Active {
-                orch_id: orch_id.clone(),
+            let orch_id = self.start_member(
                 number,
                 member,
-                reported: false,
-                inputs_sent: 0,
-                outputs_seen: 0,
-                asked: false,
-                reminded: false,
-            });
-            self.log(LogBody::Summoned(SummonedEntry {
-                number,
-                member,
-                orch_id: orch_id.clone(),
-                pool: pool.clone(),
-                brief: member_brief.clone(),
-            }));
-            tracing::info!(orch.id = %orch_id, number, member, pool = %pool, runtime = ?runtime, directed, "summoning an Orchestrator");
-            // Sent now, or once the budget allows (`budget.rs`).
-            self.send_summons(Summon {
-                v: VERSION,
-                session_id: self.id.clone(),
-                orch_id,
-                number,
-                member,
-                brief: member_brief,
-                workspace: None,
-                pool: pool.clone(),
-                summoned_at: Utc::now(),
-                runtime: runtime.clone(),
-                handoff: handoff.clone(),
-                budget: None,
-            });
+                !sequential,
+                member_brief,
+                &pool,
+                runtime.clone(),
+                handoff.clone(),
+            );
+            first.get_or_insert(orch_id);
         }
+        tracing::info!(number, size, pool = %pool, runtime = ?runtime, directed, strategy = strategy.as_str(), "summoned");
         // Off the session's path: a summons nobody can take is worth a word.
         let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
         if let Some(orch_id) = first {
@@ -411,8 +429,61 @@ impl Session {
         }
     }
 
+    /// Starts one Orchestrator of generation `number` (member `member` of
+    /// a team): it becomes live, is logged, and its summons goes out. A
+    /// parallel member has a workspace of its own (`own_workspace`: the
+    /// summons carries its member number); a chain's links share the
+    /// session's. Returns its orch_id.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_member(
+        &mut self,
+        number: u32,
+        member: Option<u32>,
+        own_workspace: bool,
+        brief: String,
+        pool: &str,
+        runtime: Option<String>,
+        handoff: Option<arbiter_protocol::PriorHandoff>,
+    ) -> String {
+        let orch_id = uuid::Uuid::now_v7().to_string();
+        self.state.team.push(Active {
+            orch_id: orch_id.clone(),
+            number,
+            member,
+            reported: false,
+            inputs_sent: 0,
+            outputs_seen: 0,
+            asked: false,
+            reminded: false,
+        });
+        self.log(LogBody::Summoned(SummonedEntry {
+            number,
+            member,
+            orch_id: orch_id.clone(),
+            pool: pool.to_owned(),
+            brief: brief.clone(),
+        }));
+        tracing::info!(orch.id = %orch_id, number, member, pool = %pool, "summoning an Orchestrator");
+        // Sent now, or once the budget allows (`budget.rs`).
+        self.send_summons(Summon {
+            v: VERSION,
+            session_id: self.id.clone(),
+            orch_id: orch_id.clone(),
+            number,
+            member: member.filter(|_| own_workspace),
+            brief,
+            workspace: None,
+            pool: pool.to_owned(),
+            summoned_at: Utc::now(),
+            runtime,
+            handoff,
+            budget: None,
+        });
+        orch_id
+    }
+
     /// Releases live Orchestrators: tells each one's worker and logs it.
-    fn release(&mut self, members: Vec<Active>) {
+    pub(crate) fn release(&mut self, members: Vec<Active>) {
         for active in members {
             self.state.team.retain(|a| a.orch_id != active.orch_id);
             self.effect(Effect::Control(Control {
@@ -509,6 +580,12 @@ mod tests {
                 directed: false,
                 strategy: SummonStrategy::Parallel,
                 briefs: briefs.iter().map(|b| (*b).to_owned()).collect(),
+            })
+        };
+        let chain = |briefs: &[&str]| -> Result<Target, &str> {
+            Ok(Target {
+                strategy: SummonStrategy::Sequential,
+                ..team(briefs).unwrap()
             })
         };
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
@@ -676,13 +753,45 @@ mod tests {
                 "consensus is not available yet",
                 with(&|o| o.strategy = Some(SummonStrategy::Consensus)),
                 &fleet,
-                Err("the strategy \"consensus\" is not available yet: only solo and parallel."),
+                Err(
+                    "the strategy \"consensus\" is not available yet: only solo, parallel and sequential.",
+                ),
             ),
             (
-                "sequential is not available yet",
-                with(&|o| o.strategy = Some(SummonStrategy::Sequential)),
+                "sequential: one link per brief, longer than the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(vec!["Plan.".into(); 5]);
+                }),
+                &FleetView::NotAsked,
+                chain(&["Plan."; 5]),
+            ),
+            (
+                "sequential without briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.count = Some(3);
+                }),
                 &fleet,
-                Err("the strategy \"sequential\" is not available yet: only solo and parallel."),
+                Err("a sequential summons needs briefs"),
+            ),
+            (
+                "sequential, an empty list of links",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(Vec::new());
+                }),
+                &fleet,
+                Err("the list of links was empty"),
+            ),
+            (
+                "sequential, an empty link",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(vec!["Plan.".into(), "".into(), "Review.".into()]);
+                }),
+                &fleet,
+                Err("link 2 of 3 has an empty brief"),
             ),
             (
                 "an empty brief, whatever else it says",

@@ -68,6 +68,9 @@ pub(crate) enum Pending {
         /// Seconds waited before delivering without the missing members (none: all reported).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         waited_secs: Option<u64>,
+        /// A sequential chain's reports, rather than a parallel team's.
+        #[serde(default)]
+        sequential: bool,
     },
 }
 
@@ -82,6 +85,19 @@ pub(crate) struct Gather {
     pub reports: Vec<(u32, String)>,
     /// When the reports go to the Arbiter, whoever is missing.
     pub deadline: DateTime<Utc>,
+    /// A sequential chain: its links are summoned one after another.
+    #[serde(default)]
+    pub sequential: bool,
+    /// The chain's links not summoned yet, the next first.
+    #[serde(default)]
+    pub links: VecDeque<String>,
+    /// The chain's purpose (the summons' message), and where its links run.
+    #[serde(default)]
+    pub purpose: String,
+    #[serde(default)]
+    pub pool: String,
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// The Orchestrator the Arbiter is speaking with.

@@ -73,14 +73,22 @@ pub(crate) fn team_input(
     members: u32,
     reports: &[(u32, String)],
     waited_secs: Option<u64>,
+    sequential: bool,
 ) -> String {
     let team = orchestrator_name(number);
     let mut sorted = reports.to_vec();
     sorted.sort_by_key(|(m, _)| *m);
-    let mut out = format!(
-        "The team {team} ({members} members, parallel): {} of {members} reported.",
-        sorted.len()
-    );
+    let mut out = if sequential {
+        format!(
+            "The chain {team} ({members} links, sequential): {} of {members} reported.",
+            sorted.len()
+        )
+    } else {
+        format!(
+            "The team {team} ({members} members, parallel): {} of {members} reported.",
+            sorted.len()
+        )
+    };
     if let Some(secs) = waited_secs {
         let missing: Vec<String> = (1..=members)
             .filter(|m| !sorted.iter().any(|(r, _)| r == m))
@@ -91,10 +99,13 @@ pub(crate) fn team_input(
             missing.join(", ")
         ));
     }
-    out.push_str(
+    out.push_str(if sequential {
+        " Each link was briefed with the report of the one before it, in the session's \
+         workspace."
+    } else {
         " Each worked in a workspace of its own: merging their work is a brief for an \
-         Orchestrator, nothing was merged.",
-    );
+         Orchestrator, nothing was merged."
+    });
     for (_, report) in sorted {
         out.push_str("\n\n");
         out.push_str(&report);
@@ -113,19 +124,66 @@ impl Session {
 
     /// Starts gathering a parallel team's reports.
     pub(crate) fn gather(&mut self, number: u32, members: u32) {
-        let wait = chrono::Duration::from_std(self.shared.config.team_wait)
-            .unwrap_or(chrono::Duration::MAX);
         self.state.gather = Some(Gather {
             number,
             members,
             reports: Vec::new(),
-            deadline: Utc::now() + wait,
+            deadline: self.team_deadline(),
+            sequential: false,
+            links: std::collections::VecDeque::new(),
+            purpose: String::new(),
+            pool: String::new(),
+            runtime: None,
         });
+    }
+
+    pub(crate) fn team_deadline(&self) -> chrono::DateTime<Utc> {
+        let wait = chrono::Duration::from_std(self.shared.config.team_wait)
+            .unwrap_or(chrono::Duration::MAX);
+        Utc::now() + wait
+    }
+
+    /// A chain's link `prev` reported `report`: the next link is summoned
+    /// with it verbatim in its brief, then `prev` is released.
+    fn next_link(&mut self, prev: u32, report: &str) {
+        let deadline = self.team_deadline();
+        let Some(gather) = self.state.gather.as_mut() else {
+            return;
+        };
+        let Some(brief) = gather.links.pop_front() else {
+            return;
+        };
+        gather.deadline = deadline;
+        let (number, links) = (gather.number, gather.members);
+        let (purpose, pool, runtime) = (
+            gather.purpose.clone(),
+            gather.pool.clone(),
+            gather.runtime.clone(),
+        );
+        let link = prev + 1;
+        let brief = format!(
+            "{}\n\nThe report of {}, verbatim:\n{report}",
+            chain_brief(number, link, links, &purpose, &brief),
+            member_name(number, Some(prev))
+        );
+        self.start_member(number, Some(link), false, brief, &pool, runtime, None);
+        let done: Vec<Active> = self
+            .state
+            .team
+            .iter()
+            .filter(|a| a.number == number && a.member == Some(prev))
+            .cloned()
+            .collect();
+        self.release(done);
     }
 
     /// Takes member `member`'s first report into the gather; the team's
     /// reports go to the Arbiter once every member is in.
     pub(crate) fn gathered(&mut self, member: u32, pending: Pending) {
+        let raw = match &pending {
+            Pending::Orchestrator { text, .. } => Some(text.clone()),
+            _ => None,
+        };
         let text = match pending {
             Pending::Orchestrator {
                 number,
@@ -145,8 +203,15 @@ impl Session {
         };
         gather.reports.push((member, text));
         self.changed = true;
-        if gather.reports.len() >= gather.members as usize {
-            self.deliver_gather(None);
+        let chained = gather.sequential && !gather.links.is_empty();
+        let all_in = gather.reports.len() >= gather.members as usize;
+        match raw {
+            // The chain goes on with the next link.
+            Some(report) if chained => self.next_link(member, &report),
+            // A link that failed ends its chain: what came in goes on now.
+            None if chained => self.deliver_gather(None),
+            _ if all_in => self.deliver_gather(None),
+            _ => {}
         }
     }
 
@@ -177,6 +242,7 @@ impl Session {
             number,
             members,
             reports,
+            sequential,
             ..
         } = gather;
         let text = format!(
@@ -195,8 +261,25 @@ impl Session {
             members,
             reports,
             waited_secs,
+            sequential,
         });
     }
+}
+
+/// The brief of link `link` of a chain of `links`, before its predecessor's report.
+pub(crate) fn chain_brief(
+    number: u32,
+    link: u32,
+    links: u32,
+    purpose: &str,
+    brief: &str,
+) -> String {
+    format!(
+        "You are {}, link {link} of {links} of a chain: each link is summoned when the one \
+         before it reports, with its report, and works in the session's workspace. The \
+         chain's purpose: {purpose}\n\nYour part:\n{brief}",
+        member_name(number, Some(link))
+    )
 }
 
 #[cfg(test)]
@@ -324,13 +407,13 @@ mod tests {
             (1, "Orchestrator II.1: lexer done.".to_owned()),
         ];
         assert_eq!(
-            team_input(2, 2, &reports, None),
+            team_input(2, 2, &reports, None, false),
             "The team Orchestrator II (2 members, parallel): 2 of 2 reported. Each worked in \
              a workspace of its own: merging their work is a brief for an Orchestrator, \
              nothing was merged.\n\nOrchestrator II.1: lexer done.\n\nOrchestrator II.2: \
              parser done."
         );
-        let late = team_input(2, 3, &reports[..1], Some(60));
+        let late = team_input(2, 3, &reports[..1], Some(60), false);
         assert!(
             late.starts_with(
                 "The team Orchestrator II (3 members, parallel): 1 of 3 reported. Not \

@@ -57,7 +57,8 @@ pub struct ArbiterOutput {
     /// summon_orchestrator only: how many Orchestrators work the brief and
     /// how: solo (one; leave it out or null), parallel (several at once,
     /// each in its own copy of the workspace; their reports come back to you
-    /// together). consensus and sequential are not available yet.
+    /// together), sequential (a chain given as `briefs`, each link summoned
+    /// with the report of the one before). consensus is not available yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<SummonStrategy>,
     /// summon_orchestrator with strategy parallel only: how many members
@@ -65,9 +66,10 @@ pub struct ArbiterOutput {
     /// when you give `briefs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
-    /// summon_orchestrator with strategy parallel only: one complete brief
-    /// per member (member 1 gets the first). The message then says what the
-    /// team as a whole is for. Leave it out (or null) otherwise.
+    /// summon_orchestrator with strategy parallel or sequential only: one
+    /// complete brief per member (member 1 gets the first), or per link of
+    /// a chain, in order. The message then says what the team as a whole is
+    /// for. Leave it out (or null) otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub briefs: Option<Vec<String>>,
     /// address_orchestrator and release_orchestrators only, while a team
@@ -134,7 +136,7 @@ pub enum SummonStrategy {
     Parallel,
     /// Several Orchestrators answer the same question; their verdicts are tallied (not available yet).
     Consensus,
-    /// A chain, each link briefed with its predecessor's report (not available yet).
+    /// A chain, each link briefed with its predecessor's report.
     Sequential,
 }
 

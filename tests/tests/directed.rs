@@ -228,7 +228,9 @@ async fn a_pool_nobody_serves_and_a_consensus_strategy_are_refused_to_the_arbite
     assert_eq!(requests.len(), 2);
     let told = requests[1].last_user_text();
     assert!(
-        told.contains("the strategy \"consensus\" is not available yet: only solo and parallel."),
+        told.contains(
+            "the strategy \"consensus\" is not available yet: only solo, parallel and sequential."
+        ),
         "{told}"
     );
     let bodies = log.bodies();

@@ -368,3 +368,95 @@ async fn a_coordinator_killed_while_a_team_works_knows_who_reported_after_restar
     // The Arbiter was asked once about the team, not once per member.
     assert_eq!(sys.mock.requests_for(&arb).len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequential_chain_briefs_each_link_with_its_predecessors_report_verbatim() {
+    let sys = System::start().await;
+    let s = "s-chain";
+    let log = sys.watch_log(s).await;
+    let human = "Plan it, build it, then have it reviewed";
+    let arb = arbiter_lane(human);
+    sys.mock.push(
+        &arb,
+        summons(
+            "Add a --json flag to report.",
+            json!({
+                "strategy": "sequential",
+                "briefs": ["Plan the flag.", "Implement the plan.", "Review the implementation."]
+            }),
+        ),
+    );
+    sys.mock.push(&arb, arbiter("address_human", "It is done."));
+    sys.send(s, human).await;
+
+    let plan =
+        "Plan:\n1. Add `--json` to cli.rs (\"clap\" derive).\n2. Serialise Report with serde.";
+    let links = summoned(&log, 1).await;
+    assert_eq!(links[0].member, Some(1));
+    assert!(
+        links[0].brief.contains("link 1 of 3 of a chain"),
+        "{}",
+        links[0].brief
+    );
+    sys.mock.push(&orch_lane(&links[0].brief), orch(true, plan));
+
+    // The implementer is summoned once the planner reports, with its report verbatim.
+    let links = summoned(&log, 2).await;
+    let implementer = &links[1];
+    assert_eq!(implementer.member, Some(2));
+    assert!(
+        implementer.brief.ends_with(&format!(
+            "The report of Orchestrator I.1, verbatim:\n{plan}"
+        )),
+        "{}",
+        implementer.brief
+    );
+    let lane = orch_lane(&implementer.brief);
+    sys.mock.push(&lane, orch(true, "Implemented; tests pass."));
+    sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+    let first = sys.mock.requests_for(&lane)[0].last_user_text();
+    assert!(first.contains(plan), "{first}");
+
+    let links = summoned(&log, 3).await;
+    assert!(
+        links[2]
+            .brief
+            .ends_with("The report of Orchestrator I.2, verbatim:\nImplemented; tests pass."),
+        "{}",
+        links[2].brief
+    );
+    sys.mock
+        .push(&orch_lane(&links[2].brief), orch(true, "Looks right."));
+
+    // The Arbiter hears of the chain once, when its last link has reported.
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    let input = sys.mock.requests_for(&arb)[1].last_user_text();
+    assert!(
+        input.starts_with("The chain Orchestrator I (3 links, sequential): 3 of 3 reported."),
+        "{input}"
+    );
+    for line in [
+        "Orchestrator I.1: Plan:",
+        "Orchestrator I.2: Implemented; tests pass.",
+        "Orchestrator I.3: Looks right.",
+    ] {
+        assert!(input.contains(line), "{input}");
+    }
+    log.wait_for(
+        "the Arbiter's answer",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "It is done."),
+    )
+    .await;
+    // Each link was released when the next one was summoned; the last is still live.
+    let released: Vec<Option<u32>> = log
+        .bodies()
+        .iter()
+        .filter_map(|b| match b {
+            LogBody::Released(e) => Some(e.member),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, vec![Some(1), Some(2)]);
+    // The links share the session's workspace: no member workspace was made.
+    assert!(!sys.workspace(&format!("{s}.m1")).exists());
+}

@@ -69,7 +69,8 @@ impl Session {
                     members,
                     reports,
                     waited_secs,
-                } => crate::team::team_input(number, members, &reports, waited_secs),
+                    sequential,
+                } => crate::team::team_input(number, members, &reports, waited_secs, sequential),
             });
         }
         parts.join("\n\n")
