@@ -247,6 +247,16 @@ impl Vitals {
         self.session_status()?.active.as_ref().map(|a| a.number)
     }
 
+    /// The session's live Orchestrators (one, or each member of a team).
+    pub fn team(&self) -> &[arbiter_protocol::ActiveOrchestrator] {
+        self.session_status().map_or(&[], |s| s.team.as_slice())
+    }
+
+    /// The latest status of Orchestrator `orch_id` of this session, if heard.
+    pub fn status_of(&self, orch_id: &str) -> Option<&OrchestratorStatus> {
+        self.orchestrators.get(orch_id).map(|r| &r.value)
+    }
+
     /// The active Orchestrator's latest status, if one is active and has reported.
     pub fn active_status(&self) -> Option<&OrchestratorStatus> {
         let id = self.active_id()?;

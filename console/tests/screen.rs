@@ -452,3 +452,46 @@ fn a_console_that_never_connected_says_connecting() {
     let later = text(&scene.draw(82, 32, Duration::from_secs(5)));
     assert!(later.contains(": reconnecting ("), "{later}");
 }
+
+#[test]
+fn a_team_shows_how_many_reported_and_a_bar_per_member() {
+    let mut scene = Scene::new();
+    let member = |m: u32, reported: bool| ActiveOrchestrator {
+        orch_id: format!("orch-2-{m}"),
+        number: 2,
+        member: Some(m),
+        reported,
+    };
+    let team = vec![member(1, true), member(2, true), member(3, false)];
+    scene.feed(FeedEvent::Session(SessionStatus {
+        team: team.clone(),
+        spend: Default::default(),
+        archived_at: None,
+        budget: Default::default(),
+        v: 1,
+        session_id: SESSION.into(),
+        state: SessionState::Idle,
+        queued: 0,
+        arbiter_context_pct: 12.0,
+        arbiter_context_tokens: 24_000,
+        active: team.first().cloned(),
+        summoned: 2,
+        last_seq: 0,
+        created_at: at(0),
+        at: at(1),
+    }));
+    let screen = scene.screen(82, 28);
+    assert!(screen.contains("Team II: 2 of 3 reported"), "{screen}");
+    for (name, state) in [
+        ("Orchestrator II.1", "reported"),
+        ("Orchestrator II.2", "reported"),
+        ("Orchestrator II.3", "at work"),
+    ] {
+        let line = screen
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {screen}"));
+        assert!(line.contains(state), "{line}");
+    }
+    assert!(!screen.contains("Awaiting your command."), "{screen}");
+}
