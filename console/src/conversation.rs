@@ -17,11 +17,11 @@ pub enum Kind {
     /// `Arbiter: …` (to the human)
     Arbiter,
     /// `Arbiter → I: …`
-    ArbiterToOrchestrator(u32),
+    ArbiterToOrchestrator(u32, Option<u32>),
     /// `Orchestrator I: …`, a message that waits for the Arbiter.
-    Orchestrator(u32),
+    Orchestrator(u32, Option<u32>),
     /// `Orchestrator I: …`, a status note (dimmed).
-    Note(u32),
+    Note(u32, Option<u32>),
     /// The Arbiter's private thoughts (hidden unless asked for).
     Musing,
     /// `· Orchestrator I summoned.` and other events (dimmed).
@@ -120,14 +120,14 @@ impl Conversation {
                 .entries
                 .push(Entry::new(Kind::Arbiter, escape(&e.text))),
             LogBody::ArbiterToOrchestrator(e) => self.entries.push(Entry::new(
-                Kind::ArbiterToOrchestrator(e.number),
+                Kind::ArbiterToOrchestrator(e.number, e.member),
                 escape(&e.text),
             )),
             LogBody::Orchestrator(e) => {
                 let kind = if e.expects_response {
-                    Kind::Orchestrator(e.number)
+                    Kind::Orchestrator(e.number, e.member)
                 } else {
-                    Kind::Note(e.number)
+                    Kind::Note(e.number, e.member)
                 };
                 self.entries.push(Entry::new(kind, escape(&e.text)));
                 if let Some(line) = crate::render::evidence_line(e) {
@@ -145,7 +145,7 @@ impl Conversation {
                 self.entries
                     .push(Entry::new(Kind::Event, format!("{name} summoned.")));
                 self.entries.push(Entry::new(
-                    Kind::ArbiterToOrchestrator(e.number),
+                    Kind::ArbiterToOrchestrator(e.number, e.member),
                     escape(&e.brief),
                 ));
             }
@@ -325,18 +325,18 @@ mod tests {
         assert_eq!(
             c.entries(),
             [
-                Entry::new(Kind::Orchestrator(1), "Wrote it."),
+                Entry::new(Kind::Orchestrator(1, None), "Wrote it."),
                 Entry::new(
                     Kind::Evidence,
                     "0 tool calls, 1 file changed (created: a\\u{202e}.py)"
                 ),
-                Entry::new(Kind::Orchestrator(1), "hello.py is created."),
+                Entry::new(Kind::Orchestrator(1, None), "hello.py is created."),
                 Entry::new(
                     Kind::Check,
                     "Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it \
                      shows in the workspace."
                 ),
-                Entry::new(Kind::Orchestrator(1), "Done."),
+                Entry::new(Kind::Orchestrator(1, None), "Done."),
             ]
         );
     }
@@ -402,8 +402,8 @@ mod tests {
             [
                 Entry::new(Kind::Human, "hi    there\\x1b[31m"),
                 Entry::new(Kind::Event, "Orchestrator II summoned."),
-                Entry::new(Kind::ArbiterToOrchestrator(2), "Do it."),
-                Entry::new(Kind::Note(2), "Working."),
+                Entry::new(Kind::ArbiterToOrchestrator(2, None), "Do it."),
+                Entry::new(Kind::Note(2, None), "Working."),
                 Entry::new(Kind::Event, "Orchestrators I, II released."),
                 Entry::new(Kind::Musing, "Hm."),
             ]

@@ -463,6 +463,15 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
         reported,
     };
     let team = vec![member(1, true), member(2, true), member(3, false)];
+    scene.log(LogBody::Orchestrator(OrchestratorEntry {
+        number: 2,
+        member: Some(2),
+        orch_id: "orch-2-2".into(),
+        expects_response: true,
+        text: "The parser is written.".into(),
+        evidence: None,
+        handoff: None,
+    }));
     scene.feed(FeedEvent::Session(SessionStatus {
         team: team.clone(),
         spend: Default::default(),
@@ -489,9 +498,13 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
     ] {
         let line = screen
             .lines()
-            .find(|l| l.contains(name))
+            .find(|l| l.contains(&format!("{name} ·")))
             .unwrap_or_else(|| panic!("no line for {name}: {screen}"));
         assert!(line.contains(state), "{line}");
     }
     assert!(!screen.contains("Awaiting your command."), "{screen}");
+    assert!(
+        screen.contains("Orchestrator II.2: The parser is written."),
+        "{screen}"
+    );
 }

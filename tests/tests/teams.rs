@@ -367,6 +367,19 @@ async fn a_coordinator_killed_while_a_team_works_knows_who_reported_after_restar
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The Arbiter was asked once about the team, not once per member.
     assert_eq!(sys.mock.requests_for(&arb).len(), 2);
+    // The log, read afresh from the server after the restart: the strategy
+    // entry and each member's summons once, no gap and no repeat.
+    let replay = sys.watch_log(s).await;
+    let entries = eventually(WAIT, "the whole log replayed", || async {
+        let entries = replay.entries();
+        (entries.len() == log.entries().len()).then_some(entries)
+    })
+    .await;
+    let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=entries.len() as u64).collect::<Vec<_>>());
+    let count = |f: fn(&LogBody) -> bool| entries.iter().filter(|e| f(&e.body)).count();
+    assert_eq!(count(|b| matches!(b, LogBody::Strategy(_))), 1);
+    assert_eq!(count(|b| matches!(b, LogBody::Summoned(_))), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,7 +142,10 @@ fn prepare_member(from: &Path, dir: &Path) -> Result<(), String> {
         let _ = std::fs::remove_dir_all(dir);
     }
     // Made under a temporary name and renamed, so a half copy is never taken for one.
-    let partial = dir.with_extension("partial");
+    // Its own name (`<session>.m2.partial`): members are prepared at once.
+    let mut partial = dir.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&partial)
         .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
@@ -218,6 +221,19 @@ mod tests {
         let again = Workspace::open_member(base.path(), "s1", 1).unwrap();
         assert!(again.root().join("mine.txt").exists());
         assert!(Workspace::open_member(base.path(), "../s1", 1).is_err());
+        // Members prepared at the same moment never share a half copy.
+        let root = base.path();
+        let made: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (3..9)
+                .map(|m| scope.spawn(move || Workspace::open_member(root, "s1", m)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, ws) in made.into_iter().enumerate() {
+            let ws = ws.unwrap();
+            assert!(ws.root().ends_with(format!("s1.m{}", i + 3)));
+            assert!(ws.root().join("src/lib.rs").exists());
+        }
     }
 
     #[test]
