@@ -245,6 +245,12 @@ impl Session {
                     if let (true, Some(m)) = (first, member)
                         && self.gathers(number)
                     {
+                        // A report gathered for the team's one input is not a
+                        // question left waiting: the Arbiter may answer the
+                        // team as a whole (or one member of it).
+                        if let Some(active) = self.state.member_mut(&message.orch_id) {
+                            active.asked = false;
+                        }
                         self.gathered(m, pending);
                     } else {
                         self.enqueue(pending);

@@ -204,6 +204,14 @@ async fn a_brief_split_three_ways_runs_on_three_workers_at_once_and_reports_as_o
         })
         .collect();
     assert_eq!(released, vec![Some(1), Some(2), Some(3)]);
+    // Members 1 and 3 were not addressed after the team's input: that is
+    // no question left waiting, and nobody is told so.
+    assert!(
+        !bodies
+            .iter()
+            .any(|b| matches!(b, LogBody::System(e) if e.text.contains("waiting for an answer"))),
+        "{bodies:?}"
+    );
     // The audit trail: the strategy, the directive verbatim.
     let strategy = bodies
         .iter()
