@@ -1,7 +1,9 @@
 //! The conversation as the screen shows it: the log's entries, the Arbiter's
 //! reply while it streams in, and the human's messages not yet in the log.
 
-use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, LogEntry, orchestrator_name, roman};
+use arbiter_protocol::{
+    ArbiterDelta, ArbiterIntent, LogBody, LogEntry, member_name, orchestrator_name, roman,
+};
 use chrono::{DateTime, Utc};
 
 use crate::inert::escape;
@@ -15,11 +17,11 @@ pub enum Kind {
     /// `Arbiter: …` (to the human)
     Arbiter,
     /// `Arbiter → I: …`
-    ArbiterToOrchestrator(u32),
+    ArbiterToOrchestrator(u32, Option<u32>),
     /// `Orchestrator I: …`, a message that waits for the Arbiter.
-    Orchestrator(u32),
+    Orchestrator(u32, Option<u32>),
     /// `Orchestrator I: …`, a status note (dimmed).
-    Note(u32),
+    Note(u32, Option<u32>),
     /// The Arbiter's private thoughts (hidden unless asked for).
     Musing,
     /// `· Orchestrator I summoned.` and other events (dimmed).
@@ -118,14 +120,14 @@ impl Conversation {
                 .entries
                 .push(Entry::new(Kind::Arbiter, escape(&e.text))),
             LogBody::ArbiterToOrchestrator(e) => self.entries.push(Entry::new(
-                Kind::ArbiterToOrchestrator(e.number),
+                Kind::ArbiterToOrchestrator(e.number, e.member),
                 escape(&e.text),
             )),
             LogBody::Orchestrator(e) => {
                 let kind = if e.expects_response {
-                    Kind::Orchestrator(e.number)
+                    Kind::Orchestrator(e.number, e.member)
                 } else {
-                    Kind::Note(e.number)
+                    Kind::Note(e.number, e.member)
                 };
                 self.entries.push(Entry::new(kind, escape(&e.text)));
                 if let Some(line) = crate::render::evidence_line(e) {
@@ -139,18 +141,25 @@ impl Conversation {
             }
             LogBody::Musing(e) => self.entries.push(Entry::new(Kind::Musing, escape(&e.text))),
             LogBody::Summoned(e) => {
-                let name = orchestrator_name(e.number);
+                let name = member_name(e.number, e.member);
                 self.entries
                     .push(Entry::new(Kind::Event, format!("{name} summoned.")));
                 self.entries.push(Entry::new(
-                    Kind::ArbiterToOrchestrator(e.number),
+                    Kind::ArbiterToOrchestrator(e.number, e.member),
                     escape(&e.brief),
                 ));
             }
             LogBody::Released(e) => {
-                self.entries
-                    .push(Entry::new(Kind::Event, released(&e.numbers)));
+                let text = match (e.member, e.numbers.as_slice()) {
+                    (Some(m), [n]) => format!("{} released.", member_name(*n, Some(m))),
+                    _ => released(&e.numbers),
+                };
+                self.entries.push(Entry::new(Kind::Event, text));
             }
+            LogBody::Strategy(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&format!("Strategy: {}", crate::render::strategy(e))),
+            )),
             LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
             LogBody::Error(e) => self
                 .entries
@@ -293,6 +302,7 @@ mod tests {
                 seq,
                 t,
                 LogBody::Orchestrator(OrchestratorEntry {
+                    member: None,
                     number: 1,
                     orch_id: "o1".into(),
                     expects_response: true,
@@ -315,18 +325,18 @@ mod tests {
         assert_eq!(
             c.entries(),
             [
-                Entry::new(Kind::Orchestrator(1), "Wrote it."),
+                Entry::new(Kind::Orchestrator(1, None), "Wrote it."),
                 Entry::new(
                     Kind::Evidence,
                     "0 tool calls, 1 file changed (created: a\\u{202e}.py)"
                 ),
-                Entry::new(Kind::Orchestrator(1), "hello.py is created."),
+                Entry::new(Kind::Orchestrator(1, None), "hello.py is created."),
                 Entry::new(
                     Kind::Check,
                     "Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it \
                      shows in the workspace."
                 ),
-                Entry::new(Kind::Orchestrator(1), "Done."),
+                Entry::new(Kind::Orchestrator(1, None), "Done."),
             ]
         );
     }
@@ -353,6 +363,7 @@ mod tests {
             2,
             t,
             LogBody::Summoned(SummonedEntry {
+                member: None,
                 number: 2,
                 orch_id: "o2".into(),
                 pool: "default".into(),
@@ -363,6 +374,7 @@ mod tests {
             3,
             t,
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 2,
                 orch_id: "o2".into(),
                 expects_response: false,
@@ -376,6 +388,7 @@ mod tests {
             4,
             t,
             LogBody::Released(ReleasedEntry {
+                member: None,
                 numbers: vec![1, 2],
             }),
         ));
@@ -389,8 +402,8 @@ mod tests {
             [
                 Entry::new(Kind::Human, "hi    there\\x1b[31m"),
                 Entry::new(Kind::Event, "Orchestrator II summoned."),
-                Entry::new(Kind::ArbiterToOrchestrator(2), "Do it."),
-                Entry::new(Kind::Note(2), "Working."),
+                Entry::new(Kind::ArbiterToOrchestrator(2, None), "Do it."),
+                Entry::new(Kind::Note(2, None), "Working."),
                 Entry::new(Kind::Event, "Orchestrators I, II released."),
                 Entry::new(Kind::Musing, "Hm."),
             ]

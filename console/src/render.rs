@@ -2,7 +2,9 @@
 //! multi-line text, its later lines marked) per entry, or one compact JSON
 //! object per line.
 
-use arbiter_protocol::{LogBody, LogEntry, OrchestratorEntry, orchestrator_name, roman};
+use arbiter_protocol::{
+    LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name, orchestrator_name, roman,
+};
 
 use crate::inert;
 
@@ -62,24 +64,28 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         LogBody::Human(e) => ("You: ".to_owned(), e.text.as_str()),
         LogBody::Arbiter(e) => ("Arbiter: ".to_owned(), e.text.as_str()),
         LogBody::ArbiterToOrchestrator(e) => (
-            format!("Arbiter → {}: ", orchestrator_name(e.number)),
+            format!("Arbiter → {}: ", member_name(e.number, e.member)),
             e.text.as_str(),
         ),
         LogBody::Orchestrator(e) if e.expects_response => (
-            format!("{}: ", orchestrator_name(e.number)),
+            format!("{}: ", member_name(e.number, e.member)),
             e.text.as_str(),
         ),
         LogBody::Orchestrator(e) => (
-            format!("{} (note): ", orchestrator_name(e.number)),
+            format!("{} (note): ", member_name(e.number, e.member)),
             e.text.as_str(),
         ),
         LogBody::Musing(e) if show_musings => ("Arbiter (musing): ".to_owned(), e.text.as_str()),
         LogBody::Musing(_) => return None,
         LogBody::Summoned(e) => (
-            format!("· {} summoned: ", orchestrator_name(e.number)),
+            format!("· {} summoned: ", member_name(e.number, e.member)),
             e.brief.as_str(),
         ),
-        LogBody::Released(e) => (format!("· {} released.", released_names(&e.numbers)), ""),
+        LogBody::Released(e) => match (e.member, e.numbers.as_slice()) {
+            (Some(m), [n]) => (format!("· {} released.", member_name(*n, Some(m))), ""),
+            _ => (format!("· {} released.", released_names(&e.numbers)), ""),
+        },
+        LogBody::Strategy(e) => return Some(inert::block("· Strategy: ", &strategy(e))),
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
@@ -141,6 +147,44 @@ pub fn evidence_line(entry: &OrchestratorEntry) -> Option<EvidenceLine> {
 }
 
 /// `Orchestrator I`, `Orchestrator I, II`; `Orchestrators` when the list is empty.
+/// The audit line of a summons: the strategy, where it went, the human's
+/// directive verbatim and as read, and the reason when it was refused.
+pub fn strategy(e: &StrategyEntry) -> String {
+    let who = match (e.number, e.members) {
+        (Some(n), 1) => orchestrator_name(n),
+        (Some(n), m) => format!(
+            "{} ({})",
+            orchestrator_name(n),
+            (1..=m)
+                .map(|i| format!("{}.{i}", roman(n)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (None, _) => "nothing summoned".to_owned(),
+    };
+    let mut text = format!(
+        "{} for {who}, pool {:?}, runtime {:?}.",
+        e.strategy.as_str(),
+        e.pool,
+        e.runtime.as_deref().unwrap_or("any")
+    );
+    if let Some(d) = &e.directive {
+        text.push_str(&format!(" The human's directive, verbatim: {:?}", d.words));
+        if let Some(p) = &d.parsed {
+            text.push_str(&format!(" (read as: {p}"));
+            if let Some(c) = d.confidence {
+                text.push_str(&format!("; confidence {c} %"));
+            }
+            text.push(')');
+        }
+        text.push('.');
+    }
+    if let Some(why) = &e.rejected {
+        text.push_str(&format!(" Refused: {why}"));
+    }
+    text
+}
+
 fn released_names(numbers: &[u32]) -> String {
     if numbers.is_empty() {
         return "Orchestrators".to_owned();
@@ -170,6 +214,71 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_team_shows_member_numbers_and_the_strategy_entry_its_audit_line() {
+        let show = |body: LogBody| plain(&entry(1, body), false).unwrap();
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: Some(2),
+                strategy: arbiter_protocol::SummonStrategy::Parallel,
+                members: 3,
+                pool: "default".into(),
+                runtime: None,
+                directive: Some(arbiter_protocol::Directive {
+                    words: "three at once".into(),
+                    parsed: Some("parallel, 3".into()),
+                    confidence: Some(80),
+                }),
+                rejected: None,
+            })),
+            "· Strategy: parallel for Orchestrator II (II.1, II.2, II.3), pool \"default\", \
+             runtime \"any\". The human's directive, verbatim: \"three at once\" (read as: \
+             parallel, 3; confidence 80 %)."
+        );
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: None,
+                strategy: arbiter_protocol::SummonStrategy::Parallel,
+                members: 0,
+                pool: "default".into(),
+                runtime: None,
+                directive: None,
+                rejected: Some("count 0.".into()),
+            })),
+            "· Strategy: parallel for nothing summoned, pool \"default\", runtime \"any\". \
+             Refused: count 0."
+        );
+        assert_eq!(
+            show(LogBody::Summoned(SummonedEntry {
+                member: Some(2),
+                number: 2,
+                orch_id: "o2".into(),
+                pool: "default".into(),
+                brief: "Part two.".into(),
+            })),
+            "· Orchestrator II.2 summoned: Part two."
+        );
+        assert_eq!(
+            show(LogBody::Orchestrator(OrchestratorEntry {
+                member: Some(3),
+                number: 2,
+                orch_id: "o3".into(),
+                expects_response: true,
+                text: "Done.".into(),
+                evidence: None,
+                handoff: None,
+            })),
+            "Orchestrator II.3: Done."
+        );
+        assert_eq!(
+            show(LogBody::Released(ReleasedEntry {
+                member: Some(1),
+                numbers: vec![2],
+            })),
+            "· Orchestrator II.1 released."
+        );
+    }
+
     fn bodies() -> Vec<LogBody> {
         vec![
             LogBody::Human(HumanEntry {
@@ -180,17 +289,20 @@ mod tests {
                 text: "Two lines:\nthe second.".into(),
             }),
             LogBody::Summoned(SummonedEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 pool: "default".into(),
                 brief: "Build it.".into(),
             }),
             LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 text: "Proceed.".into(),
             }),
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 expects_response: false,
@@ -199,6 +311,7 @@ mod tests {
                 handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 4,
                 orch_id: "o4".into(),
                 expects_response: true,
@@ -209,11 +322,18 @@ mod tests {
             LogBody::Musing(MusingEntry {
                 text: "Hmm.".into(),
             }),
-            LogBody::Released(ReleasedEntry { numbers: vec![1] }),
             LogBody::Released(ReleasedEntry {
+                member: None,
+                numbers: vec![1],
+            }),
+            LogBody::Released(ReleasedEntry {
+                member: None,
                 numbers: vec![1, 2, 9],
             }),
-            LogBody::Released(ReleasedEntry { numbers: vec![] }),
+            LogBody::Released(ReleasedEntry {
+                member: None,
+                numbers: vec![],
+            }),
             LogBody::System(SystemEntry {
                 text: "No Orchestrator is active.".into(),
             }),
@@ -316,11 +436,13 @@ mod tests {
             }),
             LogBody::Arbiter(ArbiterEntry { text: text() }),
             LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 text: text(),
             }),
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 expects_response: true,
@@ -329,6 +451,7 @@ mod tests {
                 handoff: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
+                member: None,
                 number: 1,
                 orch_id: "o1".into(),
                 expects_response: false,
@@ -338,6 +461,7 @@ mod tests {
             }),
             LogBody::Musing(MusingEntry { text: text() }),
             LogBody::Summoned(SummonedEntry {
+                member: None,
                 number: 2,
                 orch_id: "o2".into(),
                 pool: "default".into(),
@@ -409,6 +533,7 @@ mod tests {
 
     fn report(text: &str, expects_response: bool, evidence: Option<Evidence>) -> LogBody {
         LogBody::Orchestrator(OrchestratorEntry {
+            member: None,
             number: 1,
             orch_id: "o1".into(),
             expects_response,

@@ -170,6 +170,7 @@ mod tests {
 
     fn status(id: &str, state: SessionState, at: DateTime<Utc>) -> SessionStatus {
         SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -198,6 +199,8 @@ mod tests {
         busy.queued = 2;
         busy.summoned = 3;
         busy.active = Some(ActiveOrchestrator {
+            member: None,
+            reported: false,
             orch_id: "o3".into(),
             number: 3,
         });
@@ -206,6 +209,8 @@ mod tests {
         let mut working = status("s-work", SessionState::Idle, now - Duration::seconds(3));
         working.summoned = 1;
         working.active = Some(ActiveOrchestrator {
+            member: None,
+            reported: false,
             orch_id: "o1".into(),
             number: 1,
         });

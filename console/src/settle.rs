@@ -117,6 +117,7 @@ mod tests {
 
     fn status(state: SessionState, last_seq: u64) -> SessionStatus {
         SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -174,6 +175,8 @@ mod tests {
         assert!(!p.settled(true));
         let mut active = status(SessionState::Idle, 1);
         active.active = Some(ActiveOrchestrator {
+            member: None,
+            reported: false,
             orch_id: "o1".into(),
             number: 1,
         });

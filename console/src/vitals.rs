@@ -247,6 +247,16 @@ impl Vitals {
         self.session_status()?.active.as_ref().map(|a| a.number)
     }
 
+    /// The session's live Orchestrators (one, or each member of a team).
+    pub fn team(&self) -> &[arbiter_protocol::ActiveOrchestrator] {
+        self.session_status().map_or(&[], |s| s.team.as_slice())
+    }
+
+    /// The latest status of Orchestrator `orch_id` of this session, if heard.
+    pub fn status_of(&self, orch_id: &str) -> Option<&OrchestratorStatus> {
+        self.orchestrators.get(orch_id).map(|r| &r.value)
+    }
+
     /// The active Orchestrator's latest status, if one is active and has reported.
     pub fn active_status(&self) -> Option<&OrchestratorStatus> {
         let id = self.active_id()?;
@@ -356,6 +366,7 @@ mod tests {
 
     fn session(state: SessionState, active: Option<(&str, u32)>) -> SessionStatus {
         SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -366,6 +377,8 @@ mod tests {
             arbiter_context_pct: 18.0,
             arbiter_context_tokens: 36_000,
             active: active.map(|(id, n)| ActiveOrchestrator {
+                member: None,
+                reported: false,
                 orch_id: id.into(),
                 number: n,
             }),

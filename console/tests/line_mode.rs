@@ -163,6 +163,7 @@ fn arbiter(text: &str) -> LogBody {
 
 fn idle_status(session_id: &str, last_seq: u64) -> SessionStatus {
     SessionStatus {
+        team: Vec::new(),
         spend: Default::default(),
         archived_at: None,
         budget: Default::default(),
@@ -413,12 +414,14 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             text: "A bridge needs an engineer.".into(),
         }),
         LogBody::Summoned(SummonedEntry {
+            member: None,
             number: 1,
             orch_id: "o-1".into(),
             pool: "default".into(),
             brief: "Design a bridge.".into(),
         }),
         LogBody::Orchestrator(OrchestratorEntry {
+            member: None,
             number: 1,
             orch_id: "o-1".into(),
             expects_response: false,
@@ -427,6 +430,7 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             handoff: None,
         }),
         LogBody::Orchestrator(OrchestratorEntry {
+            member: None,
             number: 1,
             orch_id: "o-1".into(),
             expects_response: true,
@@ -435,11 +439,13 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             handoff: None,
         }),
         LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+            member: None,
             number: 1,
             orch_id: "o-1".into(),
             text: "Stone.".into(),
         }),
         LogBody::Summoned(SummonedEntry {
+            member: None,
             number: 2,
             orch_id: "o-2".into(),
             pool: "default".into(),
@@ -452,6 +458,7 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             },
         }),
         LogBody::Released(ReleasedEntry {
+            member: None,
             numbers: vec![1, 2],
         }),
         LogBody::System(SystemEntry {
@@ -465,12 +472,16 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             },
         }),
         LogBody::Summoned(SummonedEntry {
+            member: None,
             number: 3,
             orch_id: "o-3".into(),
             pool: "default".into(),
             brief: "Finish it.".into(),
         }),
-        LogBody::Released(ReleasedEntry { numbers: vec![3] }),
+        LogBody::Released(ReleasedEntry {
+            member: None,
+            numbers: vec![3],
+        }),
         arbiter("The bridge stands."),
     ];
     let entries = bodies
@@ -665,7 +676,7 @@ async fn hostile_text_is_printed_inert() {
             entry(
                 session_id,
                 1,
-                LogBody::Orchestrator(OrchestratorEntry {
+                LogBody::Orchestrator(OrchestratorEntry { member: None,
                     number: 1,
                     orch_id: "o-1".into(),
                     expects_response: true,

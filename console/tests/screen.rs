@@ -71,6 +71,7 @@ impl Scene {
 
     fn session(&mut self, state: SessionState, pct: f32, active: bool) -> &mut Self {
         let status = SessionStatus {
+            team: Vec::new(),
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
@@ -81,6 +82,8 @@ impl Scene {
             arbiter_context_pct: pct,
             arbiter_context_tokens: 36_000,
             active: active.then(|| ActiveOrchestrator {
+                member: None,
+                reported: false,
                 orch_id: ORCH.into(),
                 number: 1,
             }),
@@ -165,6 +168,7 @@ fn human(text: &str) -> LogBody {
 
 fn to_orch(text: &str) -> LogBody {
     LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+        member: None,
         number: 1,
         orch_id: ORCH.into(),
         text: text.into(),
@@ -173,6 +177,7 @@ fn to_orch(text: &str) -> LogBody {
 
 fn orch(expects_response: bool, text: &str) -> LogBody {
     LogBody::Orchestrator(OrchestratorEntry {
+        member: None,
         number: 1,
         orch_id: ORCH.into(),
         expects_response,
@@ -191,6 +196,7 @@ fn seed_mid_flight() -> Scene {
             "I need an auth system. Google and GitHub OAuth, 48hr tokens.",
         ))
         .log(LogBody::Summoned(SummonedEntry {
+            member: None,
             number: 1,
             orch_id: ORCH.into(),
             pool: "default".into(),
@@ -242,7 +248,10 @@ fn after_release_the_arbiter_awaits_a_command() {
             true,
             "Complete. Auth system in src/auth/, refresh tokens rotate.",
         ))
-        .log(LogBody::Released(ReleasedEntry { numbers: vec![1] }))
+        .log(LogBody::Released(ReleasedEntry {
+            member: None,
+            numbers: vec![1],
+        }))
         .log(LogBody::Arbiter(ArbiterEntry {
             text: "It is done.".into(),
         }))
@@ -442,4 +451,60 @@ fn a_console_that_never_connected_says_connecting() {
     scene.feed(FeedEvent::Connection { up: false });
     let later = text(&scene.draw(82, 32, Duration::from_secs(5)));
     assert!(later.contains(": reconnecting ("), "{later}");
+}
+
+#[test]
+fn a_team_shows_how_many_reported_and_a_bar_per_member() {
+    let mut scene = Scene::new();
+    let member = |m: u32, reported: bool| ActiveOrchestrator {
+        orch_id: format!("orch-2-{m}"),
+        number: 2,
+        member: Some(m),
+        reported,
+    };
+    let team = vec![member(1, true), member(2, true), member(3, false)];
+    scene.log(LogBody::Orchestrator(OrchestratorEntry {
+        number: 2,
+        member: Some(2),
+        orch_id: "orch-2-2".into(),
+        expects_response: true,
+        text: "The parser is written.".into(),
+        evidence: None,
+        handoff: None,
+    }));
+    scene.feed(FeedEvent::Session(SessionStatus {
+        team: team.clone(),
+        spend: Default::default(),
+        archived_at: None,
+        budget: Default::default(),
+        v: 1,
+        session_id: SESSION.into(),
+        state: SessionState::Idle,
+        queued: 0,
+        arbiter_context_pct: 12.0,
+        arbiter_context_tokens: 24_000,
+        active: team.first().cloned(),
+        summoned: 2,
+        last_seq: 0,
+        created_at: at(0),
+        at: at(1),
+    }));
+    let screen = scene.screen(82, 28);
+    assert!(screen.contains("Team II: 2 of 3 reported"), "{screen}");
+    for (name, state) in [
+        ("Orchestrator II.1", "reported"),
+        ("Orchestrator II.2", "reported"),
+        ("Orchestrator II.3", "at work"),
+    ] {
+        let line = screen
+            .lines()
+            .find(|l| l.contains(&format!("{name} ·")))
+            .unwrap_or_else(|| panic!("no line for {name}: {screen}"));
+        assert!(line.contains(state), "{line}");
+    }
+    assert!(!screen.contains("Awaiting your command."), "{screen}");
+    assert!(
+        screen.contains("Orchestrator II.2: The parser is written."),
+        "{screen}"
+    );
 }

@@ -27,6 +27,7 @@ async fn sessions(args: &[&str]) -> Output {
 fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
     let at = Utc::now() - age;
     SessionStatus {
+        team: Vec::new(),
         spend: Default::default(),
         archived_at: None,
         budget: Default::default(),
@@ -63,6 +64,8 @@ async fn lists_sessions_newest_first() {
     let mut busy = status("s-busy", SessionState::Thinking, Duration::seconds(20));
     busy.summoned = 2;
     busy.active = Some(ActiveOrchestrator {
+        member: None,
+        reported: false,
         orch_id: "o-2".into(),
         number: 2,
     });

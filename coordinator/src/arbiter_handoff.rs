@@ -347,12 +347,7 @@ impl Session {
         }
         for number in 1..=self.state.summoned {
             if !orchestrators.iter().any(|g| g.number == number) {
-                let line = if self
-                    .state
-                    .active
-                    .as_ref()
-                    .is_some_and(|a| a.number == number)
-                {
+                let line = if self.state.team.iter().any(|a| a.number == number) {
                     "at work; no handoff packet yet".to_owned()
                 } else {
                     "ended without a handoff packet".to_owned()
@@ -365,7 +360,7 @@ impl Session {
             Some(open) => open.clone(),
             None => prior.as_ref().map(|p| p.open.clone()).unwrap_or_default(),
         };
-        let active = self.state.active.as_ref().map(|a| ActiveLine {
+        let active = self.state.team.first().map(|a| ActiveLine {
             number: a.number,
             doing: format!(
                 "{} is at work on the last brief (the coordinator built this packet, so \

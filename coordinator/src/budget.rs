@@ -9,7 +9,7 @@
 //! left), which its worker enforces before each model request.
 
 use arbiter_protocol::{
-    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, Summon, SystemEntry, orchestrator_name,
+    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, Summon, SystemEntry, member_name,
 };
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +37,9 @@ pub(crate) struct BudgetState {
     /// would only have its worker stop it at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deferred: Option<Summon>,
+    /// The other members of a team summoned while the session held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred_team: Vec<Summon>,
 }
 
 impl Session {
@@ -95,7 +98,7 @@ impl Session {
                 self.budget_note(text);
             }
         }
-        if let Some(active) = self.state.active.clone() {
+        for active in self.state.team.clone() {
             let spent = self
                 .state
                 .spend
@@ -108,7 +111,7 @@ impl Session {
             {
                 let key = format!("{}:{}:{limit}", active.orch_id, unit.key());
                 if self.first_note(key) {
-                    let name = orchestrator_name(active.number);
+                    let name = member_name(active.number, active.member);
                     let text = format!(
                         "{name} has used {} % of its budget ({} of {}); at the cap its worker \
                          stops it. Have it wrap up and report, with its handoff packet.",
@@ -182,11 +185,11 @@ impl Session {
             BudgetScope::Orchestrator => {
                 let cap = budget.orchestrator.with(change.limit);
                 self.state.budget.orchestrator = Some(cap);
-                let active = self.state.active.as_ref().map(|a| a.orch_id.clone());
+                let live: Vec<String> = self.state.team.iter().map(|a| a.orch_id.clone()).collect();
                 self.state
                     .budget
                     .noted
-                    .retain(|k| active.as_deref().is_none_or(|id| !k.starts_with(id)));
+                    .retain(|k| !live.iter().any(|id| k.starts_with(id.as_str())));
                 format!(
                     "Budget set by console {console}: each Orchestrator's cap is now {}, counted \
                      from its summons (the active one gets it with the Arbiter's next message).",
@@ -209,6 +212,9 @@ impl Session {
             if let Some(summon) = self.state.budget.deferred.take() {
                 self.send_summons(summon);
             }
+            for summon in std::mem::take(&mut self.state.budget.deferred_team) {
+                self.send_summons(summon);
+            }
         }
         self.check_budget();
     }
@@ -218,12 +224,16 @@ impl Session {
     /// and only while its Orchestrator is still the active one.
     pub(crate) fn send_summons(&mut self, mut summon: Summon) {
         if self.budget().held {
-            self.state.budget.deferred = Some(summon);
+            if self.state.budget.deferred.is_none() {
+                self.state.budget.deferred = Some(summon);
+            } else {
+                // The other members of a team.
+                self.state.budget.deferred_team.push(summon);
+            }
             self.changed = true;
             return;
         }
-        let active = self.state.active.as_ref();
-        if active.is_none_or(|a| a.orch_id != summon.orch_id) {
+        if self.state.member(&summon.orch_id).is_none() {
             return;
         }
         summon.budget = self.allowance(&summon.orch_id);

@@ -8,7 +8,8 @@
 use std::collections::VecDeque;
 
 use arbiter_protocol::{
-    Control, ControlAction, LogBody, ReleasedEntry, SystemEntry, VERSION, orchestrator_name,
+    Control, ControlAction, LogBody, ReleasedEntry, SystemEntry, VERSION, member_name,
+    orchestrator_name,
 };
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -176,7 +177,8 @@ impl Session {
         if abandon {
             stopped.push("the Arbiter's turn was abandoned".to_owned());
         }
-        if let Some(active) = self.state.active.take() {
+        self.state.gather = None;
+        for active in std::mem::take(&mut self.state.team) {
             self.effect(Effect::Control(Control {
                 v: VERSION,
                 orch_id: active.orch_id.clone(),
@@ -186,10 +188,11 @@ impl Session {
             self.state.notes.retain(|(n, _)| *n != active.number);
             self.log(LogBody::Released(ReleasedEntry {
                 numbers: vec![active.number],
+                member: active.member,
             }));
             stopped.push(format!(
                 "{} was cancelled",
-                orchestrator_name(active.number)
+                member_name(active.number, active.member)
             ));
         }
         if stopped.is_empty() {

@@ -20,6 +20,7 @@ pub mod retention;
 mod route;
 mod session;
 mod state;
+mod team;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -95,7 +96,18 @@ pub struct Config {
     /// Tokens of a workspace's memory put in a new session's first prompt
     /// (the newest entries that fit); 0: none.
     pub memory_tokens: u64,
+    /// Orchestrators one session may run at once: a team larger than this
+    /// is refused back to the Arbiter, and nothing starts.
+    pub team_cap: u32,
+    /// How long a parallel team's reports are gathered before what came in
+    /// goes to the Arbiter without the members still at work.
+    pub team_wait: Duration,
 }
+
+/// See [`Config::team_cap`].
+pub const DEFAULT_TEAM_CAP: u32 = 4;
+/// See [`Config::team_wait`].
+pub const DEFAULT_TEAM_WAIT: Duration = Duration::from_secs(30 * 60);
 
 impl Default for Config {
     fn default() -> Self {
@@ -117,6 +129,8 @@ impl Default for Config {
             retention: retention::Retention::default(),
             budget: arbiter_protocol::Budget::default(),
             memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
+            team_cap: DEFAULT_TEAM_CAP,
+            team_wait: DEFAULT_TEAM_WAIT,
         }
     }
 }

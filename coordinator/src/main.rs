@@ -57,6 +57,13 @@ struct Cli {
     /// human (0: no limit).
     #[arg(long, env = "ARBITER_MAX_TURNS_PER_MESSAGE", default_value_t = 100)]
     max_turns_per_message: u32,
+    /// Orchestrators one session may run at once (a larger team is refused to the Arbiter).
+    #[arg(long, env = "ARBITER_TEAM_CAP", default_value_t = arbiter_coordinator::DEFAULT_TEAM_CAP)]
+    team_cap: u32,
+    /// Seconds a parallel team's reports are gathered before what came in
+    /// goes to the Arbiter without the members still at work.
+    #[arg(long, env = "ARBITER_TEAM_WAIT_SECS", default_value_t = arbiter_coordinator::DEFAULT_TEAM_WAIT.as_secs())]
+    team_wait_secs: u64,
     /// The share of its context budget, in percent, past which the Arbiter
     /// hands off to a new generation from a packet it writes (0: never).
     #[arg(long, env = "ARBITER_HANDOFF_PCT", default_value_t = arbiter_coordinator::arbiter_handoff::DEFAULT_HANDOFF_PCT,
@@ -160,6 +167,8 @@ async fn run_main() -> anyhow::Result<()> {
         max_turns_per_message: cli.max_turns_per_message,
         arbiter_handoff_pct: cli.handoff_pct,
         output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
+        team_cap: cli.team_cap,
+        team_wait: std::time::Duration::from_secs(cli.team_wait_secs),
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {
                 stream_max_bytes: cli.stream_max_bytes,

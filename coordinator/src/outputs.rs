@@ -12,7 +12,7 @@ use arbiter_bus::TraceContext;
 use arbiter_bus::seq::{self, Expired, Gaps, Hold, Order};
 use arbiter_protocol::{
     ErrorEntry, Evidence, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage,
-    PriorHandoff, WireError, orchestrator_name, subjects,
+    PriorHandoff, WireError, member_name, subjects,
 };
 use tokio::time::Instant;
 
@@ -59,12 +59,7 @@ impl Session {
         trace: TraceContext,
         ack: Ack,
     ) {
-        let Some(active) = self
-            .state
-            .active
-            .as_ref()
-            .filter(|a| a.orch_id == message.orch_id)
-        else {
+        let Some(active) = self.state.member(&message.orch_id) else {
             tracing::info!(orch.id = %message.orch_id, "output from an Orchestrator that is no longer active; ignored");
             self.keep_ack(ack);
             return;
@@ -89,7 +84,7 @@ impl Session {
                     let orch_id = held.message.orch_id.clone();
                     self.keep_ack(held.ack);
                     self.take_output(held.message, held.trace);
-                    next = match self.state.active.as_ref().filter(|a| a.orch_id == orch_id) {
+                    next = match self.state.member(&orch_id) {
                         Some(active) => self
                             .held
                             .gaps
@@ -151,12 +146,7 @@ impl Session {
         let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
         let turned_away = expired.turned_away;
         self.ack_dropped(expired);
-        let Some(active) = self
-            .state
-            .active
-            .as_ref()
-            .filter(|a| Some(&a.orch_id) == orch_id.as_ref())
-        else {
+        let Some(active) = orch_id.as_deref().and_then(|id| self.state.member(id)) else {
             return;
         };
         let missing = active.outputs_seen.saturating_add(1);
@@ -164,7 +154,7 @@ impl Session {
         let mut detail = format!(
             "output seq {missing} of {} never arrived within {} s; the output held after it \
              was dropped: seq {}",
-            orchestrator_name(active.number),
+            member_name(active.number, active.member),
             self.held.gaps.wait().as_secs_f64(),
             list.join(", ")
         );
@@ -195,11 +185,11 @@ impl Session {
 
     /// Takes the active Orchestrator's next output.
     fn take_output(&mut self, message: OrchestratorMessage, trace: TraceContext) {
-        let Some(active) = self.state.active.as_mut() else {
+        let Some(active) = self.state.member_mut(&message.orch_id) else {
             return;
         };
         active.outputs_seen = message.seq;
-        let number = active.number;
+        let (number, member) = (active.number, active.member);
         if let Some(spend) = message.spend {
             self.state
                 .spend
@@ -214,7 +204,7 @@ impl Session {
                 let handoff = message.handoff.or_else(|| output.handoff.take());
                 let line = handoff.as_ref().map(|h| h.compact_line(number));
                 let decisions = handoff.as_ref().map(|h| h.decisions.clone());
-                if let Some(packet) = &handoff {
+                if let Some(packet) = handoff.as_ref().filter(|_| member.is_none()) {
                     self.state.arbiter.note_packet(number, packet);
                     // Stored with this step: the next summons carries it.
                     self.state.handoff = Some(PriorHandoff {
@@ -225,7 +215,8 @@ impl Session {
                 }
                 self.log(LogBody::Orchestrator(OrchestratorEntry {
                     number,
-                    orch_id: message.orch_id,
+                    member,
+                    orch_id: message.orch_id.clone(),
                     expects_response: output.expects_response,
                     text: output.message.clone(),
                     evidence: message.evidence.clone(),
@@ -233,25 +224,44 @@ impl Session {
                 }));
                 self.remember_decisions(number, &decisions.unwrap_or_default());
                 if output.expects_response {
-                    if let Some(active) = self.state.active.as_mut() {
-                        active.asked = true;
-                        active.reminded = false;
-                    }
+                    let first = match self.state.member_mut(&message.orch_id) {
+                        Some(active) => {
+                            active.asked = true;
+                            active.reminded = false;
+                            !std::mem::replace(&mut active.reported, true)
+                        }
+                        None => false,
+                    };
                     let report = output.message.clone();
                     let tool_calls = message.evidence.as_ref().map(Evidence::tool_calls);
-                    self.enqueue(Pending::Orchestrator {
+                    let pending = Pending::Orchestrator {
                         number,
+                        member,
                         text: output.message,
                         evidence: message.evidence,
                         handoff: line,
-                    });
-                    self.check_round(number, &report, tool_calls);
+                    };
+                    // A parallel member's first report waits for its team's.
+                    if let (true, Some(m)) = (first, member)
+                        && self.gathers(number)
+                    {
+                        // A report gathered for the team's one input is not a
+                        // question left waiting: the Arbiter may answer the
+                        // team as a whole (or one member of it).
+                        if let Some(active) = self.state.member_mut(&message.orch_id) {
+                            active.asked = false;
+                        }
+                        self.gathered(m, pending);
+                    } else {
+                        self.enqueue(pending);
+                        self.check_round(number, &report, tool_calls);
+                    }
                 } else {
                     self.state.notes.push((number, output.message));
                 }
             }
             OrchestratorEvent::Failed(failed) => {
-                self.state.active = None;
+                self.state.team.retain(|a| a.orch_id != message.orch_id);
                 let error = match failed.error {
                     already @ WireError::OrchestratorFailed { .. } => already,
                     cause => WireError::OrchestratorFailed {
@@ -261,11 +271,23 @@ impl Session {
                 };
                 let text = format!(
                     "{} has stopped and is no longer active: {}",
-                    orchestrator_name(number),
+                    member_name(number, member),
                     error
                 );
                 self.log(LogBody::Error(ErrorEntry { error }));
-                self.enqueue(Pending::System { text });
+                // A member that failed before reporting: its failure is its report.
+                if let Some(m) = member
+                    && self.gathers(number)
+                    && !self
+                        .state
+                        .gather
+                        .as_ref()
+                        .is_some_and(|g| g.reports.iter().any(|(r, _)| *r == m))
+                {
+                    self.gathered(m, Pending::System { text });
+                } else {
+                    self.enqueue(Pending::System { text });
+                }
             }
         }
         self.check_budget();
@@ -278,11 +300,12 @@ impl Session {
 /// its handoff packet, if it sent one (the packet itself bypasses the Arbiter).
 pub(crate) fn report(
     number: u32,
+    member: Option<u32>,
     text: &str,
     evidence: Option<&Evidence>,
     handoff: Option<&str>,
 ) -> String {
-    let mut out = report_words(number, text, evidence);
+    let mut out = report_words(number, member, text, evidence);
     if let Some(line) = handoff {
         out.push('\n');
         out.push_str(line);
@@ -290,8 +313,13 @@ pub(crate) fn report(
     out
 }
 
-fn report_words(number: u32, text: &str, evidence: Option<&Evidence>) -> String {
-    let name = orchestrator_name(number);
+fn report_words(
+    number: u32,
+    member: Option<u32>,
+    text: &str,
+    evidence: Option<&Evidence>,
+) -> String {
+    let name = member_name(number, member);
     let mut out = format!("{name}: {text}");
     if let Some(evidence) = evidence {
         out.push_str(&format!(
@@ -322,7 +350,7 @@ mod tests {
     fn a_report_shows_its_evidence_and_a_claim_without_work_is_flagged() {
         let none = Evidence::default();
         assert_eq!(
-            report(1, "hello.py is created.", Some(&none), None),
+            report(1, None, "hello.py is created.", Some(&none), None),
             "Orchestrator I: hello.py is created.\n\
              [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
              changed]\n\
@@ -331,7 +359,7 @@ mod tests {
         );
         // A question with no work yet is not a claim.
         assert_eq!(
-            report(1, "TOML or YAML?", Some(&none), None),
+            report(1, None, "TOML or YAML?", Some(&none), None),
             "Orchestrator I: TOML or YAML?\n\
              [Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files \
              changed]"
@@ -349,12 +377,15 @@ mod tests {
             ..Evidence::default()
         };
         assert_eq!(
-            report(2, "Done.", Some(&worked), None),
+            report(2, None, "Done.", Some(&worked), None),
             "Orchestrator II: Done.\n\
              [Evidence from the worker, not written by Orchestrator II: 1 tool call (write 1), \
              1 file changed (created: hello.py)]"
         );
         // From an older worker: the words alone.
-        assert_eq!(report(3, "Done.", None, None), "Orchestrator III: Done.");
+        assert_eq!(
+            report(3, None, "Done.", None, None),
+            "Orchestrator III: Done."
+        );
     }
 }

@@ -4,14 +4,16 @@
 
 use arbiter_protocol::{
     ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, Control, ControlAction,
-    Directive, ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, Summon,
-    SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, orchestrator_name,
+    Directive, ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, StrategyEntry,
+    Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, member_name,
+    orchestrator_name,
 };
 use chrono::Utc;
 
 use crate::fleet::Offer;
 use crate::session::{Input, Session};
 use crate::state::{Active, Effect, Pending};
+use crate::team::pick_members;
 
 /// What the workers that are up offered, as the session saw them before it
 /// routed a summons (the router itself does not wait on the bus).
@@ -42,6 +44,9 @@ pub(crate) struct Target {
     pub directed: bool,
     /// Which lane of the pool it goes on.
     pub lane: Lane,
+    pub strategy: SummonStrategy,
+    /// One brief per Orchestrator to start: one for solo, one per member of a team.
+    pub briefs: Vec<String>,
 }
 
 /// A pool's two lanes for summonses.
@@ -62,6 +67,101 @@ fn emergency(output: &ArbiterOutput) -> bool {
     output.emergency == Some(true)
 }
 
+/// The briefs a summons starts, pure: the message for solo; for parallel,
+/// the sub-briefs or `count` copies of the message, at most `cap` of them.
+fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> {
+    let strategy = output.strategy.unwrap_or_default();
+    let briefs = match (strategy, output.count, &output.briefs) {
+        (SummonStrategy::Solo, None | Some(1), None) => return Ok(vec![output.message.clone()]),
+        (SummonStrategy::Solo, _, _) => {
+            return Err(
+                "count and briefs are for a team (strategy parallel); a solo summons \
+                        has its brief in the message, so nothing was summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Parallel, Some(0), _) => {
+            return Err(
+                "a team of 0 members was asked for (count 0), so nothing was \
+                        summoned. Give a count of 2 or more, or briefs."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Parallel, _, Some(briefs)) if briefs.is_empty() => {
+            return Err("the list of sub-briefs was empty, so nothing was summoned.".to_owned());
+        }
+        (SummonStrategy::Parallel, Some(n), Some(briefs)) if n as usize != briefs.len() => {
+            return Err(format!(
+                "count {n} and {} sub-briefs disagree, so nothing was summoned. Give one of them.",
+                briefs.len()
+            ));
+        }
+        (SummonStrategy::Parallel, _, Some(briefs)) => {
+            if let Some(i) = briefs.iter().position(|b| b.trim().is_empty()) {
+                return Err(format!(
+                    "sub-brief {} of {} is empty, so nothing was summoned. Every member \
+                     needs a complete brief.",
+                    i + 1,
+                    briefs.len()
+                ));
+            }
+            briefs.clone()
+        }
+        (SummonStrategy::Parallel, Some(n), None) => vec![output.message.clone(); n as usize],
+        (SummonStrategy::Parallel, None, None) => {
+            return Err(
+                "a parallel summons needs a count (members that each get the whole \
+                        message) or briefs (one per member), so nothing was summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Sequential, _, None) => {
+            return Err(
+                "a sequential summons needs briefs, one per link of the chain \
+                        (e.g. planner, implementer, reviewer), so nothing was summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Sequential, Some(n), Some(briefs)) if n as usize != briefs.len() => {
+            return Err(format!(
+                "count {n} and {} links disagree, so nothing was summoned. Give the briefs only.",
+                briefs.len()
+            ));
+        }
+        (SummonStrategy::Sequential, _, Some(briefs)) => {
+            if briefs.is_empty() {
+                return Err("the list of links was empty, so nothing was summoned.".to_owned());
+            }
+            if let Some(i) = briefs.iter().position(|b| b.trim().is_empty()) {
+                return Err(format!(
+                    "link {} of {} has an empty brief, so nothing was summoned. Every link \
+                     needs a complete brief.",
+                    i + 1,
+                    briefs.len()
+                ));
+            }
+            // One link runs at a time: the cap does not limit a chain's length.
+            return Ok(briefs.clone());
+        }
+        (other, _, _) => {
+            return Err(format!(
+                "the strategy {:?} is not available yet: only solo, parallel and \
+                 sequential. Summon one Orchestrator (strategy solo, or leave it out), a \
+                 parallel team, or a sequential chain.",
+                other.as_str()
+            ));
+        }
+    };
+    let n = u32::try_from(briefs.len()).unwrap_or(u32::MAX);
+    if n > cap {
+        return Err(format!(
+            "a team of {n} is more than this session may run at once ({cap} Orchestrators), \
+             so nothing was summoned. Summon {cap} or fewer, or split the work in turns."
+        ));
+    }
+    Ok(briefs)
+}
+
 /// The summons decision, pure: where `output` goes given the coordinator's
 /// own pool and runtime and what the fleet offers, or why it cannot go.
 pub(crate) fn summons_target(
@@ -69,20 +169,12 @@ pub(crate) fn summons_target(
     own_pool: &str,
     own_runtime: Option<&str>,
     fleet: &FleetView,
+    cap: u32,
 ) -> Result<Target, String> {
     if output.message.trim().is_empty() {
         return Err("a summons needs a brief, and the message was empty.".to_owned());
     }
-    match output.strategy.unwrap_or_default() {
-        SummonStrategy::Solo => {}
-        other => {
-            return Err(format!(
-                "the strategy {:?} is not available yet: only solo. Summon one \
-                 Orchestrator (strategy solo, or leave it out).",
-                other.as_str()
-            ));
-        }
-    }
+    let briefs = team_briefs(output, cap)?;
     let pool = output.pool.clone().unwrap_or_else(|| own_pool.to_owned());
     if !arbiter_protocol::subjects::is_valid_token(&pool) {
         return Err(format!(
@@ -142,6 +234,8 @@ pub(crate) fn summons_target(
         runtime,
         directed,
         lane,
+        strategy: output.strategy.unwrap_or_default(),
+        briefs,
     })
 }
 
@@ -155,13 +249,26 @@ impl Session {
                 &self.shared.config.pool,
                 self.shared.config.orchestrator_runtime.as_deref(),
                 fleet,
+                self.shared.config.team_cap,
             )
         });
+        // A summons that chose anything (a strategy, a team, a pool, a
+        // runtime, on the human's words) leaves a strategy entry.
+        let chose = output.strategy.is_some()
+            || output.count.is_some()
+            || output.briefs.is_some()
+            || output.pool.is_some()
+            || output.runtime.is_some()
+            || output.directive.is_some();
         let ArbiterOutput {
             intent,
             message,
             memory,
             directive,
+            members,
+            strategy,
+            pool,
+            runtime,
             ..
         } = output;
         self.remember_facts(memory.unwrap_or_default());
@@ -170,31 +277,50 @@ impl Session {
                 self.state.rejections = 0;
                 self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
             }
-            ArbiterIntent::AddressOrchestrator => match self.state.active.clone() {
-                Some(active) => {
-                    self.state.rejections = 0;
-                    self.send_to_orchestrator(active, message);
+            ArbiterIntent::AddressOrchestrator => {
+                match pick_members(&self.state.team, members.as_deref(), false) {
+                    Ok(picked) => {
+                        self.state.rejections = 0;
+                        for active in picked {
+                            self.send_to_orchestrator(active, message.clone());
+                        }
+                    }
+                    Err(reason) => self.reject(intent, &reason),
                 }
-                None => self.reject(
-                    intent,
-                    "no Orchestrator is active, so the message was not delivered. \
-                     Speak to the human, or summon an Orchestrator with a complete brief.",
-                ),
-            },
+            }
             ArbiterIntent::SummonOrchestrator => match target {
                 Some(Ok(target)) => {
                     self.state.rejections = 0;
-                    self.release_active();
-                    self.summon(message, target, directive);
+                    self.release(self.state.team.clone());
+                    self.summon(message, target, directive, chose);
                 }
-                Some(Err(reason)) => self.reject(intent, &reason),
+                Some(Err(reason)) => {
+                    // The audit trail: what was asked, and why it did not go.
+                    if chose {
+                        self.log(LogBody::Strategy(StrategyEntry {
+                            number: None,
+                            strategy: strategy.unwrap_or_default(),
+                            members: 0,
+                            pool: pool.unwrap_or_else(|| self.shared.config.pool.clone()),
+                            runtime: runtime.map(|r| r.as_str().to_owned()),
+                            directive,
+                            rejected: Some(reason.clone()),
+                        }));
+                    }
+                    self.reject(intent, &reason);
+                }
                 None => unreachable!("a summons always has a target decision"),
             },
             ArbiterIntent::ReleaseOrchestrators => {
-                self.state.rejections = 0;
-                self.release_active();
-                if !message.trim().is_empty() {
-                    self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
+                match pick_members(&self.state.team, members.as_deref(), true) {
+                    Ok(picked) => {
+                        self.state.rejections = 0;
+                        self.release(picked);
+                        if !message.trim().is_empty() {
+                            self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
+                        }
+                    }
+                    Err(reason) => self.reject(intent, &reason),
                 }
             }
             ArbiterIntent::Musings => {
@@ -228,13 +354,14 @@ impl Session {
     fn send_to_orchestrator(&mut self, active: Active, text: String) {
         self.note_to_orchestrator(&text);
         let seq = active.inputs_sent + 1;
-        if let Some(a) = self.state.active.as_mut() {
+        if let Some(a) = self.state.member_mut(&active.orch_id) {
             a.inputs_sent = seq;
             a.asked = false;
             a.reminded = false;
         }
         self.log(LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
             number: active.number,
+            member: active.member,
             orch_id: active.orch_id.clone(),
             text: text.clone(),
         }));
@@ -250,31 +377,33 @@ impl Session {
         }));
     }
 
-    fn summon(&mut self, brief: String, target: Target, directive: Option<Directive>) {
+    /// Summons one Orchestrator (solo) or a whole team at once: a team is
+    /// one generation number, its members 1, 2, 3… (II.1, II.2, II.3).
+    fn summon(&mut self, brief: String, target: Target, directive: Option<Directive>, chose: bool) {
         self.state.summoned += 1;
         self.new_exchange();
         let number = self.state.summoned;
-        let orch_id = uuid::Uuid::now_v7().to_string();
         let Target {
             pool,
             runtime,
             directed,
             lane,
+            strategy,
+            briefs,
         } = target;
-        self.state.active = Some(Active {
-            orch_id: orch_id.clone(),
-            number,
-            inputs_sent: 0,
-            outputs_seen: 0,
-            asked: false,
-            reminded: false,
-        });
-        self.log(LogBody::Summoned(SummonedEntry {
-            number,
-            orch_id: orch_id.clone(),
-            pool: pool.clone(),
-            brief: brief.clone(),
-        }));
+        let team = strategy != SummonStrategy::Solo;
+        let size = u32::try_from(briefs.len()).unwrap_or(u32::MAX);
+        if chose {
+            self.log(LogBody::Strategy(StrategyEntry {
+                number: Some(number),
+                strategy,
+                members: size,
+                pool: pool.clone(),
+                runtime: runtime.clone(),
+                directive: directive.clone(),
+                rejected: None,
+            }));
+        }
         if directed || directive.is_some() {
             // The record of where it went and on whose words.
             let text = direction_note(number, &pool, runtime.as_deref(), directive.as_ref());
@@ -294,50 +423,141 @@ impl Session {
                 ),
             })),
         }
-        tracing::info!(orch.id = %orch_id, number, pool = %pool, runtime = ?runtime, directed, ?lane, "summoning an Orchestrator");
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
+        let sequential = strategy == SummonStrategy::Sequential;
+        let mut briefs = briefs;
+        if team {
+            self.gather(number, size);
+        }
+        if sequential && let Some(gather) = self.state.gather.as_mut() {
+            // Only the first link now; the others when the one before reports.
+            gather.sequential = true;
+            gather.links = briefs.drain(1..).collect();
+            gather.purpose = brief.clone();
+            gather.pool = pool.clone();
+            gather.runtime = runtime.clone();
+        }
+        let mut first = None;
+        for (i, member_brief) in briefs.into_iter().enumerate() {
+            let member = team.then(|| u32::try_from(i + 1).unwrap_or(u32::MAX));
+            // A member of a team told of its team; its own brief follows.
+            let member_brief = match member {
+                Some(1) if sequential => {
+                    crate::team::chain_brief(number, 1, size, &brief, &member_brief)
+                }
+                Some(m) if member_brief != brief => format!(
+                    "You are {} of a team of {size} working at once, each in a \
+                     workspace of its own. The team's purpose: {brief}\n\nYour part:\n{member_brief}",
+                    member_name(number, Some(m))
+                ),
+                _ => member_brief,
+            };
+            let orch_id = self.start_member(
+                number,
+                member,
+                !sequential,
+                member_brief,
+                &pool,
+                runtime.clone(),
+                handoff.clone(),
+                lane == Lane::Urgent,
+            );
+            first.get_or_insert(orch_id);
+        }
+        tracing::info!(number, size, pool = %pool, runtime = ?runtime, directed, strategy = strategy.as_str(), ?lane, "summoned");
+        // Off the session's path: a summons nobody can take is worth a word.
+        let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
+        if let Some(orch_id) = first {
+            tokio::spawn(async move {
+                if !shared.fleet.pool_served(&shared.bus.client, &pool).await
+                    && let Some(inbox) = inbox.upgrade()
+                {
+                    let _ = inbox.send(Input::NoWorker { orch_id, pool }).await;
+                }
+            });
+        }
+    }
+
+    /// Starts one Orchestrator of generation `number` (member `member` of
+    /// a team): it becomes live, is logged, and its summons goes out. A
+    /// parallel member has a workspace of its own (`own_workspace`: the
+    /// summons carries its member number); a chain's links share the
+    /// session's. Returns its orch_id.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_member(
+        &mut self,
+        number: u32,
+        member: Option<u32>,
+        own_workspace: bool,
+        brief: String,
+        pool: &str,
+        runtime: Option<String>,
+        handoff: Option<arbiter_protocol::PriorHandoff>,
+        emergency: bool,
+    ) -> String {
+        let orch_id = uuid::Uuid::now_v7().to_string();
+        self.state.team.push(Active {
+            orch_id: orch_id.clone(),
+            number,
+            member,
+            reported: false,
+            inputs_sent: 0,
+            outputs_seen: 0,
+            asked: false,
+            reminded: false,
+        });
+        self.log(LogBody::Summoned(SummonedEntry {
+            number,
+            member,
+            orch_id: orch_id.clone(),
+            pool: pool.to_owned(),
+            brief: brief.clone(),
+        }));
+        tracing::info!(orch.id = %orch_id, number, member, pool = %pool, emergency, "summoning an Orchestrator");
         // Sent now, or once the budget allows (`budget.rs`).
         self.send_summons(Summon {
             v: VERSION,
             session_id: self.id.clone(),
             orch_id: orch_id.clone(),
             number,
+            member: member.filter(|_| own_workspace),
             brief,
             workspace: None,
-            pool: pool.clone(),
+            pool: pool.to_owned(),
             summoned_at: Utc::now(),
             runtime,
             handoff,
             budget: None,
-            emergency: lane == Lane::Urgent,
+            emergency,
         });
-        // Off the session's path: a summons nobody can take is worth a word.
-        let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
-        tokio::spawn(async move {
-            if !shared.fleet.pool_served(&shared.bus.client, &pool).await
-                && let Some(inbox) = inbox.upgrade()
-            {
-                let _ = inbox.send(Input::NoWorker { orch_id, pool }).await;
-            }
-        });
+        orch_id
     }
 
-    /// Releases the active Orchestrator, if any: tells its worker and logs it.
-    fn release_active(&mut self) {
-        let Some(active) = self.state.active.take() else {
-            return;
-        };
-        self.effect(Effect::Control(Control {
-            v: VERSION,
-            orch_id: active.orch_id.clone(),
-            action: ControlAction::Release,
-            sent_at: Utc::now(),
-        }));
-        self.state.notes.retain(|(n, _)| *n != active.number);
-        self.log(LogBody::Released(ReleasedEntry {
-            numbers: vec![active.number],
-        }));
+    /// Releases live Orchestrators: tells each one's worker and logs it.
+    pub(crate) fn release(&mut self, members: Vec<Active>) {
+        for active in members {
+            self.state.team.retain(|a| a.orch_id != active.orch_id);
+            self.effect(Effect::Control(Control {
+                v: VERSION,
+                orch_id: active.orch_id.clone(),
+                action: ControlAction::Release,
+                sent_at: Utc::now(),
+            }));
+            if !self.state.team.iter().any(|a| a.number == active.number) {
+                self.state.notes.retain(|(n, _)| *n != active.number);
+            }
+            self.log(LogBody::Released(ReleasedEntry {
+                numbers: vec![active.number],
+                member: active.member,
+            }));
+        }
+        // A team released before all reported: what came in goes on now.
+        if let Some(number) = self.state.gather.as_ref().map(|g| g.number)
+            && !self.state.team.iter().any(|a| a.number == number)
+        {
+            self.deliver_gather(None);
+        }
     }
 }
 
@@ -403,6 +623,24 @@ mod tests {
                 runtime: runtime.map(Into::into),
                 directed,
                 lane: Lane::Queued,
+                strategy: SummonStrategy::Solo,
+                briefs: vec!["Review the parser.".into()],
+            })
+        };
+        let team = |briefs: &[&str]| -> Result<Target, &str> {
+            Ok(Target {
+                pool: "default".into(),
+                runtime: None,
+                directed: false,
+                lane: Lane::Queued,
+                strategy: SummonStrategy::Parallel,
+                briefs: briefs.iter().map(|b| (*b).to_owned()).collect(),
+            })
+        };
+        let chain = |briefs: &[&str]| -> Result<Target, &str> {
+            Ok(Target {
+                strategy: SummonStrategy::Sequential,
+                ..team(briefs).unwrap()
             })
         };
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
@@ -466,22 +704,149 @@ mod tests {
                 ),
             ),
             (
-                "parallel is not available yet",
+                "parallel with a count: each member gets the whole message",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(3);
+                }),
+                &FleetView::NotAsked,
+                team(&["Review the parser."; 3]),
+            ),
+            (
+                "parallel with sub-briefs: one member each",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.briefs = Some(vec!["Lexer.".into(), "Parser.".into()]);
+                }),
+                &FleetView::NotAsked,
+                team(&["Lexer.", "Parser."]),
+            ),
+            (
+                "parallel with a count that agrees with the sub-briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(2);
+                    o.briefs = Some(vec!["Lexer.".into(), "Parser.".into()]);
+                }),
+                &FleetView::NotAsked,
+                team(&["Lexer.", "Parser."]),
+            ),
+            (
+                "parallel at the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(4);
+                }),
+                &FleetView::NotAsked,
+                team(&["Review the parser."; 4]),
+            ),
+            (
+                "parallel over the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(5);
+                }),
+                &fleet,
+                Err("a team of 5 is more than this session may run at once (4 Orchestrators)"),
+            ),
+            (
+                "parallel, a count of 0",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(0);
+                }),
+                &fleet,
+                Err("a team of 0 members was asked for (count 0)"),
+            ),
+            (
+                "parallel, an empty list of sub-briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.briefs = Some(Vec::new());
+                }),
+                &fleet,
+                Err("the list of sub-briefs was empty"),
+            ),
+            (
+                "parallel, an empty sub-brief",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.briefs = Some(vec!["Lexer.".into(), " ".into()]);
+                }),
+                &fleet,
+                Err("sub-brief 2 of 2 is empty"),
+            ),
+            (
+                "parallel, a count and sub-briefs that disagree",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Parallel);
+                    o.count = Some(3);
+                    o.briefs = Some(vec!["Lexer.".into(), "Parser.".into()]);
+                }),
+                &fleet,
+                Err("count 3 and 2 sub-briefs disagree"),
+            ),
+            (
+                "parallel with neither count nor sub-briefs",
                 with(&|o| o.strategy = Some(SummonStrategy::Parallel)),
                 &fleet,
-                Err("the strategy \"parallel\" is not available yet: only solo."),
+                Err("a parallel summons needs a count"),
+            ),
+            (
+                "solo with sub-briefs",
+                with(&|o| o.briefs = Some(vec!["Lexer.".into()])),
+                &fleet,
+                Err("count and briefs are for a team"),
+            ),
+            (
+                "solo with a count of 1 is solo",
+                with(&|o| o.count = Some(1)),
+                &FleetView::NotAsked,
+                ok("default", None, false),
             ),
             (
                 "consensus is not available yet",
                 with(&|o| o.strategy = Some(SummonStrategy::Consensus)),
                 &fleet,
-                Err("the strategy \"consensus\" is not available yet: only solo."),
+                Err(
+                    "the strategy \"consensus\" is not available yet: only solo, parallel and sequential.",
+                ),
             ),
             (
-                "sequential is not available yet",
-                with(&|o| o.strategy = Some(SummonStrategy::Sequential)),
+                "sequential: one link per brief, longer than the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(vec!["Plan.".into(); 5]);
+                }),
+                &FleetView::NotAsked,
+                chain(&["Plan."; 5]),
+            ),
+            (
+                "sequential without briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.count = Some(3);
+                }),
                 &fleet,
-                Err("the strategy \"sequential\" is not available yet: only solo."),
+                Err("a sequential summons needs briefs"),
+            ),
+            (
+                "sequential, an empty list of links",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(Vec::new());
+                }),
+                &fleet,
+                Err("the list of links was empty"),
+            ),
+            (
+                "sequential, an empty link",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Sequential);
+                    o.briefs = Some(vec!["Plan.".into(), "".into(), "Review.".into()]);
+                }),
+                &fleet,
+                Err("link 2 of 3 has an empty brief"),
             ),
             (
                 "an empty brief, whatever else it says",
@@ -495,7 +860,7 @@ mod tests {
             ),
         ];
         for (name, output, fleet, want) in cases {
-            let got = summons_target(&output, "default", None, fleet);
+            let got = summons_target(&output, "default", None, fleet, 4);
             match (want, got) {
                 (Ok(want), Ok(got)) => assert_eq!(got, want, "{name}"),
                 (Err(want), Err(got)) => {
@@ -536,7 +901,7 @@ mod tests {
             ),
         ];
         for (name, output, fleet, want) in cases {
-            let got = summons_target(output, "default", None, fleet).unwrap();
+            let got = summons_target(output, "default", None, fleet, 4).unwrap();
             assert_eq!(got.lane, want, "{name}");
             assert!(!got.directed, "{name}: an emergency alone directs nothing");
         }
@@ -550,11 +915,17 @@ mod tests {
             offer("default", "native"),
         ]);
         let plain = summons("Go.");
-        let got = summons_target(&plain, "default", Some("claude-code"), &FleetView::NotAsked);
+        let got = summons_target(
+            &plain,
+            "default",
+            Some("claude-code"),
+            &FleetView::NotAsked,
+            4,
+        );
         assert_eq!(got.unwrap().runtime.as_deref(), Some("claude-code"));
         let mut named = summons("Go.");
         named.runtime = Some(OrchestratorRuntime::Native);
-        let got = summons_target(&named, "default", Some("claude-code"), &fleet);
+        let got = summons_target(&named, "default", Some("claude-code"), &fleet, 4);
         assert_eq!(got.unwrap().runtime.as_deref(), Some("native"));
     }
 

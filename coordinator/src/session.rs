@@ -13,7 +13,7 @@ use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::{
     ArbiterDelta, ArbiterIntent, ArbiterOutput, ErrorEntry, HumanEntry, HumanMessage, LogBody,
     LogEntry, OrchestratorMessage, Role, SessionStatus, SystemEntry, VERSION, WireError,
-    orchestrator_name, subjects,
+    member_name, orchestrator_name, subjects,
 };
 use chrono::Utc;
 use futures::future::BoxFuture;
@@ -267,6 +267,7 @@ impl Session {
                 self.transcript = restored.transcript;
                 self.stored_turns = self.transcript.len();
                 self.state = restored.snapshot;
+                self.state.upgrade();
                 self.rev = restored.rev;
                 self.writer = self.shared.steps.writer(
                     subjects::session_state(&self.id),
@@ -410,6 +411,7 @@ impl Session {
                     .await;
             }
             let gap_deadline = self.held.deadline();
+            let team_deadline = self.gather_deadline();
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 input = inbox.recv() => match input {
@@ -471,6 +473,17 @@ impl Session {
                     }
                 }, if gap_deadline.is_some() => {
                     self.expire_held();
+                    if !self.commit().await {
+                        break;
+                    }
+                }
+                () = async {
+                    match team_deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                }, if team_deadline.is_some() => {
+                    self.expire_gather();
                     if !self.commit().await {
                         break;
                     }
@@ -581,7 +594,7 @@ impl Session {
     /// queued, or an Orchestrator is active. A session at work counts
     /// against its owner's limit (see `caps.rs`).
     fn at_work(&self) -> bool {
-        self.state.turn_in_flight || !self.state.queue.is_empty() || self.state.active.is_some()
+        self.state.turn_in_flight || !self.state.queue.is_empty() || !self.state.team.is_empty()
     }
 
     async fn on_input(&mut self, input: Input) {
@@ -634,7 +647,7 @@ impl Session {
                     text: message.text.clone(),
                 }));
                 self.take_workspace(message.workspace);
-                let tagged = self.state.active.is_some();
+                let tagged = !self.state.team.is_empty();
                 // Queued, or with a hold at the budget cap.
                 self.enqueue(Pending::Human {
                     text: message.text,
@@ -662,14 +675,13 @@ impl Session {
                 self.log(LogBody::Error(ErrorEntry { error }));
             }
             Input::NoWorker { orch_id, pool } => {
-                let Some(active) = self.state.active.as_ref().filter(|a| a.orch_id == orch_id)
-                else {
+                let Some(active) = self.state.member(&orch_id) else {
                     return;
                 };
                 let text = format!(
                     "No worker of pool {pool} answered: {} waits in the queue until \
                      one is up (arbiter-worker --pool {pool}).",
-                    orchestrator_name(active.number)
+                    member_name(active.number, active.member)
                 );
                 self.log(LogBody::System(arbiter_protocol::SystemEntry { text }));
             }

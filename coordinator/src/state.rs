@@ -43,6 +43,9 @@ pub(crate) enum Pending {
     },
     Orchestrator {
         number: u32,
+        /// Its member number within a team (II.1, II.2…); absent for a solo Orchestrator.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        member: Option<u32>,
         text: String,
         /// The worker's evidence that came with the report.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +57,47 @@ pub(crate) enum Pending {
     System {
         text: String,
     },
+    /// A parallel team's reports, delivered together in one input: when
+    /// every member has reported, or the team wait ran out.
+    Team {
+        number: u32,
+        /// Members summoned.
+        members: u32,
+        /// Each member's report as the Arbiter reads it (see `outputs::report`).
+        reports: Vec<(u32, String)>,
+        /// Seconds waited before delivering without the missing members (none: all reported).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waited_secs: Option<u64>,
+        /// A sequential chain's reports, rather than a parallel team's.
+        #[serde(default)]
+        sequential: bool,
+    },
+}
+
+/// A parallel team whose reports are gathered before the Arbiter reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct Gather {
+    /// The team's generation number (II for II.1, II.2…).
+    pub number: u32,
+    /// Members summoned.
+    pub members: u32,
+    /// The reports in so far, by member number.
+    pub reports: Vec<(u32, String)>,
+    /// When the reports go to the Arbiter, whoever is missing.
+    pub deadline: DateTime<Utc>,
+    /// A sequential chain: its links are summoned one after another.
+    #[serde(default)]
+    pub sequential: bool,
+    /// The chain's links not summoned yet, the next first.
+    #[serde(default)]
+    pub links: VecDeque<String>,
+    /// The chain's purpose (the summons' message), and where its links run.
+    #[serde(default)]
+    pub purpose: String,
+    #[serde(default)]
+    pub pool: String,
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// The Orchestrator the Arbiter is speaking with.
@@ -61,6 +105,12 @@ pub(crate) enum Pending {
 pub(crate) struct Active {
     pub orch_id: String,
     pub number: u32,
+    /// Its member number within a team (II.1, II.2…); absent for a solo Orchestrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
+    /// It has reported (an output that expects a response) since its summons.
+    #[serde(default)]
+    pub reported: bool,
     /// The seq of the last input sent to it.
     pub inputs_sent: u64,
     /// The seq of the last output taken from it.
@@ -78,7 +128,17 @@ pub(crate) struct Active {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "SessionSnapshot")]
 pub(crate) struct Snapshot {
+    /// Records from before teams hold their one Orchestrator here; it is
+    /// moved into `team` when they are read (see [`Snapshot::upgrade`]).
+    #[serde(default, skip_serializing)]
     pub active: Option<Active>,
+    /// The live Orchestrators: one for a solo summons, every member of a
+    /// team (the Arbiter speaks to the first when it names no member).
+    #[serde(default)]
+    pub team: Vec<Active>,
+    /// A parallel team's reports being gathered into one input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gather: Option<Gather>,
     pub summoned: u32,
     pub log_seq: u64,
     pub queue: VecDeque<Pending>,
@@ -126,9 +186,27 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// Moves a record's one Orchestrator from before teams into `team`.
+    pub(crate) fn upgrade(&mut self) {
+        if let Some(active) = self.active.take() {
+            self.team.push(active);
+        }
+    }
+
+    /// The live Orchestrator `orch_id`, if it is one.
+    pub(crate) fn member(&self, orch_id: &str) -> Option<&Active> {
+        self.team.iter().find(|a| a.orch_id == orch_id)
+    }
+
+    pub(crate) fn member_mut(&mut self, orch_id: &str) -> Option<&mut Active> {
+        self.team.iter_mut().find(|a| a.orch_id == orch_id)
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             active: None,
+            team: Vec::new(),
+            gather: None,
             summoned: 0,
             log_seq: 0,
             queue: VecDeque::new(),

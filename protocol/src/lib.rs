@@ -38,7 +38,7 @@ pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
     ArbiterToOrchestratorEntry, ErrorEntry, HumanCommand, HumanEntry, HumanMessage, LogBody,
     LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
-    SummonedEntry, SystemEntry,
+    StrategyEntry, SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 
@@ -86,6 +86,15 @@ pub fn orchestrator_name(n: u32) -> String {
     format!("Orchestrator {}", roman(n))
 }
 
+/// The name of one member of a team: `Orchestrator II.3` (generation II,
+/// member 3); a solo Orchestrator (no member number) is `Orchestrator II`.
+pub fn member_name(n: u32, member: Option<u32>) -> String {
+    match member {
+        Some(m) => format!("Orchestrator {}.{m}", roman(n)),
+        None => orchestrator_name(n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +104,7 @@ mod tests {
         let got: Vec<String> = [1, 2, 3, 4, 9, 14, 40, 1994].map(roman).to_vec();
         assert_eq!(got, ["I", "II", "III", "IV", "IX", "XIV", "XL", "MCMXCIV"]);
         assert_eq!(orchestrator_name(2), "Orchestrator II");
+        assert_eq!(member_name(2, Some(3)), "Orchestrator II.3");
+        assert_eq!(member_name(2, None), "Orchestrator II");
     }
 }

@@ -15,6 +15,13 @@ pub struct Summon {
     pub orch_id: String,
     /// I, II, III… within the session.
     pub number: u32,
+    /// Its member number (1, 2, 3…) when it is one of a parallel team
+    /// (all of them share `number`: II.1, II.2…). Such a member works in a
+    /// workspace of its own, prepared from the session's (see
+    /// docs/protocol.md). Absent for a solo Orchestrator and a chain's links,
+    /// which work in the session's workspace (and from older coordinators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
     /// The Arbiter's complete brief: the Orchestrator's first user message.
     pub brief: String,
     /// Deprecated and ignored: the worker opens the workspace of `session_id`

@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 pub enum ArbiterIntent {
     /// Speak to the human.
     AddressHuman,
-    /// Speak to the active Orchestrator; the message becomes its next user message.
+    /// Speak to the active Orchestrator (or the team members named in `members`); the message becomes its next user message.
     AddressOrchestrator,
-    /// Release the active Orchestrator (if any) and summon a new one; the message is its complete brief.
+    /// Release the active Orchestrators (if any) and summon new ones; the message is the complete brief.
     SummonOrchestrator,
-    /// Release every Orchestrator of the session; the message goes to the human.
+    /// Release every Orchestrator of the session (or the team members named in `members`); the message goes to the human.
     ReleaseOrchestrators,
     /// Private thoughts: recorded, never delivered to anyone.
     Musings,
@@ -55,9 +55,28 @@ pub struct ArbiterOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<OrchestratorRuntime>,
     /// summon_orchestrator only: how many Orchestrators work the brief and
-    /// how. Only solo is available yet; leave it out (or null) for solo.
+    /// how: solo (one; leave it out or null), parallel (several at once,
+    /// each in its own copy of the workspace; their reports come back to you
+    /// together), sequential (a chain given as `briefs`, each link summoned
+    /// with the report of the one before). consensus is not available yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<SummonStrategy>,
+    /// summon_orchestrator with strategy parallel only: how many members
+    /// each get the whole message as their brief. Leave it out (or null)
+    /// when you give `briefs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// summon_orchestrator with strategy parallel or sequential only: one
+    /// complete brief per member (member 1 gets the first), or per link of
+    /// a chain, in order. The message then says what the team as a whole is
+    /// for. Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub briefs: Option<Vec<String>>,
+    /// address_orchestrator and release_orchestrators only, while a team
+    /// works: the member numbers (1, 2, 3…) this goes to. Leave it out (or
+    /// null) for the only live Orchestrator, or to release them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<u32>>,
     /// summon_orchestrator only: the human's words that led you to this
     /// pool, runtime or strategy. Leave it out (or null) when the human did
     /// not direct the choice.
@@ -80,6 +99,9 @@ impl ArbiterOutput {
             pool: None,
             runtime: None,
             strategy: None,
+            count: None,
+            briefs: None,
+            members: None,
             directive: None,
             emergency: None,
         }
@@ -116,11 +138,11 @@ pub enum SummonStrategy {
     /// One Orchestrator (the default).
     #[default]
     Solo,
-    /// Several Orchestrators at once on parts of the brief (not available yet).
+    /// Several Orchestrators at once, on the whole brief or one sub-brief each.
     Parallel,
     /// Several Orchestrators answer the same question; their verdicts are tallied (not available yet).
     Consensus,
-    /// A chain, each link briefed with its predecessor's report (not available yet).
+    /// A chain, each link briefed with its predecessor's report.
     Sequential,
 }
 

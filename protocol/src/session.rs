@@ -79,6 +79,30 @@ pub enum LogBody {
     /// The Arbiter's context passed its threshold: a new Arbiter generation
     /// took over from this packet (and the last few exchanges).
     ArbiterHandoff(ArbiterHandoffEntry),
+    /// The audit trail of a summons: the strategy chosen, the human's
+    /// directive (verbatim and as read), and whether it went ahead or why not.
+    Strategy(StrategyEntry),
+}
+
+/// One summons decision, for the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StrategyEntry {
+    /// The generation the summons made (II for II.1, II.2…); absent when it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u32>,
+    pub strategy: crate::SummonStrategy,
+    /// Members summoned (1 for solo; 0 when rejected).
+    pub members: u32,
+    /// The pool it went to, or was asked for.
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// The human's words behind the choice, verbatim, and the Arbiter's reading of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directive: Option<crate::Directive>,
+    /// Why the summons was refused; absent when it went ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -95,6 +119,9 @@ pub struct ArbiterEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ArbiterToOrchestratorEntry {
     pub number: u32,
+    /// Its member number within a team (II.1, II.2…); absent for a solo Orchestrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
     pub orch_id: String,
     pub text: String,
 }
@@ -102,6 +129,9 @@ pub struct ArbiterToOrchestratorEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OrchestratorEntry {
     pub number: u32,
+    /// Its member number within a team (II.1, II.2…); absent for a solo Orchestrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
     pub orch_id: String,
     pub expects_response: bool,
     pub text: String,
@@ -122,6 +152,9 @@ pub struct MusingEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SummonedEntry {
     pub number: u32,
+    /// Its member number within a team (II.1, II.2…); absent for a solo Orchestrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
     pub orch_id: String,
     pub pool: String,
     pub brief: String,
@@ -130,6 +163,9 @@ pub struct SummonedEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReleasedEntry {
     pub numbers: Vec<u32>,
+    /// The member released, when one member of a team was (`numbers` holds its generation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -177,6 +213,12 @@ pub enum SessionState {
 pub struct ActiveOrchestrator {
     pub orch_id: String,
     pub number: u32,
+    /// Its member number within a team; absent for a solo Orchestrator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<u32>,
+    /// It has reported (answered its brief) since it was summoned.
+    #[serde(default)]
+    pub reported: bool,
 }
 
 /// `session.<session_id>.status`: published on every change and as a heartbeat;
@@ -191,8 +233,13 @@ pub struct SessionStatus {
     pub queued: u32,
     pub arbiter_context_pct: f32,
     pub arbiter_context_tokens: u64,
+    /// The first live Orchestrator (kept for older consoles; see `team`).
     #[serde(default)]
     pub active: Option<ActiveOrchestrator>,
+    /// Every live Orchestrator of the session: one for a solo summons, each
+    /// member of a team. Absent from older coordinators.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub team: Vec<ActiveOrchestrator>,
     /// Orchestrators summoned so far in this session.
     pub summoned: u32,
     /// The seq of the newest log entry.

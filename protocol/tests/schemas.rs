@@ -11,6 +11,7 @@ fn a_log_entry_round_trips_with_its_tag() {
         seq: 3,
         at: chrono::DateTime::UNIX_EPOCH,
         body: LogBody::Orchestrator(OrchestratorEntry {
+            member: None,
             number: 2,
             orch_id: "o".into(),
             expects_response: false,

@@ -419,6 +419,7 @@ async fn the_console_starts_before_nats_and_attaches_once_it_is_up() {
 fn thinking_status(session: &str, age: chrono::Duration) -> SessionStatus {
     let now = chrono::Utc::now();
     SessionStatus {
+        team: Vec::new(),
         v: VERSION,
         session_id: session.into(),
         state: SessionState::Thinking,

@@ -2,8 +2,8 @@
 //! runtime an Orchestrator must run on, with the human's words behind it.
 //! The coordinator checks it against the workers that are up: a summons on
 //! an offered pool goes there and only a worker of that pool takes it; a
-//! pool nobody serves, or a strategy other than solo, is refused back to
-//! the Arbiter with the reason, and nothing is summoned.
+//! pool nobody serves, or a strategy not available yet (consensus), is
+//! refused back to the Arbiter with the reason, and nothing is summoned.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -98,6 +98,12 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
     // No runtime named, none configured: any runtime of the pool may take it.
     assert_eq!(summon.runtime, None);
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+    // The log entries go out after the summons: the worker may be first.
+    log.wait_for(
+        "the direction note",
+        |b| matches!(b, LogBody::System(e) if e.text.contains("directive")),
+    )
+    .await;
 
     let bodies = log.bodies();
     let summoned = bodies
@@ -137,7 +143,7 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_nobody_serves_and_a_parallel_strategy_are_refused_to_the_arbiter() {
+async fn a_pool_nobody_serves_and_a_consensus_strategy_are_refused_to_the_arbiter() {
     let sys = two_pools().await;
 
     // A pool no worker serves: refused, the reason names it, nothing summoned.
@@ -203,13 +209,13 @@ async fn a_pool_nobody_serves_and_a_parallel_strategy_are_refused_to_the_arbiter
     );
     assert!(sys.mock.requests_for(&orch_lane(brief)).is_empty());
 
-    // A parallel summons: not available yet, refused with the reason.
-    let s = "s-parallel";
+    // A consensus summons: not available yet, refused with the reason.
+    let s = "s-consensus";
     let log = sys.watch_log(s).await;
     let arb = arbiter_lane("Do all three parts at once");
     let brief = "Write the three modules.";
     sys.mock
-        .push(&arb, summons(brief, json!({"strategy": "parallel"})));
+        .push(&arb, summons(brief, json!({"strategy": "consensus"})));
     sys.mock
         .push(&arb, arbiter("address_human", "One at a time, then."));
     sys.send(s, "Do all three parts at once").await;
@@ -222,7 +228,9 @@ async fn a_pool_nobody_serves_and_a_parallel_strategy_are_refused_to_the_arbiter
     assert_eq!(requests.len(), 2);
     let told = requests[1].last_user_text();
     assert!(
-        told.contains("the strategy \"parallel\" is not available yet: only solo."),
+        told.contains(
+            "the strategy \"consensus\" is not available yet: only solo, parallel and sequential."
+        ),
         "{told}"
     );
     let bodies = log.bodies();

@@ -151,7 +151,14 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             "the summons names another workspace; ignored, the session's own is used"
         );
     }
-    let workspace = match Workspace::open(&shared.config.workspace_root, &summon.session_id) {
+    // A member of a team works in a workspace of its own (see `workspace.rs`).
+    let opened = match summon.member {
+        Some(member) => {
+            Workspace::open_member(&shared.config.workspace_root, &summon.session_id, member)
+        }
+        None => Workspace::open(&shared.config.workspace_root, &summon.session_id),
+    };
+    let workspace = match opened {
         Ok(ws) => ws,
         Err(e) => {
             let message = format!("workspace: {e}");

@@ -24,6 +24,27 @@ impl Workspace {
         Ok(Self { root })
     }
 
+    /// Opens the workspace of member `member` of a team of session
+    /// `session`: a directory of its own, `<session>.m<member>` beside the
+    /// session's (a `.` never occurs in a session id, so it cannot be
+    /// another session's). It is prepared once, from the session's
+    /// workspace: a git worktree (detached at its `HEAD`) when that is a git
+    /// repository with a commit, else a copy of its files (nothing, when the
+    /// session has no workspace on this worker yet).
+    pub fn open_member(base: &Path, session: &str, member: u32) -> Result<Self, String> {
+        if !arbiter_protocol::subjects::is_valid_token(session) {
+            return Err(format!("workspace name {session:?} is not a plain name"));
+        }
+        let dir = base.join(member_dir(session, member));
+        if !dir.exists() {
+            prepare_member(&base.join(session), &dir)?;
+        }
+        let root = dir
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+        Ok(Self { root })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -90,6 +111,75 @@ impl Workspace {
     }
 }
 
+/// The directory name of member `member`'s workspace in session `session`.
+pub fn member_dir(session: &str, member: u32) -> String {
+    format!("{session}.m{member}")
+}
+
+/// Makes `dir` from the session's workspace `from`: a git worktree when
+/// `from` is a repository with a commit, else a copy.
+fn prepare_member(from: &Path, dir: &Path) -> Result<(), String> {
+    if from.join(".git").exists() {
+        let added = std::process::Command::new("git")
+            .arg("-C")
+            .arg(from)
+            .args(["worktree", "add", "--detach", "--quiet"])
+            .arg(dir)
+            .arg("HEAD")
+            .stdin(std::process::Stdio::null())
+            .output();
+        match added {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => tracing::warn!(
+                stderr = %String::from_utf8_lossy(&out.stderr).trim(),
+                "no git worktree for a team member; its workspace is a copy"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "git did not run; the member's workspace is a copy")
+            }
+        }
+        // A failed attempt may leave a directory behind.
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // Made under a temporary name and renamed, so a half copy is never taken for one.
+    // Its own name (`<session>.m2.partial`): members are prepared at once.
+    let mut partial = dir.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial)
+        .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+    if from.is_dir() {
+        copy_tree(from, &partial)?;
+    }
+    std::fs::rename(&partial, dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+/// Copies the files under `from` into `to` (symlinks as symlinks).
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("cannot read {}: {e}", src.display()))?;
+        let copied = if kind.is_symlink() {
+            std::fs::read_link(&src).and_then(|target| std::os::unix::fs::symlink(target, &dst))
+        } else if kind.is_dir() {
+            std::fs::create_dir_all(&dst)
+                .map_err(|e| format!("cannot create {}: {e}", dst.display()))?;
+            copy_tree(&src, &dst)?;
+            Ok(())
+        } else {
+            std::fs::copy(&src, &dst).map(|_| ())
+        };
+        copied.map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +199,72 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_members_workspace_is_a_copy_of_the_sessions_and_its_own() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(base.path(), "s1").unwrap();
+        std::fs::create_dir_all(ws.root().join("src")).unwrap();
+        std::fs::write(ws.root().join("src/lib.rs"), "fn main() {}").unwrap();
+        let one = Workspace::open_member(base.path(), "s1", 1).unwrap();
+        let two = Workspace::open_member(base.path(), "s1", 2).unwrap();
+        assert!(one.root().ends_with("s1.m1"), "{}", one.root().display());
+        assert_eq!(
+            std::fs::read_to_string(one.root().join("src/lib.rs")).unwrap(),
+            "fn main() {}"
+        );
+        std::fs::write(one.root().join("mine.txt"), "1").unwrap();
+        assert!(!two.root().join("mine.txt").exists());
+        assert!(!ws.root().join("mine.txt").exists());
+        // Opened again (a restarted worker): the same files, not a fresh copy.
+        let again = Workspace::open_member(base.path(), "s1", 1).unwrap();
+        assert!(again.root().join("mine.txt").exists());
+        assert!(Workspace::open_member(base.path(), "../s1", 1).is_err());
+        // Members prepared at the same moment never share a half copy.
+        let root = base.path();
+        let made: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (3..9)
+                .map(|m| scope.spawn(move || Workspace::open_member(root, "s1", m)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, ws) in made.into_iter().enumerate() {
+            let ws = ws.unwrap();
+            assert!(ws.root().ends_with(format!("s1.m{}", i + 3)));
+            assert!(ws.root().join("src/lib.rs").exists());
+        }
+    }
+
+    #[test]
+    fn a_members_workspace_is_a_git_worktree_when_the_sessions_is_a_repository() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(base.path(), "s2").unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(ws.root())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        git(&["init", "-q"]);
+        std::fs::write(ws.root().join("a.txt"), "a").unwrap();
+        git(&["add", "a.txt"]);
+        git(&["commit", "-q", "-m", "a"]);
+        let one = Workspace::open_member(base.path(), "s2", 1).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(one.root().join("a.txt")).unwrap(),
+            "a"
+        );
+        // A worktree: its .git is a file pointing at the session's repository.
+        assert!(one.root().join(".git").is_file());
     }
 
     #[test]

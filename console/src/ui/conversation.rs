@@ -2,7 +2,7 @@
 //! between entries, the streaming reply and unsent messages at the end,
 //! scrolled to the live tail or wherever the human left it.
 
-use arbiter_protocol::{ArbiterIntent, orchestrator_name, roman};
+use arbiter_protocol::{ArbiterIntent, member_name, roman};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -111,18 +111,21 @@ fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
     let (speaker, speaker_style, text_style) = match entry.kind {
         Kind::Human => ("You: ".to_owned(), theme::human(), Style::new()),
         Kind::Arbiter => ("Arbiter: ".to_owned(), theme::arbiter(), Style::new()),
-        Kind::ArbiterToOrchestrator(n) => (
-            format!("Arbiter → {}: ", roman(n)),
+        Kind::ArbiterToOrchestrator(n, m) => (
+            match m {
+                Some(m) => format!("Arbiter → {}.{m}: ", roman(n)),
+                None => format!("Arbiter → {}: ", roman(n)),
+            },
             theme::arbiter(),
             Style::new(),
         ),
-        Kind::Orchestrator(n) => (
-            format!("{}: ", orchestrator_name(n)),
+        Kind::Orchestrator(n, m) => (
+            format!("{}: ", member_name(n, m)),
             theme::orchestrator(n),
             Style::new(),
         ),
-        Kind::Note(n) => (
-            format!("{}: ", orchestrator_name(n)),
+        Kind::Note(n, m) => (
+            format!("{}: ", member_name(n, m)),
             theme::orchestrator(n).patch(theme::note()),
             theme::note(),
         ),

@@ -1,11 +1,12 @@
 //! The status area: a context bar for the Arbiter (with what the session
 //! has cost so far) and one for the active Orchestrator (with what it has
 //! cost) with its current tool and liveness, or "Awaiting your command."
-//! when no Orchestrator is active.
+//! when no Orchestrator is active. A team shows "2 of 3 reported" and a bar
+//! per member (II.1, II.2…).
 
 use std::time::{Duration, Instant};
 
-use arbiter_protocol::orchestrator_name;
+use arbiter_protocol::{member_name, orchestrator_name};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use unicode_width::UnicodeWidthStr;
@@ -82,6 +83,45 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         bar,
         width,
     )];
+    let team = vitals.team();
+    if team.len() > 1 {
+        // A team: how many reported, then one bar per member.
+        let number = team[0].number;
+        let reported = team.iter().filter(|m| m.reported).count();
+        rows.push(Line::from(vec![
+            Span::raw("  "),
+            Span::styled(
+                format!(
+                    "Team {}: {reported} of {} reported",
+                    arbiter_protocol::roman(number),
+                    team.len()
+                ),
+                theme::orchestrator(number),
+            ),
+        ]));
+        for member in team {
+            let status = vitals.status_of(&member.orch_id);
+            let mut state = if member.reported {
+                "reported".to_owned()
+            } else {
+                "at work".to_owned()
+            };
+            if let Some(spend) = status.map(|s| s.spend).filter(|s| s.requests > 0) {
+                state.push_str(&format!(" · {}", spend.cost_text()));
+            }
+            rows.push(bar_line(
+                Span::styled(
+                    member_name(member.number, member.member),
+                    theme::orchestrator(member.number),
+                ),
+                Some((state, theme::dim())),
+                status.map(|s| s.context_pct),
+                bar,
+                width,
+            ));
+        }
+        return rows;
+    }
     let Some(number) = vitals.active_number() else {
         rows.push(Line::from(vec![
             Span::raw("  "),

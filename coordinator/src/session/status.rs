@@ -20,6 +20,17 @@ pub(super) const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
 
 impl Session {
     pub(super) async fn publish_status(&mut self, thinking: bool, changed: bool) {
+        let team: Vec<arbiter_protocol::ActiveOrchestrator> = self
+            .state
+            .team
+            .iter()
+            .map(|a| arbiter_protocol::ActiveOrchestrator {
+                orch_id: a.orch_id.clone(),
+                number: a.number,
+                member: a.member,
+                reported: a.reported,
+            })
+            .collect();
         let status = SessionStatus {
             v: VERSION,
             session_id: self.id.clone(),
@@ -34,14 +45,8 @@ impl Session {
                 self.shared.config.context_budget,
             ),
             arbiter_context_tokens: self.state.context_tokens,
-            active: self
-                .state
-                .active
-                .as_ref()
-                .map(|a| arbiter_protocol::ActiveOrchestrator {
-                    orch_id: a.orch_id.clone(),
-                    number: a.number,
-                }),
+            active: team.first().cloned(),
+            team,
             summoned: self.state.summoned,
             last_seq: self.state.log_seq,
             created_at: self.state.created_at,

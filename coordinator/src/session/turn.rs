@@ -52,11 +52,25 @@ impl Session {
                 } => text,
                 Pending::Orchestrator {
                     number,
+                    member,
                     text,
                     evidence,
                     handoff,
-                } => crate::outputs::report(number, &text, evidence.as_ref(), handoff.as_deref()),
+                } => crate::outputs::report(
+                    number,
+                    member,
+                    &text,
+                    evidence.as_ref(),
+                    handoff.as_deref(),
+                ),
                 Pending::System { text } => format!("System: {text}"),
+                Pending::Team {
+                    number,
+                    members,
+                    reports,
+                    waited_secs,
+                    sequential,
+                } => crate::team::team_input(number, members, &reports, waited_secs, sequential),
             });
         }
         parts.join("\n\n")
@@ -232,13 +246,14 @@ impl Session {
     /// for the Arbiter and its turn did not answer, a turn that only mused is
     /// reminded once (a new turn); otherwise the human is told, once.
     fn question_left(&mut self, ending: Ending) {
-        let Some(active) = self.state.active.as_mut() else {
-            return;
-        };
-        if !active.asked || !self.state.queue.is_empty() || self.state.hold.is_some() {
+        if !self.state.queue.is_empty() || self.state.hold.is_some() {
             return;
         }
-        let name = orchestrator_name(active.number);
+        // The first member still waiting on an answer (one note at a time).
+        let Some(active) = self.state.team.iter_mut().find(|a| a.asked) else {
+            return;
+        };
+        let name = member_name(active.number, active.member);
         if ending == Ending::Musings && !active.reminded {
             active.reminded = true;
             let text = format!(

@@ -752,21 +752,27 @@ pub fn brief(body: &LogBody) -> (String, String) {
         LogBody::ArbiterToOrchestrator(e) => (
             format!(
                 "Arbiter → {}",
-                arbiter_protocol::orchestrator_name(e.number)
+                arbiter_protocol::member_name(e.number, e.member)
             ),
             e.text.clone(),
         ),
         LogBody::Orchestrator(e) if e.expects_response => (
-            arbiter_protocol::orchestrator_name(e.number),
+            arbiter_protocol::member_name(e.number, e.member),
             e.text.clone(),
         ),
         LogBody::Orchestrator(e) => (
-            format!("{} (note)", arbiter_protocol::orchestrator_name(e.number)),
+            format!(
+                "{} (note)",
+                arbiter_protocol::member_name(e.number, e.member)
+            ),
             e.text.clone(),
         ),
         LogBody::Musing(e) => ("Musing".into(), e.text.clone()),
         LogBody::Summoned(e) => (
-            format!("Summoned {}", arbiter_protocol::orchestrator_name(e.number)),
+            format!(
+                "Summoned {}",
+                arbiter_protocol::member_name(e.number, e.member)
+            ),
             e.brief.clone(),
         ),
         LogBody::Released(e) => (
@@ -782,6 +788,18 @@ pub fn brief(body: &LogBody) -> (String, String) {
         LogBody::ArbiterHandoff(e) => (
             format!("Arbiter, generation {}", e.generation),
             e.packet.goal.clone(),
+        ),
+        LogBody::Strategy(e) => (
+            "Strategy".into(),
+            format!(
+                "{} x{}{}",
+                e.strategy.as_str(),
+                e.members,
+                e.rejected
+                    .as_deref()
+                    .map(|r| format!(" refused: {r}"))
+                    .unwrap_or_default()
+            ),
         ),
     }
 }

@@ -50,6 +50,7 @@ pub async fn summon_as(
     msg_id: &str,
 ) {
     let summon = Summon {
+        member: None,
         v: VERSION,
         session_id: session.into(),
         orch_id: orch_id.into(),

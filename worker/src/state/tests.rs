@@ -20,6 +20,7 @@ async fn backend(nats: &NatsServer) -> StateBackend {
 
 fn summon(orch_id: &str) -> Summon {
     Summon {
+        member: None,
         v: VERSION,
         session_id: "s".into(),
         orch_id: orch_id.into(),
