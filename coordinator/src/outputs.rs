@@ -1,4 +1,4 @@
-//! Orchestrator output reaching a session: only the active Orchestrator's,
+//! Orchestrator output reaching a session: only its live Orchestrators',
 //! and only in `seq` order. The next `seq` is taken; one at or below the last
 //! taken is a duplicate; one further ahead is held aside, unacknowledged, for
 //! up to the gap wait (longer than the consumer's ack wait, so a message
@@ -19,8 +19,9 @@ use tokio::time::Instant;
 use crate::session::{Ack, Session};
 use crate::state::Pending;
 
-/// Output held aside per session, at most; more is dropped at once (and
-/// counted in the gap's report). Bounds what a flood of forged `seq`s keeps
+/// Output held aside per live Orchestrator, at most (so per session, at
+/// most this times the team cap); more is dropped at once (and counted in
+/// the gap's report). Bounds what a flood of forged `seq`s keeps
 /// unacknowledged on the coordinator's consumer.
 pub(crate) const MAX_HELD_OUTPUTS: usize = 64;
 
@@ -31,24 +32,25 @@ pub(crate) struct Held {
     ack: Ack,
 }
 
-/// The output held aside for one session's active Orchestrator.
+/// The output held aside for a session's live Orchestrators, each its own
+/// (the members of a team open and fill their gaps independently).
 pub(crate) struct HeldOutputs {
-    /// Whose output is held.
-    orch_id: Option<String>,
-    gaps: Gaps<Held>,
+    wait: std::time::Duration,
+    /// Held output by orch_id.
+    by_orch: std::collections::HashMap<String, Gaps<Held>>,
 }
 
 impl HeldOutputs {
     pub(crate) fn new(wait: std::time::Duration) -> Self {
         Self {
-            orch_id: None,
-            gaps: Gaps::new(wait, MAX_HELD_OUTPUTS),
+            wait,
+            by_orch: std::collections::HashMap::new(),
         }
     }
 
-    /// When the open gap times out, if output is held.
+    /// When the first open gap times out, if output is held.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.gaps.deadline()
+        self.by_orch.values().filter_map(Gaps::deadline).min()
     }
 }
 
@@ -85,14 +87,17 @@ impl Session {
                     self.keep_ack(held.ack);
                     self.take_output(held.message, held.trace);
                     next = match self.state.member(&orch_id) {
-                        Some(active) => self
-                            .held
-                            .gaps
-                            .next_after(active.outputs_seen, Instant::now())
-                            .map(|(_, held)| held),
+                        Some(active) => {
+                            let last = active.outputs_seen;
+                            self.held
+                                .by_orch
+                                .get_mut(&orch_id)
+                                .and_then(|gaps| gaps.next_after(last, Instant::now()))
+                                .map(|(_, held)| held)
+                        }
                         // It failed: whatever it sent after is not wanted.
                         None => {
-                            self.drop_held();
+                            self.drop_held(&orch_id);
                             None
                         }
                     };
@@ -106,24 +111,34 @@ impl Session {
     fn hold_output(&mut self, held: Held) {
         let seq = held.message.seq;
         let orch_id = held.message.orch_id.clone();
-        if self.held.orch_id.as_deref() != Some(orch_id.as_str()) {
-            // What an earlier Orchestrator left held is not wanted any more.
-            self.drop_held();
-            self.held.orch_id = Some(orch_id.clone());
+        // What Orchestrators no longer live left held is not wanted any more.
+        let gone: Vec<String> = self
+            .held
+            .by_orch
+            .keys()
+            .filter(|id| self.state.member(id).is_none())
+            .cloned()
+            .collect();
+        for id in gone {
+            self.drop_held(&id);
         }
-        match self.held.gaps.hold(seq, held, Instant::now()) {
+        let wait = self.held.wait;
+        let gaps = self
+            .held
+            .by_orch
+            .entry(orch_id.clone())
+            .or_insert_with(|| Gaps::new(wait, MAX_HELD_OUTPUTS));
+        match gaps.hold(seq, held, Instant::now()) {
             Hold::Held => {
                 tracing::warn!(orch.id = %orch_id, seq, "Orchestrator output ahead of its turn; held until the output before it arrives");
             }
             Hold::AlreadyHeld(again) => {
-                let same = self
-                    .held
-                    .gaps
+                let same = gaps
                     .get(seq)
                     .is_some_and(|first| stream_seq(&first.ack) == stream_seq(&again.ack));
                 if same {
                     // Delivered again (the ack wait ran out): this delivery is the one to ack.
-                    self.held.gaps.replace(seq, again);
+                    gaps.replace(seq, again);
                 } else {
                     tracing::warn!(orch.id = %orch_id, seq, "a second output with a seq already held; dropped");
                     self.keep_ack(again.ack);
@@ -139,14 +154,25 @@ impl Session {
     /// Drops the held output once its gap has stayed open for the whole
     /// wait, and says so in the log if its Orchestrator is still active.
     pub(crate) fn expire_held(&mut self) {
-        let Some(expired) = self.held.gaps.expire(Instant::now()) else {
-            return;
-        };
-        let orch_id = self.held.orch_id.take();
+        let now = Instant::now();
+        let expired: Vec<(String, Expired<Held>)> = self
+            .held
+            .by_orch
+            .iter_mut()
+            .filter_map(|(id, gaps)| gaps.expire(now).map(|e| (id.clone(), e)))
+            .collect();
+        self.held.by_orch.retain(|_, gaps| !gaps.is_empty());
+        for (orch_id, expired) in expired {
+            self.expired(&orch_id, expired);
+        }
+    }
+
+    /// One Orchestrator's gap that never filled.
+    fn expired(&mut self, orch_id: &str, expired: Expired<Held>) {
         let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
         let turned_away = expired.turned_away;
         self.ack_dropped(expired);
-        let Some(active) = orch_id.as_deref().and_then(|id| self.state.member(id)) else {
+        let Some(active) = self.state.member(orch_id) else {
             return;
         };
         let missing = active.outputs_seen.saturating_add(1);
@@ -155,7 +181,7 @@ impl Session {
             "output seq {missing} of {} never arrived within {} s; the output held after it \
              was dropped: seq {}",
             member_name(active.number, active.member),
-            self.held.gaps.wait().as_secs_f64(),
+            self.held.wait.as_secs_f64(),
             list.join(", ")
         );
         if turned_away > 0 {
@@ -170,11 +196,12 @@ impl Session {
         }));
     }
 
-    /// Drops whatever is held, acknowledged without a word.
-    fn drop_held(&mut self) {
-        let expired = self.held.gaps.drain();
-        self.held.orch_id = None;
-        self.ack_dropped(expired);
+    /// Drops whatever is held for `orch_id`, acknowledged without a word.
+    fn drop_held(&mut self, orch_id: &str) {
+        if let Some(mut gaps) = self.held.by_orch.remove(orch_id) {
+            let expired = gaps.drain();
+            self.ack_dropped(expired);
+        }
     }
 
     fn ack_dropped(&mut self, expired: Expired<Held>) {

@@ -481,3 +481,101 @@ async fn a_sequential_chain_briefs_each_link_with_its_predecessors_report_verbat
     // The links share the session's workspace: no member workspace was made.
     assert!(!sys.workspace(&format!("{s}.m1")).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_members_output_is_held_for_its_own_gap() {
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let mut coordinator = sys.coordinator_config();
+    coordinator.output_gap_wait = Duration::from_secs(1);
+    sys.spawn_coordinator_with(coordinator);
+    sys.worker_up("worker-0").await;
+    let s = "s-team-gaps";
+    let log = sys.watch_log(s).await;
+    let human = "Two at once";
+    let arb = arbiter_lane(human);
+    sys.mock.push(
+        &arb,
+        summons(
+            "Two parts.",
+            json!({"strategy": "parallel", "briefs": ["Part one.", "Part two."]}),
+        ),
+    );
+    sys.mock.push(&arb, arbiter("address_human", "Both in."));
+    sys.send(s, human).await;
+    let members = summoned(&log, 2).await;
+    let speak = Gate::new();
+    for (i, member) in members.iter().enumerate() {
+        sys.mock.push(
+            &orch_lane(&member.brief),
+            orch(true, &format!("Part {} done.", i + 1)).gated(speak.clone()),
+        );
+    }
+    // Output far ahead on both members' subjects: member 2's must not push
+    // member 1's out of the hold.
+    for member in &members {
+        let ahead = arbiter_protocol::OrchestratorMessage {
+            spend: Default::default(),
+            v: arbiter_protocol::VERSION,
+            session_id: s.into(),
+            orch_id: member.orch_id.clone(),
+            seq: 1000,
+            event: arbiter_protocol::OrchestratorEvent::Output(
+                arbiter_protocol::OrchestratorOutput {
+                    expects_response: true,
+                    message: "AHEAD".into(),
+                    handoff: None,
+                },
+            ),
+            evidence: None,
+            handoff: None,
+            sent_at: chrono::Utc::now(),
+        };
+        sys.bus
+            .publish_js(
+                arbiter_protocol::subjects::orch_out(&member.orch_id),
+                &format!("ahead-{}", member.orch_id),
+                &arbiter_bus::TraceContext::none(),
+                &ahead,
+            )
+            .await
+            .unwrap();
+    }
+    speak.open();
+    log.wait_for(
+        "the Arbiter's answer",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Both in."),
+    )
+    .await;
+    // Each member's gap is reported on its own, naming the member.
+    let gaps = eventually(WAIT, "both gaps reported", || async {
+        let gaps: Vec<String> = log
+            .bodies()
+            .into_iter()
+            .filter_map(|b| match b {
+                LogBody::Error(e) => Some(e.error.to_string()),
+                _ => None,
+            })
+            .collect();
+        (gaps.len() >= 2).then_some(gaps)
+    })
+    .await;
+    for name in ["Orchestrator I.1", "Orchestrator I.2"] {
+        assert!(
+            gaps.iter().any(|g| g.contains(&format!(
+                "output seq 2 of {name} never arrived within 1 s; the output held after it was dropped: seq 1000"
+            ))),
+            "{gaps:?}"
+        );
+    }
+    assert!(
+        sys.mock
+            .requests()
+            .iter()
+            .all(|r| !r.all_text().contains("AHEAD")),
+        "output ahead of its turn reached a model"
+    );
+}
