@@ -134,16 +134,18 @@ pub fn evidence_line(entry: &OrchestratorEntry) -> Option<EvidenceLine> {
         return None;
     }
     let evidence = entry.evidence.as_ref()?;
-    Some(match evidence.flag(entry.number, &entry.text) {
-        Some(flag) => EvidenceLine {
-            flagged: true,
-            text: format!("{flag}. Nothing of it shows in the workspace."),
+    Some(
+        match evidence.flag(entry.number, entry.member, &entry.text) {
+            Some(flag) => EvidenceLine {
+                flagged: true,
+                text: format!("{flag}. Nothing of it shows in the workspace."),
+            },
+            None => EvidenceLine {
+                flagged: false,
+                text: evidence.summary(),
+            },
         },
-        None => EvidenceLine {
-            flagged: false,
-            text: evidence.summary(),
-        },
-    })
+    )
 }
 
 /// `Orchestrator I`, `Orchestrator I, II`; `Orchestrators` when the list is empty.

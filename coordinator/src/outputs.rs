@@ -353,7 +353,7 @@ fn report_words(
             "\n[Evidence from the worker, not written by {name}: {}]",
             evidence.summary()
         ));
-        if let Some(flag) = evidence.flag(number, text) {
+        if let Some(flag) = evidence.flag(number, member, text) {
             out.push_str(&format!(
                 "\n[Check: {flag}. Nothing of it shows in the workspace.]"
             ));

@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::orchestrator_name;
+use crate::member_name;
 
 /// Paths listed at most per output, over created, changed and deleted
 /// together; the rest are counted in [`FileChanges::more`].
@@ -164,13 +164,14 @@ impl Evidence {
 
     /// The warning for a report that claims work done while the worker saw
     /// no tool call and no file change: `Orchestrator I reports done: 0 tool
-    /// calls, 0 files changed`. `None` when the evidence shows work, or the
-    /// report claims nothing ([`claims_done`]).
-    pub fn flag(&self, number: u32, report: &str) -> Option<String> {
+    /// calls, 0 files changed` (`Orchestrator II.2 …` for a member of a
+    /// team). `None` when the evidence shows work, or the report claims
+    /// nothing ([`claims_done`]).
+    pub fn flag(&self, number: u32, member: Option<u32>, report: &str) -> Option<String> {
         (self.tool_calls() == 0 && self.files.count() == 0 && claims_done(report)).then(|| {
             format!(
                 "{} reports done: 0 tool calls, 0 files changed",
-                orchestrator_name(number)
+                member_name(number, member)
             )
         })
     }
@@ -251,18 +252,23 @@ mod tests {
         let none = Evidence::default();
         assert_eq!(none.summary(), "0 tool calls, 0 files changed");
         assert_eq!(
-            none.flag(1, "hello.py is created and prints hello.")
+            none.flag(1, None, "hello.py is created and prints hello.")
                 .as_deref(),
             Some("Orchestrator I reports done: 0 tool calls, 0 files changed")
         );
+        // A member of a team is named as one.
+        assert_eq!(
+            none.flag(2, Some(3), "Done.").as_deref(),
+            Some("Orchestrator II.3 reports done: 0 tool calls, 0 files changed")
+        );
         // A question claims nothing.
-        assert_eq!(none.flag(1, "Should I create hello.py?"), None);
+        assert_eq!(none.flag(1, None, "Should I create hello.py?"), None);
         // Work seen: no flag, whatever the words.
         let worked = Evidence {
             tools: vec![tool("read", 1, 0)],
             ..Evidence::default()
         };
-        assert_eq!(worked.flag(2, "Done."), None);
+        assert_eq!(worked.flag(2, None, "Done."), None);
         let changed = Evidence {
             files: FileChanges {
                 deleted: vec!["old.txt".into()],
@@ -270,7 +276,7 @@ mod tests {
             },
             ..Evidence::default()
         };
-        assert_eq!(changed.flag(2, "Done."), None);
+        assert_eq!(changed.flag(2, Some(3), "Done."), None);
     }
 
     #[test]
