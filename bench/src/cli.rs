@@ -63,12 +63,12 @@ pub struct RoleArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     /// Parts to run, comma separated: baseline, saturation, levels, start,
-    /// memory, anatomy, otel, handoff, runtimes (each runtime side by side; not by default).
+    /// memory, anatomy, otel, handoff, teams, runtimes (each runtime side by side; not by default).
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,handoff"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,handoff,teams"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -142,6 +142,9 @@ pub struct RunOptions {
     /// Orchestrator generations per session in the handoff part.
     #[arg(long, env = "ARBITER_BENCH_HANDOFF_GENERATIONS", default_value_t = 10)]
     pub handoff_generations: u64,
+    /// Teams started per team size (3 and 10 members) in the `teams` part.
+    #[arg(long, env = "ARBITER_BENCH_TEAM_SESSIONS", default_value_t = 20)]
+    pub team_sessions: u32,
     /// Runtimes compared side by side in the `runtimes` part, comma separated.
     #[arg(
         long,
@@ -185,6 +188,9 @@ pub enum Phase {
     /// Chains of Orchestrator generations handing packets on: the Arbiter's
     /// growth per generation, the handoff gap, the tokens per packet.
     Handoff,
+    /// Parallel teams of 3 and 10 Orchestrators: the summons → every
+    /// member's first model request.
+    Teams,
 }
 
 impl RunOptions {

@@ -27,6 +27,7 @@ mod runtimes;
 mod saturation;
 mod start;
 mod system;
+mod teams;
 mod timeline;
 mod validate;
 mod writes;

@@ -10,6 +10,9 @@
 //!   `chain <id>`: summons `chain-brief <id> 1`, and on each report that
 //!   carries a handoff packet summons the next generation until
 //!   [`Recorder::chain_generations`], then releases (the handoff phase).
+//!   `team <id>`, `<id>` = `tm<N>-<i>`: summons a parallel team of N
+//!   members (sub-briefs `team-brief <id> k`), and releases it once their
+//!   reports come in, in one input (the teams phase).
 //! - Orchestrator (`bench-orch`): its brief → `ready`; `relay k` → `done k`;
 //!   `work` → a reply held at a gate (an Orchestrator with a model call open);
 //!   `chain-brief <id> g` → a final report with generation g's packet.
@@ -102,6 +105,9 @@ pub struct Measured {
     pub arbiter_sizes: HashMap<String, Vec<usize>>,
     /// Bytes of each packet handed on.
     pub packet_bytes: Vec<usize>,
+    /// Teams: the parallel summons handed back → the last member's first
+    /// request, by team size.
+    pub team_start: std::collections::BTreeMap<u32, Latency>,
 }
 
 impl Measured {
@@ -115,6 +121,7 @@ impl Measured {
             handoff_gap: Latency::new()?,
             arbiter_sizes: HashMap::new(),
             packet_bytes: Vec::new(),
+            team_start: std::collections::BTreeMap::new(),
         })
     }
 }
@@ -128,6 +135,9 @@ struct State {
     summon_seen: HashMap<String, Instant>,
     /// Chain session → when its last report (with a packet) was handed back.
     reported: HashMap<String, Instant>,
+    /// Team session → when its parallel summons was handed back, and the
+    /// members whose first request has come.
+    teams: HashMap<String, (Instant, u32)>,
     measured: Measured,
 }
 
@@ -162,6 +172,7 @@ impl Recorder {
                 summon_replied: HashMap::new(),
                 summon_seen: HashMap::new(),
                 reported: HashMap::new(),
+                teams: HashMap::new(),
                 measured: Measured::new()?,
             }),
             gate: Mutex::new(Gate::new()),
@@ -190,6 +201,7 @@ impl Recorder {
         st.summon_replied.clear();
         st.summon_seen.clear();
         st.reported.clear();
+        st.teams.clear();
         st.measured = Measured::new()?;
         drop(st);
         let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
@@ -255,6 +267,9 @@ impl Recorder {
         }
         if kind == "chain" {
             return self.chain_arbiter(session, request);
+        }
+        if kind == "team" {
+            return self.team_arbiter(session, request);
         }
         if request.messages().len() == 1 {
             let reply = arbiter("summon_orchestrator", &format!("brief {session}"));
@@ -327,6 +342,10 @@ impl Recorder {
         let first = first_user_text(request);
         if let Some(rest) = first.strip_prefix("chain-brief ") {
             return self.chain_orchestrator(rest, cli, arrived);
+        }
+        // A team member's brief is its sub-brief after the team's preamble.
+        if let Some((_, rest)) = first.split_once("team-brief ") {
+            return self.team_member(rest, cli, arrived);
         }
         let session = first.strip_prefix("brief ").unwrap_or(&first);
         if !request.messages().iter().any(|m| m["role"] == "assistant") {
@@ -444,6 +463,69 @@ impl Recorder {
         st.reported.insert(session, Instant::now());
         reply
     }
+}
+
+impl Recorder {
+    /// A `team` session's Arbiter: the parallel summons, then (the team's
+    /// reports in one input) the release.
+    fn team_arbiter(&self, session: &str, request: &RecordedRequest) -> MockReply {
+        if request.messages().len() == 1 {
+            let size = team_size(session);
+            let briefs: Vec<String> = (1..=size)
+                .map(|k| format!("team-brief {session} {k}"))
+                .collect();
+            let reply = MockReply::json(&json!({
+                "intent": "summon_orchestrator",
+                "message": format!("team {session}"),
+                "strategy": "parallel",
+                "briefs": briefs,
+            }));
+            self.lock()
+                .teams
+                .insert(session.to_owned(), (Instant::now(), 0));
+            return reply;
+        }
+        if request.last_user_text().contains("team report") {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            return arbiter("release_orchestrators", "finished");
+        }
+        arbiter("address_human", "waiting")
+    }
+
+    /// A team member (`<session> <k>` after `team-brief`): its first request
+    /// is timed against the summons; it reports at once.
+    fn team_member(&self, rest: &str, cli: bool, arrived: Instant) -> MockReply {
+        let session = rest.split_whitespace().next().unwrap_or_default();
+        let size = team_size(session);
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            if let Some((from, seen)) = st.teams.get_mut(session) {
+                *seen += 1;
+                if *seen == size {
+                    let from = *from;
+                    st.teams.remove(session);
+                    if let Ok(latency) = Latency::new() {
+                        st.measured
+                            .team_start
+                            .entry(size)
+                            .or_insert(latency)
+                            .record(arrived.saturating_duration_since(from));
+                    }
+                }
+            }
+        }
+        orchestrator(cli, &format!("team report {rest}"))
+    }
+}
+
+/// The size of team session `tm<N>-<i>`.
+fn team_size(session: &str) -> u32 {
+    session
+        .strip_prefix("tm")
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
 }
 
 /// Generation `g`'s packet out of `total`: items T1..Tg done, the rest open,

@@ -45,6 +45,7 @@ pub struct Report {
     /// spans the receiver took.
     pub otel: Option<(Level, Level, u64)>,
     pub handoff: Option<crate::handoff::Handoff>,
+    pub teams: Option<crate::teams::Teams>,
 }
 
 fn header(title: &str) {
@@ -83,6 +84,7 @@ impl Report {
             anatomy: Vec::new(),
             otel: None,
             handoff: None,
+            teams: None,
         }
     }
 
@@ -380,6 +382,22 @@ impl Report {
             "  tokens carried per packet, past the Arbiter: ~{:.0} (bytes / 4, mean)",
             h.packet_tokens
         );
+    }
+}
+
+impl Report {
+    pub fn print_teams(&self) {
+        let Some(t) = &self.teams else { return };
+        header(&format!(
+            "Teams, {} parallel summonses per size, one team at a time",
+            t.teams
+        ));
+        for (size, latency) in &t.start {
+            row(
+                &format!("summons → all {size} members' 1st request"),
+                latency,
+            );
+        }
     }
 }
 

@@ -28,6 +28,8 @@ pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
         model: model(&args, ARBITER_MODEL),
         // The benchmark is one console opening sessions as fast as it can.
         console_caps: arbiter_coordinator::ConsoleCaps::off(),
+        // The teams part runs teams of 10.
+        team_cap: 16,
         ..arbiter_coordinator::Config::default()
     };
     arbiter_coordinator::run(config, stopped())

@@ -157,6 +157,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         report.handoff = Some(crate::handoff::run(&ctx).await?);
         report.print_handoff();
     }
+    if ctx.opts.has(Phase::Teams) {
+        report.teams = Some(crate::teams::run(&ctx).await?);
+        report.print_teams();
+    }
     if ctx.opts.has(Phase::Runtimes) {
         crate::runtimes::run(&ctx).await?;
     }
