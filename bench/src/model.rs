@@ -12,7 +12,9 @@
 //!   [`Recorder::chain_generations`], then releases (the handoff phase).
 //!   `team <id>`, `<id>` = `tm<N>-<i>`: summons a parallel team of N
 //!   members (sub-briefs `team-brief <id> k`), and releases it once their
-//!   reports come in, in one input (the teams phase).
+//!   reports come in, in one input, it relays `relay 1` to member 1 (the
+//!   whole team live) and releases the team on `team done` (the teams
+//!   phase). `tm1-<i>` is a solo Orchestrator, for comparison.
 //! - Orchestrator (`bench-orch`): its brief → `ready`; `relay k` → `done k`;
 //!   `work` → a reply held at a gate (an Orchestrator with a model call open);
 //!   `chain-brief <id> g` → a final report with generation g's packet.
@@ -108,6 +110,9 @@ pub struct Measured {
     /// Teams: the parallel summons handed back → the last member's first
     /// request, by team size.
     pub team_start: std::collections::BTreeMap<u32, Latency>,
+    /// Teams: the Arbiter's words to member 1 handed back → its request,
+    /// with the whole team live, by team size (1: a solo Orchestrator).
+    pub team_hop: std::collections::BTreeMap<u32, Latency>,
 }
 
 impl Measured {
@@ -122,6 +127,7 @@ impl Measured {
             arbiter_sizes: HashMap::new(),
             packet_bytes: Vec::new(),
             team_start: std::collections::BTreeMap::new(),
+            team_hop: std::collections::BTreeMap::new(),
         })
     }
 }
@@ -138,6 +144,8 @@ struct State {
     /// Team session → when its parallel summons was handed back, and the
     /// members whose first request has come.
     teams: HashMap<String, (Instant, u32)>,
+    /// Team session → when the Arbiter's words to member 1 were handed back.
+    team_relayed: HashMap<String, Instant>,
     measured: Measured,
 }
 
@@ -173,6 +181,7 @@ impl Recorder {
                 summon_seen: HashMap::new(),
                 reported: HashMap::new(),
                 teams: HashMap::new(),
+                team_relayed: HashMap::new(),
                 measured: Measured::new()?,
             }),
             gate: Mutex::new(Gate::new()),
@@ -202,6 +211,7 @@ impl Recorder {
         st.summon_seen.clear();
         st.reported.clear();
         st.teams.clear();
+        st.team_relayed.clear();
         st.measured = Measured::new()?;
         drop(st);
         let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
@@ -469,25 +479,45 @@ impl Recorder {
     /// A `team` session's Arbiter: the parallel summons, then (the team's
     /// reports in one input) the release.
     fn team_arbiter(&self, session: &str, request: &RecordedRequest) -> MockReply {
+        let size = team_size(session);
         if request.messages().len() == 1 {
-            let size = team_size(session);
-            let briefs: Vec<String> = (1..=size)
-                .map(|k| format!("team-brief {session} {k}"))
-                .collect();
-            let reply = MockReply::json(&json!({
-                "intent": "summon_orchestrator",
-                "message": format!("team {session}"),
-                "strategy": "parallel",
-                "briefs": briefs,
-            }));
+            let reply = if size == 1 {
+                arbiter("summon_orchestrator", &format!("team-brief {session} 1"))
+            } else {
+                let briefs: Vec<String> = (1..=size)
+                    .map(|k| format!("team-brief {session} {k}"))
+                    .collect();
+                MockReply::json(&json!({
+                    "intent": "summon_orchestrator",
+                    "message": format!("team {session}"),
+                    "strategy": "parallel",
+                    "briefs": briefs,
+                }))
+            };
             self.lock()
                 .teams
                 .insert(session.to_owned(), (Instant::now(), 0));
             return reply;
         }
-        if request.last_user_text().contains("team report") {
+        let last = request.last_user_text();
+        if last.contains("team done") {
             self.finished.fetch_add(1, Ordering::SeqCst);
             return arbiter("release_orchestrators", "finished");
+        }
+        if last.contains("team report") {
+            let reply = if size == 1 {
+                arbiter("address_orchestrator", "relay 1")
+            } else {
+                MockReply::json(&json!({
+                    "intent": "address_orchestrator",
+                    "message": "relay 1",
+                    "members": [1],
+                }))
+            };
+            self.lock()
+                .team_relayed
+                .insert(session.to_owned(), Instant::now());
+            return reply;
         }
         arbiter("address_human", "waiting")
     }
@@ -497,6 +527,19 @@ impl Recorder {
     fn team_member(&self, rest: &str, cli: bool, arrived: Instant) -> MockReply {
         let session = rest.split_whitespace().next().unwrap_or_default();
         let size = team_size(session);
+        let relayed = self.lock().team_relayed.remove(session);
+        if let Some(from) = relayed {
+            // The Arbiter's words to member 1, with the team live.
+            let mut st = self.lock();
+            if let Ok(latency) = Latency::new() {
+                st.measured
+                    .team_hop
+                    .entry(size)
+                    .or_insert(latency)
+                    .record(arrived.saturating_duration_since(from));
+            }
+            return orchestrator(cli, "team done");
+        }
         {
             let mut st = self.lock();
             let st = &mut *st;

@@ -393,10 +393,18 @@ impl Report {
             t.teams
         ));
         for (size, latency) in &t.start {
-            row(
-                &format!("summons → all {size} members' 1st request"),
-                latency,
-            );
+            let what = match size {
+                1 => "summons → a solo Orchestrator's 1st request".to_owned(),
+                n => format!("summons → all {n} members' 1st request"),
+            };
+            row(&what, latency);
+        }
+        for (size, latency) in &t.hop {
+            let what = match size {
+                1 => "Arbiter → a solo Orchestrator (hop)".to_owned(),
+                n => format!("Arbiter → one of {n} live members (hop)"),
+            };
+            row(&what, latency);
         }
     }
 }

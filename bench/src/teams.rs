@@ -1,6 +1,8 @@
 //! Teams of Orchestrators: sessions whose Arbiter summons a parallel team of
-//! N members at once. Measured: the parallel summons handed back → the last
-//! member's first model request, for each team size, in one run.
+//! N members at once. Measured in one run, for each team size: the parallel
+//! summons handed back → the last member's first model request, and then,
+//! with the whole team live, the Arbiter's words to one member → that
+//! member's request (a solo Orchestrator, N = 1, beside them).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,19 +11,22 @@ use crate::hist::Latency;
 use crate::load;
 use crate::run::Ctx;
 
-/// The team sizes measured.
-pub const SIZES: [u32; 2] = [3, 10];
+/// The team sizes measured (1: a solo Orchestrator, for comparison).
+pub const SIZES: [u32; 3] = [1, 3, 10];
 
 pub struct Teams {
     /// Teams started per size.
     pub teams: u32,
     /// Summons → all N members' first request, by N.
     pub start: Vec<(u32, Latency)>,
+    /// The Arbiter's words to member 1 → its request, the team live, by N.
+    pub hop: Vec<(u32, Latency)>,
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Teams> {
     let teams = ctx.opts.team_sessions.max(1);
     let mut start = Vec::new();
+    let mut hop = Vec::new();
     for size in SIZES {
         // Slots for every member of one team at a time, and then some.
         let slots = (size as usize).div_ceil(ctx.opts.workers.max(1)) + 2;
@@ -54,6 +59,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Teams> {
             .remove(&size)
             .map_or_else(Latency::new, Ok)?;
         start.push((size, latency));
+        let latency = measured
+            .team_hop
+            .remove(&size)
+            .map_or_else(Latency::new, Ok)?;
+        hop.push((size, latency));
     }
-    Ok(Teams { teams, start })
+    Ok(Teams { teams, start, hop })
 }
