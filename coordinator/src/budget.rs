@@ -280,3 +280,145 @@ fn spent_text(spend: &Spend) -> String {
         spend.cost_text()
     )
 }
+
+impl Session {
+    /// Whether a team of `members` started at once fits the session's
+    /// budget (see [`team_fits`]).
+    pub(crate) fn team_budget(&self, members: usize) -> Result<(), String> {
+        let budget = self.budget();
+        let left = budget.session.left(&self.state.spend.total);
+        team_fits(
+            u64::try_from(members).unwrap_or(u64::MAX),
+            &budget.orchestrator,
+            &budget.session,
+            &left,
+        )
+    }
+}
+
+/// Whether `n` Orchestrators at once, each capped at `each`, fit in what is
+/// `left` of the session's cap `session`: a limit both caps set must hold
+/// `n` times `each`. Without a cap on each Orchestrator nothing can be said
+/// before the work (each gets what the session has left, and the session
+/// holds at its cap). The reason, for the Arbiter, when they do not fit.
+pub(crate) fn team_fits(n: u64, each: &Cap, session: &Cap, left: &Cap) -> Result<(), String> {
+    if n < 2 {
+        return Ok(());
+    }
+    let limits = [
+        (
+            arbiter_protocol::budget::Unit::Money,
+            each.cost_nanos,
+            left.cost_nanos,
+            session.cost_nanos,
+        ),
+        (
+            arbiter_protocol::budget::Unit::Tokens,
+            each.tokens,
+            left.tokens,
+            session.tokens,
+        ),
+    ];
+    for (unit, each, left, of) in limits {
+        let (Some(each), Some(left), Some(of)) = (each, left, of) else {
+            continue;
+        };
+        let all = each.saturating_mul(n);
+        if all > left {
+            return Err(format!(
+                "a team of {n} at up to {} each could spend {} in all, more than the session has \
+                 left ({} of {}), so nothing was summoned. Summon fewer members, or ask the \
+                 human to raise the session's budget.",
+                unit.amount(each),
+                unit.amount(all),
+                unit.amount(left),
+                unit.amount(of)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod team_tests {
+    use super::*;
+
+    fn usd(dollars: u64) -> Option<u64> {
+        Some(dollars * 1_000_000_000)
+    }
+
+    #[test]
+    fn a_team_fits_only_when_every_member_at_its_cap_fits_what_is_left() {
+        let each = Cap {
+            cost_nanos: usd(5),
+            tokens: None,
+        };
+        let session = Cap {
+            cost_nanos: usd(20),
+            tokens: None,
+        };
+        let left = |dollars| Cap {
+            cost_nanos: usd(dollars),
+            tokens: None,
+        };
+        let tokens = |n| Cap {
+            tokens: Some(n),
+            cost_nanos: None,
+        };
+        type Case = (&'static str, u64, Cap, Cap, Cap, Result<(), &'static str>);
+        let cases: [Case; 7] = [
+            ("3 × $5 in $20 left", 3, each, session, left(20), Ok(())),
+            (
+                "4 × $5 in $20 left: exactly",
+                4,
+                each,
+                session,
+                left(20),
+                Ok(()),
+            ),
+            (
+                "3 × $5 in $12 left",
+                3,
+                each,
+                session,
+                left(12),
+                Err(
+                    "a team of 3 at up to $5.00 each could spend $15.00 in all, more than the session has left ($12.00 of $20.00)",
+                ),
+            ),
+            ("solo, whatever is left", 1, each, session, left(1), Ok(())),
+            (
+                "no cap on each Orchestrator",
+                3,
+                Cap::NONE,
+                session,
+                left(1),
+                Ok(()),
+            ),
+            (
+                "no cap on the session",
+                3,
+                each,
+                Cap::NONE,
+                Cap::NONE,
+                Ok(()),
+            ),
+            (
+                "tokens",
+                2,
+                tokens(600_000),
+                tokens(1_000_000),
+                tokens(1_000_000),
+                Err("a team of 2 at up to 600,000 tokens each could spend 1,200,000 tokens in all"),
+            ),
+        ];
+        for (name, n, each, session, left, want) in cases {
+            let got = team_fits(n, &each, &session, &left);
+            match (want, got) {
+                (Ok(()), Ok(())) => {}
+                (Err(want), Err(got)) => assert!(got.starts_with(want), "{name}: {got}"),
+                (want, got) => panic!("{name}: wanted {want:?}, got {got:?}"),
+            }
+        }
+    }
+}

@@ -252,6 +252,17 @@ impl Session {
                 self.shared.config.team_cap,
             )
         });
+        // A team started at once must fit the session's budget as a whole.
+        let target = target.map(|target| {
+            target.and_then(|t| {
+                let at_once = if t.strategy == SummonStrategy::Sequential {
+                    1
+                } else {
+                    t.briefs.len()
+                };
+                self.team_budget(at_once).map(|()| t)
+            })
+        });
         // A summons that chose anything (a strategy, a team, a pool, a
         // runtime, on the human's words) leaves a strategy entry.
         let chose = output.strategy.is_some()
