@@ -489,12 +489,29 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
         created_at: at(0),
         at: at(1),
     }));
+    // Member 3 is in a tool: its bar says which, as for one Orchestrator.
+    scene.feed(FeedEvent::Orchestrator(OrchestratorStatus {
+        spend: Default::default(),
+        v: 1,
+        session_id: SESSION.into(),
+        orch_id: "orch-2-3".into(),
+        number: 2,
+        worker_id: "worker-1".into(),
+        state: OrchestratorState::Working,
+        context_pct: 31.0,
+        context_tokens: 62_000,
+        context_budget: 200_000,
+        current_tool: Some("Edit".into()),
+        tool_count: 12,
+        parked: false,
+        at: at(2),
+    }));
     let screen = scene.screen(82, 28);
     assert!(screen.contains("Team II: 2 of 3 reported"), "{screen}");
     for (name, state) in [
         ("Orchestrator II.1", "reported"),
         ("Orchestrator II.2", "reported"),
-        ("Orchestrator II.3", "at work"),
+        ("Orchestrator II.3", "◈ Edit (12)"),
     ] {
         let line = screen
             .lines()

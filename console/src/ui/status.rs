@@ -2,7 +2,7 @@
 //! has cost so far) and one for the active Orchestrator (with what it has
 //! cost) with its current tool and liveness, or "Awaiting your command."
 //! when no Orchestrator is active. A team shows "2 of 3 reported" and a bar
-//! per member (II.1, II.2…).
+//! per member (II.1, II.2…), with the tool each one is in.
 
 use std::time::{Duration, Instant};
 
@@ -101,10 +101,15 @@ pub fn lines(vitals: &Vitals, now: Instant, width: usize) -> Vec<Line<'static>> 
         ]));
         for member in team {
             let status = vitals.status_of(&member.orch_id);
-            let mut state = if member.reported {
-                "reported".to_owned()
-            } else {
-                "at work".to_owned()
+            // At work: the tool it is in, as for one Orchestrator.
+            let tool = status.and_then(|s| {
+                let tool = s.current_tool.as_ref()?;
+                Some(format!("◈ {tool} ({})", s.tool_count))
+            });
+            let mut state = match (member.reported, tool) {
+                (true, _) => "reported".to_owned(),
+                (false, Some(tool)) => tool,
+                (false, None) => "at work".to_owned(),
             };
             if let Some(spend) = status.map(|s| s.spend).filter(|s| s.requests > 0) {
                 state.push_str(&format!(" · {}", spend.cost_text()));
