@@ -3,7 +3,8 @@
 //! object per line.
 
 use arbiter_protocol::{
-    LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name, orchestrator_name, roman,
+    ConsensusEntry, LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name,
+    orchestrator_name, roman,
 };
 
 use crate::inert;
@@ -86,6 +87,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
             _ => (format!("· {} released.", released_names(&e.numbers)), ""),
         },
         LogBody::Strategy(e) => return Some(inert::block("· Strategy: ", &strategy(e))),
+        LogBody::Consensus(e) => return Some(inert::block("· ", &consensus(e))),
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
@@ -185,6 +187,16 @@ pub fn strategy(e: &StrategyEntry) -> String {
     text
 }
 
+/// The tally of a consensus team: `Consensus on Orchestrator II: split 2–1:
+/// "ship" (II.1, II.3) vs "hold" (II.2)`. A split or a tie is for the human to see.
+pub fn consensus(e: &ConsensusEntry) -> String {
+    format!(
+        "Consensus on {}: {}",
+        orchestrator_name(e.number),
+        e.summary()
+    )
+}
+
 fn released_names(numbers: &[u32]) -> String {
     if numbers.is_empty() {
         return "Orchestrators".to_owned();
@@ -212,6 +224,36 @@ mod tests {
             at: Utc::now(),
             body,
         }
+    }
+
+    #[test]
+    fn a_split_consensus_is_shown_with_who_said_what() {
+        use arbiter_protocol::{ConsensusOutcome, DecisionVotes, MemberVerdict, MissingVerdict};
+        let votes = |decision: &str, members: &[u32]| DecisionVotes {
+            decision: decision.into(),
+            members: members.to_vec(),
+        };
+        let tally = ConsensusEntry {
+            number: 2,
+            members: 4,
+            outcome: ConsensusOutcome::Split,
+            decisions: vec![votes("ship", &[1, 3]), votes("hold\nnow", &[2])],
+            no_verdict: vec![4],
+            verdicts: vec![MemberVerdict {
+                member: 4,
+                verdict: None,
+                missing: Some(MissingVerdict::Failed),
+            }],
+        };
+        // A decision cannot start a line of its own: its later lines are marked.
+        assert_eq!(
+            plain(&entry(1, LogBody::Consensus(tally)), false).unwrap(),
+            format!(
+                "· Consensus on Orchestrator II: split 2–1–1: \"ship\" (II.1, II.3) vs \"hold\n{}now\" \
+                 (II.2) vs no verdict (II.4)",
+                inert::CONTINUATION
+            )
+        );
     }
 
     #[test]

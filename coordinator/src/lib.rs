@@ -7,6 +7,7 @@
 pub mod arbiter_handoff;
 mod budget;
 mod caps;
+mod consensus;
 mod delta;
 mod fleet;
 mod forward;

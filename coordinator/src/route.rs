@@ -48,7 +48,8 @@ pub(crate) struct Target {
 }
 
 /// The briefs a summons starts, pure: the message for solo; for parallel,
-/// the sub-briefs or `count` copies of the message, at most `cap` of them.
+/// the sub-briefs or `count` copies of the message; for consensus, `count`
+/// (3 when left out) copies of the question; at most `cap` of them.
 fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> {
     let strategy = output.strategy.unwrap_or_default();
     let briefs = match (strategy, output.count, &output.briefs) {
@@ -123,13 +124,23 @@ fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> 
             // One link runs at a time: the cap does not limit a chain's length.
             return Ok(briefs.clone());
         }
-        (other, _, _) => {
+        (SummonStrategy::Consensus, _, Some(_)) => {
+            return Err(
+                "a consensus asks every member the same question, given in the message: \
+                 leave briefs out (use strategy parallel for sub-briefs), so nothing was \
+                 summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Consensus, Some(n @ (0 | 1)), None) => {
             return Err(format!(
-                "the strategy {:?} is not available yet: only solo, parallel and \
-                 sequential. Summon one Orchestrator (strategy solo, or leave it out), a \
-                 parallel team, or a sequential chain.",
-                other.as_str()
+                "a consensus of {n} was asked for (count {n}), so nothing was summoned. \
+                 Give a count of 2 or more, or leave it out for {}.",
+                crate::consensus::DEFAULT_MEMBERS
             ));
+        }
+        (SummonStrategy::Consensus, n, None) => {
+            vec![output.message.clone(); n.unwrap_or(crate::consensus::DEFAULT_MEMBERS) as usize]
         }
     };
     let n = u32::try_from(briefs.len()).unwrap_or(u32::MAX);
@@ -377,9 +388,13 @@ impl Session {
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
         let sequential = strategy == SummonStrategy::Sequential;
+        let consensus = strategy == SummonStrategy::Consensus;
         let mut briefs = briefs;
         if team {
             self.gather(number, size);
+        }
+        if consensus && let Some(gather) = self.state.gather.as_mut() {
+            gather.consensus = true;
         }
         if sequential && let Some(gather) = self.state.gather.as_mut() {
             // Only the first link now; the others when the one before reports.
@@ -394,6 +409,9 @@ impl Session {
             let member = team.then(|| u32::try_from(i + 1).unwrap_or(u32::MAX));
             // A member of a team told of its team; its own brief follows.
             let member_brief = match member {
+                Some(m) if consensus => {
+                    crate::consensus::member_brief(number, m, size, &member_brief)
+                }
                 Some(1) if sequential => {
                     crate::team::chain_brief(number, 1, size, &brief, &member_brief)
                 }
@@ -588,6 +606,12 @@ mod tests {
                 ..team(briefs).unwrap()
             })
         };
+        let vote = |n: usize| -> Result<Target, &str> {
+            Ok(Target {
+                strategy: SummonStrategy::Consensus,
+                ..team(&vec!["Review the parser."; n]).unwrap()
+            })
+        };
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
             (
                 "solo, undirected: the coordinator's own pool and runtime",
@@ -750,12 +774,46 @@ mod tests {
                 ok("default", None, false),
             ),
             (
-                "consensus is not available yet",
+                "consensus without a count: three members on the one question",
                 with(&|o| o.strategy = Some(SummonStrategy::Consensus)),
-                &fleet,
-                Err(
-                    "the strategy \"consensus\" is not available yet: only solo, parallel and sequential.",
-                ),
+                &FleetView::NotAsked,
+                vote(3),
+            ),
+            (
+                "consensus of 4",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(4);
+                }),
+                &FleetView::NotAsked,
+                vote(4),
+            ),
+            (
+                "consensus over the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(5);
+                }),
+                &FleetView::NotAsked,
+                Err("a team of 5 is more than this session may run at once (4 Orchestrators)"),
+            ),
+            (
+                "consensus of 1",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(1);
+                }),
+                &FleetView::NotAsked,
+                Err("a consensus of 1 was asked for (count 1), so nothing was summoned."),
+            ),
+            (
+                "consensus with sub-briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.briefs = Some(vec!["Ship?".into(), "Hold?".into()]);
+                }),
+                &FleetView::NotAsked,
+                Err("a consensus asks every member the same question"),
             ),
             (
                 "sequential: one link per brief, longer than the cap",

@@ -32,13 +32,14 @@ pub use orchestrator::{
 };
 pub use outputs::{
     ArbiterIntent, ArbiterOutput, Directive, OrchestratorOutput, OrchestratorRuntime,
-    SummonStrategy,
+    SummonStrategy, Verdict,
 };
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
-    ArbiterToOrchestratorEntry, ErrorEntry, HumanCommand, HumanEntry, HumanMessage, LogBody,
-    LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
-    StrategyEntry, SummonedEntry, SystemEntry,
+    ArbiterToOrchestratorEntry, ConsensusEntry, ConsensusOutcome, DecisionVotes, ErrorEntry,
+    HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict, MissingVerdict,
+    MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus, StrategyEntry,
+    SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

@@ -58,12 +58,15 @@ pub struct ArbiterOutput {
     /// how: solo (one; leave it out or null), parallel (several at once,
     /// each in its own copy of the workspace; their reports come back to you
     /// together), sequential (a chain given as `briefs`, each link summoned
-    /// with the report of the one before). consensus is not available yet.
+    /// with the report of the one before), consensus (`count` members, 3
+    /// when left out, answer the question in the message independently, each
+    /// with a verdict; you get their tally, verdicts and reports together
+    /// and decide).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<SummonStrategy>,
-    /// summon_orchestrator with strategy parallel only: how many members
-    /// each get the whole message as their brief. Leave it out (or null)
-    /// when you give `briefs`.
+    /// summon_orchestrator with strategy parallel or consensus only: how
+    /// many members each get the whole message as their brief (consensus: 3
+    /// when left out). Leave it out (or null) when you give `briefs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// summon_orchestrator with strategy parallel or sequential only: one
@@ -134,7 +137,7 @@ pub enum SummonStrategy {
     Solo,
     /// Several Orchestrators at once, on the whole brief or one sub-brief each.
     Parallel,
-    /// Several Orchestrators answer the same question; their verdicts are tallied (not available yet).
+    /// Several Orchestrators answer the same question independently; their verdicts are tallied.
     Consensus,
     /// A chain, each link briefed with its predecessor's report.
     Sequential,
@@ -181,4 +184,22 @@ pub struct OrchestratorOutput {
     /// and in your final report. Leave it out (or null) otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Box<crate::Handoff>>,
+    /// Only when your brief makes you a member of a consensus: your verdict
+    /// on its question, in your report. Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+/// A consensus member's answer to the question it was asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    /// Your answer in a few words (e.g. "ship" or "hold"). The members'
+    /// decisions are compared as written, ignoring case and surrounding spaces.
+    pub decision: String,
+    /// How sure you are, in percent (0 to 100).
+    #[schemars(range(max = 100))]
+    pub confidence: u8,
+    /// Why, one short sentence each.
+    pub reasons: Vec<String>,
 }
