@@ -3,7 +3,7 @@
 //! object per line.
 
 use arbiter_protocol::{
-    ConsensusEntry, LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name,
+    ConsensusEntry, Escalation, LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name,
     orchestrator_name, roman,
 };
 
@@ -170,6 +170,24 @@ pub fn strategy(e: &StrategyEntry) -> String {
         e.pool,
         e.runtime.as_deref().unwrap_or("any")
     );
+    match (e.risk, e.complexity) {
+        (Some(r), Some(c)) => text.push_str(&format!(" Risk {r}, complexity {c}.")),
+        (Some(r), None) => text.push_str(&format!(" Risk {r}.")),
+        (None, Some(c)) => text.push_str(&format!(" Complexity {c}.")),
+        (None, None) => {}
+    }
+    match e.escalation {
+        Some(Escalation::Escalated { threshold }) => text.push_str(&format!(
+            " Escalated from solo to a consensus: the risk is at or above {threshold}."
+        )),
+        Some(Escalation::KeptSolo) => {
+            text.push_str(" Kept solo on the human's word, whatever the risk.")
+        }
+        Some(Escalation::Forced) => {
+            text.push_str(" A consensus on the human's word, whatever the risk.")
+        }
+        None => {}
+    }
     if let Some(d) = &e.directive {
         text.push_str(&format!(" The human's directive, verbatim: {:?}", d.words));
         if let Some(p) = &d.parsed {
@@ -272,6 +290,9 @@ mod tests {
                     confidence: Some(80),
                 }),
                 rejected: None,
+                risk: None,
+                complexity: None,
+                escalation: None,
             })),
             "· Strategy: parallel for Orchestrator II (II.1, II.2, II.3), pool \"default\", \
              runtime \"any\". The human's directive, verbatim: \"three at once\" (read as: \
@@ -286,9 +307,50 @@ mod tests {
                 runtime: None,
                 directive: None,
                 rejected: Some("count 0.".into()),
+                risk: None,
+                complexity: None,
+                escalation: None,
             })),
             "· Strategy: parallel for nothing summoned, pool \"default\", runtime \"any\". \
              Refused: count 0."
+        );
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: Some(3),
+                strategy: arbiter_protocol::SummonStrategy::Solo,
+                members: 1,
+                pool: "default".into(),
+                runtime: None,
+                directive: Some(arbiter_protocol::Directive {
+                    words: "skip consensus, just do it".into(),
+                    parsed: None,
+                    confidence: None,
+                }),
+                rejected: None,
+                risk: Some(9),
+                complexity: None,
+                escalation: Some(Escalation::KeptSolo),
+            })),
+            "· Strategy: solo for Orchestrator III, pool \"default\", runtime \"any\". Risk \
+             9. Kept solo on the human's word, whatever the risk. The human's directive, \
+             verbatim: \"skip consensus, just do it\"."
+        );
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: Some(4),
+                strategy: arbiter_protocol::SummonStrategy::Consensus,
+                members: 3,
+                pool: "default".into(),
+                runtime: None,
+                directive: None,
+                rejected: None,
+                risk: Some(9),
+                complexity: Some(6),
+                escalation: Some(Escalation::Escalated { threshold: 8 }),
+            })),
+            "· Strategy: consensus for Orchestrator IV (IV.1, IV.2, IV.3), pool \"default\", \
+             runtime \"any\". Risk 9, complexity 6. Escalated from solo to a consensus: the \
+             risk is at or above 8."
         );
         assert_eq!(
             show(LogBody::Summoned(SummonedEntry {

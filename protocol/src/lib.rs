@@ -31,15 +31,15 @@ pub use orchestrator::{
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,
 };
 pub use outputs::{
-    ArbiterIntent, ArbiterOutput, Directive, OrchestratorOutput, OrchestratorRuntime,
-    SummonStrategy, Verdict,
+    ArbiterIntent, ArbiterOutput, ConsensusChoice, Directive, OrchestratorOutput,
+    OrchestratorRuntime, SummonStrategy, Verdict,
 };
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
     ArbiterToOrchestratorEntry, ConsensusEntry, ConsensusOutcome, DecisionVotes, ErrorEntry,
-    HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict, MissingVerdict,
-    MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus, StrategyEntry,
-    SummonedEntry, SystemEntry,
+    Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict,
+    MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
+    StrategyEntry, SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

@@ -85,6 +85,42 @@ pub struct ArbiterOutput {
     /// not direct the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directive: Option<Directive>,
+    /// summon_orchestrator only: how complex the work is, 1 (trivial) to 10.
+    /// Leave it out (or null) when you cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub complexity: Option<u8>,
+    /// summon_orchestrator only: how much harm a wrong result would do, 1
+    /// (none) to 10 (grave, hard to undo). A solo summons at or above the
+    /// coordinator's threshold becomes a consensus of 3, unless the human
+    /// said otherwise (`consensus`). Leave it out (or null) when you cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub risk: Option<u8>,
+    /// summon_orchestrator only, and only on the human's word (put the words
+    /// in `directive`): skip (no consensus, whatever the risk) or force (a
+    /// consensus, e.g. "get a second opinion"). Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus: Option<ConsensusChoice>,
+}
+
+/// The human's word on a consensus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsensusChoice {
+    /// No consensus, whatever the risk ("skip consensus").
+    Skip,
+    /// A consensus, whatever the risk ("get a second opinion").
+    Force,
+}
+
+impl ConsensusChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Force => "force",
+        }
+    }
 }
 
 impl ArbiterOutput {
@@ -101,6 +137,9 @@ impl ArbiterOutput {
             briefs: None,
             members: None,
             directive: None,
+            complexity: None,
+            risk: None,
+            consensus: None,
         }
     }
 }

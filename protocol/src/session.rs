@@ -207,6 +207,30 @@ pub struct StrategyEntry {
     /// Why the summons was refused; absent when it went ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// The risk and complexity the Arbiter gave the summons (1 to 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complexity: Option<u8>,
+    /// What the risk policy and the human's word made of it; absent when
+    /// neither changed or confirmed anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+}
+
+/// A summons' risk decision, for the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Escalation {
+    /// A solo summons at or above the risk threshold became a consensus of 3.
+    Escalated {
+        /// The threshold (`--escalate-risk`).
+        threshold: u8,
+    },
+    /// The human said to skip consensus: it stayed solo, whatever the risk.
+    KeptSolo,
+    /// The human asked for a second opinion: a consensus, whatever the risk.
+    Forced,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
