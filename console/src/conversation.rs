@@ -160,6 +160,10 @@ impl Conversation {
                 Kind::Event,
                 escape(&format!("Strategy: {}", crate::render::strategy(e))),
             )),
+            LogBody::Consensus(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&crate::render::consensus(e)),
+            )),
             LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
             LogBody::Error(e) => self
                 .entries

@@ -3,7 +3,8 @@
 //! object per line.
 
 use arbiter_protocol::{
-    LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name, orchestrator_name, roman,
+    ConsensusEntry, Escalation, LogBody, LogEntry, OrchestratorEntry, StrategyEntry, member_name,
+    orchestrator_name, roman,
 };
 
 use crate::inert;
@@ -86,6 +87,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
             _ => (format!("· {} released.", released_names(&e.numbers)), ""),
         },
         LogBody::Strategy(e) => return Some(inert::block("· Strategy: ", &strategy(e))),
+        LogBody::Consensus(e) => return Some(inert::block("· ", &consensus(e))),
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
@@ -170,6 +172,24 @@ pub fn strategy(e: &StrategyEntry) -> String {
         e.pool,
         e.runtime.as_deref().unwrap_or("any")
     );
+    match (e.risk, e.complexity) {
+        (Some(r), Some(c)) => text.push_str(&format!(" Risk {r}, complexity {c}.")),
+        (Some(r), None) => text.push_str(&format!(" Risk {r}.")),
+        (None, Some(c)) => text.push_str(&format!(" Complexity {c}.")),
+        (None, None) => {}
+    }
+    match e.escalation {
+        Some(Escalation::Escalated { threshold }) => text.push_str(&format!(
+            " Escalated from solo to a consensus: the risk is at or above {threshold}."
+        )),
+        Some(Escalation::KeptSolo) => {
+            text.push_str(" Kept solo on the human's word, whatever the risk.")
+        }
+        Some(Escalation::Forced) => {
+            text.push_str(" A consensus on the human's word, whatever the risk.")
+        }
+        None => {}
+    }
     if let Some(d) = &e.directive {
         text.push_str(&format!(" The human's directive, verbatim: {:?}", d.words));
         if let Some(p) = &d.parsed {
@@ -185,6 +205,16 @@ pub fn strategy(e: &StrategyEntry) -> String {
         text.push_str(&format!(" Refused: {why}"));
     }
     text
+}
+
+/// The tally of a consensus team: `Consensus on Orchestrator II: split 2–1:
+/// "ship" (II.1, II.3) vs "hold" (II.2)`. A split or a tie is for the human to see.
+pub fn consensus(e: &ConsensusEntry) -> String {
+    format!(
+        "Consensus on {}: {}",
+        orchestrator_name(e.number),
+        e.summary()
+    )
 }
 
 fn released_names(numbers: &[u32]) -> String {
@@ -217,6 +247,36 @@ mod tests {
     }
 
     #[test]
+    fn a_split_consensus_is_shown_with_who_said_what() {
+        use arbiter_protocol::{ConsensusOutcome, DecisionVotes, MemberVerdict, MissingVerdict};
+        let votes = |decision: &str, members: &[u32]| DecisionVotes {
+            decision: decision.into(),
+            members: members.to_vec(),
+        };
+        let tally = ConsensusEntry {
+            number: 2,
+            members: 4,
+            outcome: ConsensusOutcome::Split,
+            decisions: vec![votes("ship", &[1, 3]), votes("hold\nnow", &[2])],
+            no_verdict: vec![4],
+            verdicts: vec![MemberVerdict {
+                member: 4,
+                verdict: None,
+                missing: Some(MissingVerdict::Failed),
+            }],
+        };
+        // A decision cannot start a line of its own: its later lines are marked.
+        assert_eq!(
+            plain(&entry(1, LogBody::Consensus(tally)), false).unwrap(),
+            format!(
+                "· Consensus on Orchestrator II: split 2–1–1: \"ship\" (II.1, II.3) vs \"hold\n{}now\" \
+                 (II.2) vs no verdict (II.4)",
+                inert::CONTINUATION
+            )
+        );
+    }
+
+    #[test]
     fn a_team_shows_member_numbers_and_the_strategy_entry_its_audit_line() {
         let show = |body: LogBody| plain(&entry(1, body), false).unwrap();
         assert_eq!(
@@ -232,6 +292,9 @@ mod tests {
                     confidence: Some(80),
                 }),
                 rejected: None,
+                risk: None,
+                complexity: None,
+                escalation: None,
             })),
             "· Strategy: parallel for Orchestrator II (II.1, II.2, II.3), pool \"default\", \
              runtime \"any\". The human's directive, verbatim: \"three at once\" (read as: \
@@ -246,9 +309,50 @@ mod tests {
                 runtime: None,
                 directive: None,
                 rejected: Some("count 0.".into()),
+                risk: None,
+                complexity: None,
+                escalation: None,
             })),
             "· Strategy: parallel for nothing summoned, pool \"default\", runtime \"any\". \
              Refused: count 0."
+        );
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: Some(3),
+                strategy: arbiter_protocol::SummonStrategy::Solo,
+                members: 1,
+                pool: "default".into(),
+                runtime: None,
+                directive: Some(arbiter_protocol::Directive {
+                    words: "skip consensus, just do it".into(),
+                    parsed: None,
+                    confidence: None,
+                }),
+                rejected: None,
+                risk: Some(9),
+                complexity: None,
+                escalation: Some(Escalation::KeptSolo),
+            })),
+            "· Strategy: solo for Orchestrator III, pool \"default\", runtime \"any\". Risk \
+             9. Kept solo on the human's word, whatever the risk. The human's directive, \
+             verbatim: \"skip consensus, just do it\"."
+        );
+        assert_eq!(
+            show(LogBody::Strategy(StrategyEntry {
+                number: Some(4),
+                strategy: arbiter_protocol::SummonStrategy::Consensus,
+                members: 3,
+                pool: "default".into(),
+                runtime: None,
+                directive: None,
+                rejected: None,
+                risk: Some(9),
+                complexity: Some(6),
+                escalation: Some(Escalation::Escalated { threshold: 8 }),
+            })),
+            "· Strategy: consensus for Orchestrator IV (IV.1, IV.2, IV.3), pool \"default\", \
+             runtime \"any\". Risk 9, complexity 6. Escalated from solo to a consensus: the \
+             risk is at or above 8."
         );
         assert_eq!(
             show(LogBody::Summoned(SummonedEntry {

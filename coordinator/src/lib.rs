@@ -7,6 +7,7 @@
 pub mod arbiter_handoff;
 mod budget;
 mod caps;
+mod consensus;
 mod delta;
 mod fleet;
 mod forward;
@@ -102,7 +103,13 @@ pub struct Config {
     /// How long a parallel team's reports are gathered before what came in
     /// goes to the Arbiter without the members still at work.
     pub team_wait: Duration,
+    /// A solo summons whose risk is at least this becomes a consensus of 3
+    /// (unless the human said to skip it); 0 turns it off.
+    pub escalate_risk: u8,
 }
+
+/// See [`Config::escalate_risk`].
+pub const DEFAULT_ESCALATE_RISK: u8 = 8;
 
 /// See [`Config::team_cap`].
 pub const DEFAULT_TEAM_CAP: u32 = 4;
@@ -131,6 +138,7 @@ impl Default for Config {
             memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
             team_cap: DEFAULT_TEAM_CAP,
             team_wait: DEFAULT_TEAM_WAIT,
+            escalate_risk: DEFAULT_ESCALATE_RISK,
         }
     }
 }

@@ -60,6 +60,10 @@ struct Cli {
     /// Orchestrators one session may run at once (a larger team is refused to the Arbiter).
     #[arg(long, env = "ARBITER_TEAM_CAP", default_value_t = arbiter_coordinator::DEFAULT_TEAM_CAP)]
     team_cap: u32,
+    /// A solo summons whose risk (1 to 10) is at least this becomes a
+    /// consensus of 3, unless the human said to skip it; 0 turns it off.
+    #[arg(long, env = "ARBITER_ESCALATE_RISK", default_value_t = arbiter_coordinator::DEFAULT_ESCALATE_RISK)]
+    escalate_risk: u8,
     /// Seconds a parallel team's reports are gathered before what came in
     /// goes to the Arbiter without the members still at work.
     #[arg(long, env = "ARBITER_TEAM_WAIT_SECS", default_value_t = arbiter_coordinator::DEFAULT_TEAM_WAIT.as_secs())]
@@ -168,6 +172,7 @@ async fn run_main() -> anyhow::Result<()> {
         arbiter_handoff_pct: cli.handoff_pct,
         output_gap_wait: arbiter_coordinator::DEFAULT_OUTPUT_GAP_WAIT,
         team_cap: cli.team_cap,
+        escalate_risk: cli.escalate_risk,
         team_wait: std::time::Duration::from_secs(cli.team_wait_secs),
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {

@@ -231,6 +231,7 @@ impl Session {
                 let handoff = message.handoff.or_else(|| output.handoff.take());
                 let line = handoff.as_ref().map(|h| h.compact_line(number));
                 let decisions = handoff.as_ref().map(|h| h.decisions.clone());
+                let verdict = output.verdict.take();
                 if let Some(packet) = handoff.as_ref().filter(|_| member.is_none()) {
                     self.state.arbiter.note_packet(number, packet);
                     // Stored with this step: the next summons carries it.
@@ -278,7 +279,7 @@ impl Session {
                         if let Some(active) = self.state.member_mut(&message.orch_id) {
                             active.asked = false;
                         }
-                        self.gathered(m, pending);
+                        self.gathered(m, pending, verdict);
                     } else {
                         self.enqueue(pending);
                         self.check_round(number, &report, tool_calls);
@@ -311,7 +312,7 @@ impl Session {
                         .as_ref()
                         .is_some_and(|g| g.reports.iter().any(|(r, _)| *r == m))
                 {
-                    self.gathered(m, Pending::System { text });
+                    self.gathered(m, Pending::System { text }, None);
                 } else {
                     self.enqueue(Pending::System { text });
                 }

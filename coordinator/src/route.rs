@@ -3,10 +3,10 @@
 //! are published once the step is stored.
 
 use arbiter_protocol::{
-    ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, Control, ControlAction,
-    Directive, ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, StrategyEntry,
-    Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, member_name,
-    orchestrator_name,
+    ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, ConsensusChoice,
+    Control, ControlAction, Directive, ErrorEntry, Escalation, LogBody, MusingEntry,
+    OrchestratorInput, ReleasedEntry, StrategyEntry, Summon, SummonStrategy, SummonedEntry,
+    SystemEntry, VERSION, WireError, member_name, orchestrator_name,
 };
 use chrono::Utc;
 
@@ -47,6 +47,78 @@ pub(crate) struct Target {
     pub strategy: SummonStrategy,
     /// One brief per Orchestrator to start: one for solo, one per member of a team.
     pub briefs: Vec<String>,
+    /// What the risk policy and the human's word made of the summons.
+    pub escalation: Option<Escalation>,
+}
+
+/// A summons as the risk policy and the human's word leave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RiskDecision {
+    pub strategy: Option<SummonStrategy>,
+    pub count: Option<u32>,
+    pub escalation: Option<Escalation>,
+}
+
+/// The risk decision, pure: a solo summons whose risk is at least
+/// `threshold` (0: never) becomes a consensus of 3; the human's word
+/// (`consensus`: skip or force) wins over the risk either way. A consensus
+/// the human said to skip is refused, as is a risk or complexity off the
+/// scale of 1 to 10.
+pub(crate) fn risk_decision(output: &ArbiterOutput, threshold: u8) -> Result<RiskDecision, String> {
+    for (name, value) in [("risk", output.risk), ("complexity", output.complexity)] {
+        if let Some(v) = value.filter(|v| !(1..=10).contains(v)) {
+            return Err(format!(
+                "{name} {v} is not on the scale of 1 to 10, so nothing was summoned."
+            ));
+        }
+    }
+    let kept = RiskDecision {
+        strategy: output.strategy,
+        count: output.count,
+        escalation: None,
+    };
+    let consensus = RiskDecision {
+        strategy: Some(SummonStrategy::Consensus),
+        count: None,
+        escalation: Some(Escalation::Forced),
+    };
+    let solo = matches!(output.strategy, None | Some(SummonStrategy::Solo))
+        && output.count.is_none_or(|c| c == 1)
+        && output.briefs.is_none();
+    Ok(match (output.consensus, output.strategy) {
+        (Some(ConsensusChoice::Skip), Some(SummonStrategy::Consensus)) => {
+            return Err(
+                "the human said to skip consensus, and the summons asks for one (strategy \
+                 consensus), so nothing was summoned. Summon one Orchestrator, or ask the \
+                 human."
+                    .to_owned(),
+            );
+        }
+        (Some(ConsensusChoice::Skip), _) if solo => RiskDecision {
+            escalation: Some(Escalation::KeptSolo),
+            ..kept
+        },
+        (Some(ConsensusChoice::Force), Some(SummonStrategy::Consensus)) => RiskDecision {
+            escalation: Some(Escalation::Forced),
+            ..kept
+        },
+        (Some(ConsensusChoice::Force), _) if solo => consensus,
+        (Some(ConsensusChoice::Force), other) => {
+            return Err(format!(
+                "the human asked for a consensus (consensus: force), and the summons asks \
+                 for strategy {}, so nothing was summoned. Summon a consensus, or ask the \
+                 human.",
+                other.unwrap_or_default().as_str()
+            ));
+        }
+        (None, _) if solo && threshold > 0 && output.risk.is_some_and(|r| r >= threshold) => {
+            RiskDecision {
+                escalation: Some(Escalation::Escalated { threshold }),
+                ..consensus
+            }
+        }
+        _ => kept,
+    })
 }
 
 /// A pool's two lanes for summonses.
@@ -68,7 +140,8 @@ fn emergency(output: &ArbiterOutput) -> bool {
 }
 
 /// The briefs a summons starts, pure: the message for solo; for parallel,
-/// the sub-briefs or `count` copies of the message, at most `cap` of them.
+/// the sub-briefs or `count` copies of the message; for consensus, `count`
+/// (3 when left out) copies of the question; at most `cap` of them.
 fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> {
     let strategy = output.strategy.unwrap_or_default();
     let briefs = match (strategy, output.count, &output.briefs) {
@@ -143,13 +216,23 @@ fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> 
             // One link runs at a time: the cap does not limit a chain's length.
             return Ok(briefs.clone());
         }
-        (other, _, _) => {
+        (SummonStrategy::Consensus, _, Some(_)) => {
+            return Err(
+                "a consensus asks every member the same question, given in the message: \
+                 leave briefs out (use strategy parallel for sub-briefs), so nothing was \
+                 summoned."
+                    .to_owned(),
+            );
+        }
+        (SummonStrategy::Consensus, Some(n @ (0 | 1)), None) => {
             return Err(format!(
-                "the strategy {:?} is not available yet: only solo, parallel and \
-                 sequential. Summon one Orchestrator (strategy solo, or leave it out), a \
-                 parallel team, or a sequential chain.",
-                other.as_str()
+                "a consensus of {n} was asked for (count {n}), so nothing was summoned. \
+                 Give a count of 2 or more, or leave it out for {}.",
+                crate::consensus::DEFAULT_MEMBERS
             ));
+        }
+        (SummonStrategy::Consensus, n, None) => {
+            vec![output.message.clone(); n.unwrap_or(crate::consensus::DEFAULT_MEMBERS) as usize]
         }
     };
     let n = u32::try_from(briefs.len()).unwrap_or(u32::MAX);
@@ -170,10 +253,17 @@ pub(crate) fn summons_target(
     own_runtime: Option<&str>,
     fleet: &FleetView,
     cap: u32,
+    escalate_risk: u8,
 ) -> Result<Target, String> {
     if output.message.trim().is_empty() {
         return Err("a summons needs a brief, and the message was empty.".to_owned());
     }
+    let risk = risk_decision(output, escalate_risk)?;
+    let output = &ArbiterOutput {
+        strategy: risk.strategy,
+        count: risk.count,
+        ..output.clone()
+    };
     let briefs = team_briefs(output, cap)?;
     let pool = output.pool.clone().unwrap_or_else(|| own_pool.to_owned());
     if !arbiter_protocol::subjects::is_valid_token(&pool) {
@@ -236,6 +326,7 @@ pub(crate) fn summons_target(
         lane,
         strategy: output.strategy.unwrap_or_default(),
         briefs,
+        escalation: risk.escalation,
     })
 }
 
@@ -250,6 +341,7 @@ impl Session {
                 self.shared.config.orchestrator_runtime.as_deref(),
                 fleet,
                 self.shared.config.team_cap,
+                self.shared.config.escalate_risk,
             )
         });
         // A team started at once must fit the session's budget as a whole.
@@ -270,7 +362,10 @@ impl Session {
             || output.briefs.is_some()
             || output.pool.is_some()
             || output.runtime.is_some()
-            || output.directive.is_some();
+            || output.directive.is_some()
+            || output.risk.is_some()
+            || output.complexity.is_some()
+            || output.consensus.is_some();
         let ArbiterOutput {
             intent,
             message,
@@ -280,6 +375,8 @@ impl Session {
             strategy,
             pool,
             runtime,
+            risk,
+            complexity,
             ..
         } = output;
         self.remember_facts(memory.unwrap_or_default());
@@ -303,7 +400,7 @@ impl Session {
                 Some(Ok(target)) => {
                     self.state.rejections = 0;
                     self.release(self.state.team.clone());
-                    self.summon(message, target, directive, chose);
+                    self.summon(message, target, directive, chose, (risk, complexity));
                 }
                 Some(Err(reason)) => {
                     // The audit trail: what was asked, and why it did not go.
@@ -316,6 +413,9 @@ impl Session {
                             runtime: runtime.map(|r| r.as_str().to_owned()),
                             directive,
                             rejected: Some(reason.clone()),
+                            risk,
+                            complexity,
+                            escalation: None,
                         }));
                     }
                     self.reject(intent, &reason);
@@ -390,7 +490,14 @@ impl Session {
 
     /// Summons one Orchestrator (solo) or a whole team at once: a team is
     /// one generation number, its members 1, 2, 3… (II.1, II.2, II.3).
-    fn summon(&mut self, brief: String, target: Target, directive: Option<Directive>, chose: bool) {
+    fn summon(
+        &mut self,
+        brief: String,
+        target: Target,
+        directive: Option<Directive>,
+        chose: bool,
+        (risk, complexity): (Option<u8>, Option<u8>),
+    ) {
         self.state.summoned += 1;
         self.new_exchange();
         let number = self.state.summoned;
@@ -401,6 +508,7 @@ impl Session {
             lane,
             strategy,
             briefs,
+            escalation,
         } = target;
         let team = strategy != SummonStrategy::Solo;
         let size = u32::try_from(briefs.len()).unwrap_or(u32::MAX);
@@ -413,6 +521,9 @@ impl Session {
                 runtime: runtime.clone(),
                 directive: directive.clone(),
                 rejected: None,
+                risk,
+                complexity,
+                escalation,
             }));
         }
         if directed || directive.is_some() {
@@ -437,9 +548,13 @@ impl Session {
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
         let sequential = strategy == SummonStrategy::Sequential;
+        let consensus = strategy == SummonStrategy::Consensus;
         let mut briefs = briefs;
         if team {
             self.gather(number, size);
+        }
+        if consensus && let Some(gather) = self.state.gather.as_mut() {
+            gather.consensus = true;
         }
         if sequential && let Some(gather) = self.state.gather.as_mut() {
             // Only the first link now; the others when the one before reports.
@@ -454,6 +569,9 @@ impl Session {
             let member = team.then(|| u32::try_from(i + 1).unwrap_or(u32::MAX));
             // A member of a team told of its team; its own brief follows.
             let member_brief = match member {
+                Some(m) if consensus => {
+                    crate::consensus::member_brief(number, m, size, &member_brief)
+                }
                 Some(1) if sequential => {
                     crate::team::chain_brief(number, 1, size, &brief, &member_brief)
                 }
@@ -636,6 +754,7 @@ mod tests {
                 lane: Lane::Queued,
                 strategy: SummonStrategy::Solo,
                 briefs: vec!["Review the parser.".into()],
+                escalation: None,
             })
         };
         let team = |briefs: &[&str]| -> Result<Target, &str> {
@@ -646,12 +765,19 @@ mod tests {
                 lane: Lane::Queued,
                 strategy: SummonStrategy::Parallel,
                 briefs: briefs.iter().map(|b| (*b).to_owned()).collect(),
+                escalation: None,
             })
         };
         let chain = |briefs: &[&str]| -> Result<Target, &str> {
             Ok(Target {
                 strategy: SummonStrategy::Sequential,
                 ..team(briefs).unwrap()
+            })
+        };
+        let vote = |n: usize| -> Result<Target, &str> {
+            Ok(Target {
+                strategy: SummonStrategy::Consensus,
+                ..team(&vec!["Review the parser."; n]).unwrap()
             })
         };
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
@@ -816,12 +942,46 @@ mod tests {
                 ok("default", None, false),
             ),
             (
-                "consensus is not available yet",
+                "consensus without a count: three members on the one question",
                 with(&|o| o.strategy = Some(SummonStrategy::Consensus)),
-                &fleet,
-                Err(
-                    "the strategy \"consensus\" is not available yet: only solo, parallel and sequential.",
-                ),
+                &FleetView::NotAsked,
+                vote(3),
+            ),
+            (
+                "consensus of 4",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(4);
+                }),
+                &FleetView::NotAsked,
+                vote(4),
+            ),
+            (
+                "consensus over the cap",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(5);
+                }),
+                &FleetView::NotAsked,
+                Err("a team of 5 is more than this session may run at once (4 Orchestrators)"),
+            ),
+            (
+                "consensus of 1",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.count = Some(1);
+                }),
+                &FleetView::NotAsked,
+                Err("a consensus of 1 was asked for (count 1), so nothing was summoned."),
+            ),
+            (
+                "consensus with sub-briefs",
+                with(&|o| {
+                    o.strategy = Some(SummonStrategy::Consensus);
+                    o.briefs = Some(vec!["Ship?".into(), "Hold?".into()]);
+                }),
+                &FleetView::NotAsked,
+                Err("a consensus asks every member the same question"),
             ),
             (
                 "sequential: one link per brief, longer than the cap",
@@ -871,7 +1031,7 @@ mod tests {
             ),
         ];
         for (name, output, fleet, want) in cases {
-            let got = summons_target(&output, "default", None, fleet, 4);
+            let got = summons_target(&output, "default", None, fleet, 4, 0);
             match (want, got) {
                 (Ok(want), Ok(got)) => assert_eq!(got, want, "{name}"),
                 (Err(want), Err(got)) => {
@@ -912,7 +1072,7 @@ mod tests {
             ),
         ];
         for (name, output, fleet, want) in cases {
-            let got = summons_target(output, "default", None, fleet, 4).unwrap();
+            let got = summons_target(output, "default", None, fleet, 4, 0).unwrap();
             assert_eq!(got.lane, want, "{name}");
             assert!(!got.directed, "{name}: an emergency alone directs nothing");
         }
@@ -932,12 +1092,159 @@ mod tests {
             Some("claude-code"),
             &FleetView::NotAsked,
             4,
+            0,
         );
         assert_eq!(got.unwrap().runtime.as_deref(), Some("claude-code"));
         let mut named = summons("Go.");
         named.runtime = Some(OrchestratorRuntime::Native);
-        let got = summons_target(&named, "default", Some("claude-code"), &fleet, 4);
+        let got = summons_target(&named, "default", Some("claude-code"), &fleet, 4, 0);
         assert_eq!(got.unwrap().runtime.as_deref(), Some("native"));
+    }
+
+    #[test]
+    fn the_risk_decision_table() {
+        use SummonStrategy::{Consensus, Parallel, Solo};
+        let summons = |f: &dyn Fn(&mut ArbiterOutput)| {
+            let mut o = summons("Migrate the billing database.");
+            f(&mut o);
+            o
+        };
+        let to = |strategy: Option<SummonStrategy>,
+                  count: Option<u32>,
+                  escalation: Option<Escalation>|
+         -> Result<RiskDecision, &str> {
+            Ok(RiskDecision {
+                strategy,
+                count,
+                escalation,
+            })
+        };
+        let escalated = Some(Escalation::Escalated { threshold: 8 });
+        let skip = Some(ConsensusChoice::Skip);
+        let force = Some(ConsensusChoice::Force);
+        // Name, the summons, the threshold, what it becomes.
+        let cases: Vec<(&str, ArbiterOutput, u8, Result<RiskDecision, &str>)> = vec![
+            ("no risk given", summons(&|_| {}), 8, to(None, None, None)),
+            (
+                "risk below the threshold",
+                summons(&|o| o.risk = Some(7)),
+                8,
+                to(None, None, None),
+            ),
+            (
+                "risk at the threshold: a consensus of 3",
+                summons(&|o| o.risk = Some(8)),
+                8,
+                to(Some(Consensus), None, escalated),
+            ),
+            (
+                "risk 9, named solo: a consensus of 3",
+                summons(&|o| {
+                    o.risk = Some(9);
+                    o.strategy = Some(Solo);
+                }),
+                8,
+                to(Some(Consensus), None, escalated),
+            ),
+            (
+                "risk 10 with the policy off",
+                summons(&|o| o.risk = Some(10)),
+                0,
+                to(None, None, None),
+            ),
+            (
+                "risk 9 on a parallel team: left as it is",
+                summons(&|o| {
+                    o.risk = Some(9);
+                    o.strategy = Some(Parallel);
+                    o.count = Some(2);
+                }),
+                8,
+                to(Some(Parallel), Some(2), None),
+            ),
+            (
+                "risk 9, the human said skip: solo",
+                summons(&|o| {
+                    o.risk = Some(9);
+                    o.consensus = skip;
+                }),
+                8,
+                to(None, None, Some(Escalation::KeptSolo)),
+            ),
+            (
+                "risk 2, the human asked for a second opinion: a consensus of 3",
+                summons(&|o| {
+                    o.risk = Some(2);
+                    o.consensus = force;
+                }),
+                8,
+                to(Some(Consensus), None, Some(Escalation::Forced)),
+            ),
+            (
+                "forced with the policy off",
+                summons(&|o| o.consensus = force),
+                0,
+                to(Some(Consensus), None, Some(Escalation::Forced)),
+            ),
+            (
+                "forced on a consensus of 5 keeps its count",
+                summons(&|o| {
+                    o.consensus = force;
+                    o.strategy = Some(Consensus);
+                    o.count = Some(5);
+                }),
+                8,
+                to(Some(Consensus), Some(5), Some(Escalation::Forced)),
+            ),
+            (
+                "a consensus the human said to skip",
+                summons(&|o| {
+                    o.consensus = skip;
+                    o.strategy = Some(Consensus);
+                }),
+                8,
+                Err("the human said to skip consensus, and the summons asks for one"),
+            ),
+            (
+                "forced on a parallel team",
+                summons(&|o| {
+                    o.consensus = force;
+                    o.strategy = Some(Parallel);
+                    o.count = Some(2);
+                }),
+                8,
+                Err(
+                    "the human asked for a consensus (consensus: force), and the summons asks for strategy parallel",
+                ),
+            ),
+            (
+                "risk off the scale",
+                summons(&|o| o.risk = Some(11)),
+                8,
+                Err("risk 11 is not on the scale of 1 to 10"),
+            ),
+            (
+                "complexity off the scale",
+                summons(&|o| o.complexity = Some(0)),
+                8,
+                Err("complexity 0 is not on the scale of 1 to 10"),
+            ),
+        ];
+        for (name, output, threshold, want) in cases {
+            match (want, risk_decision(&output, threshold)) {
+                (Ok(want), Ok(got)) => assert_eq!(got, want, "{name}"),
+                (Err(want), Err(got)) => assert!(got.starts_with(want), "{name}: {got}"),
+                (want, got) => panic!("{name}: wanted {want:?}, got {got:?}"),
+            }
+        }
+        // Through the whole summons decision: risk 9 starts three members.
+        let mut risky = summons(&|o| o.risk = Some(9));
+        let target = summons_target(&risky, "default", None, &FleetView::NotAsked, 4, 8).unwrap();
+        assert_eq!(target.strategy, Consensus);
+        assert_eq!(target.briefs.len(), 3);
+        risky.consensus = skip;
+        let target = summons_target(&risky, "default", None, &FleetView::NotAsked, 4, 8).unwrap();
+        assert_eq!((target.strategy, target.briefs.len()), (Solo, 1));
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub(crate) enum Pending {
         /// A sequential chain's reports, rather than a parallel team's.
         #[serde(default)]
         sequential: bool,
+        /// A consensus team's tally in one line (`ConsensusEntry::summary`),
+        /// read first; each report then starts with its member's verdict.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        consensus: Option<String>,
     },
 }
 
@@ -98,6 +102,12 @@ pub(crate) struct Gather {
     pub pool: String,
     #[serde(default)]
     pub runtime: Option<String>,
+    /// A consensus team: its members' verdicts are tallied when the reports go on.
+    #[serde(default)]
+    pub consensus: bool,
+    /// A consensus team's verdicts in so far (a member that failed has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<arbiter_protocol::MemberVerdict>,
 }
 
 /// The Orchestrator the Arbiter is speaking with.

@@ -3,7 +3,9 @@
 //! are gathered and reach the Arbiter in one input, when every member has
 //! reported or the team wait ran out, whichever comes first.
 
-use arbiter_protocol::{LogBody, SystemEntry, member_name, orchestrator_name};
+use arbiter_protocol::{
+    LogBody, MemberVerdict, MissingVerdict, SystemEntry, Verdict, member_name, orchestrator_name,
+};
 use chrono::Utc;
 
 use crate::session::Session;
@@ -74,11 +76,18 @@ pub(crate) fn team_input(
     reports: &[(u32, String)],
     waited_secs: Option<u64>,
     sequential: bool,
+    consensus: Option<&str>,
 ) -> String {
     let team = orchestrator_name(number);
     let mut sorted = reports.to_vec();
     sorted.sort_by_key(|(m, _)| *m);
-    let mut out = if sequential {
+    let mut out = if let Some(tally) = consensus {
+        format!(
+            "The consensus {team} ({members} members): {} of {members} reported. The tally \
+             of their verdicts: {tally}.",
+            sorted.len()
+        )
+    } else if sequential {
         format!(
             "The chain {team} ({members} links, sequential): {} of {members} reported.",
             sorted.len()
@@ -99,7 +108,11 @@ pub(crate) fn team_input(
             missing.join(", ")
         ));
     }
-    out.push_str(if sequential {
+    out.push_str(if consensus.is_some() {
+        " The tally decides nothing: the decision is yours. Each member answered the same \
+         question independently, in a workspace of its own; each member's verdict and \
+         report follow, verbatim."
+    } else if sequential {
         " Each link was briefed with the report of the one before it, in the session's \
          workspace."
     } else {
@@ -134,6 +147,8 @@ impl Session {
             purpose: String::new(),
             pool: String::new(),
             runtime: None,
+            consensus: false,
+            verdicts: Vec::new(),
         });
     }
 
@@ -186,9 +201,10 @@ impl Session {
         self.release(done);
     }
 
-    /// Takes member `member`'s first report into the gather; the team's
-    /// reports go to the Arbiter once every member is in.
-    pub(crate) fn gathered(&mut self, member: u32, pending: Pending) {
+    /// Takes member `member`'s first report (and a consensus member's
+    /// verdict) into the gather; the team's reports go to the Arbiter once
+    /// every member is in.
+    pub(crate) fn gathered(&mut self, member: u32, pending: Pending, verdict: Option<Verdict>) {
         let raw = match &pending {
             Pending::Orchestrator { text, .. } => Some(text.clone()),
             _ => None,
@@ -209,6 +225,24 @@ impl Session {
         };
         let Some(gather) = self.state.gather.as_mut() else {
             return;
+        };
+        let text = if gather.consensus {
+            // Its verdict first, then its report, both verbatim.
+            let missing = match (&verdict, &raw) {
+                (Some(_), _) => None,
+                (None, Some(_)) => Some(MissingVerdict::NoVerdict),
+                (None, None) => Some(MissingVerdict::Failed),
+            };
+            let verdict = MemberVerdict {
+                member,
+                verdict,
+                missing,
+            };
+            let line = crate::consensus::verdict_line(gather.number, member, &verdict);
+            gather.verdicts.push(verdict);
+            format!("{line}\n{text}")
+        } else {
+            text
         };
         gather.reports.push((member, text));
         self.changed = true;
@@ -252,6 +286,8 @@ impl Session {
             members,
             reports,
             sequential,
+            consensus,
+            verdicts,
             ..
         } = gather;
         let text = format!(
@@ -265,12 +301,20 @@ impl Session {
             }
         );
         self.log(LogBody::System(SystemEntry { text }));
+        // The tally is for the record and the Arbiter; the Arbiter decides.
+        let consensus = consensus.then(|| {
+            let entry = crate::consensus::tally(number, members, &verdicts);
+            let line = entry.summary();
+            self.log(LogBody::Consensus(entry));
+            line
+        });
         self.enqueue(Pending::Team {
             number,
             members,
             reports,
             waited_secs,
             sequential,
+            consensus,
         });
     }
 }
@@ -416,13 +460,13 @@ mod tests {
             (1, "Orchestrator II.1: lexer done.".to_owned()),
         ];
         assert_eq!(
-            team_input(2, 2, &reports, None, false),
+            team_input(2, 2, &reports, None, false, None),
             "The team Orchestrator II (2 members, parallel): 2 of 2 reported. Each worked in \
              a workspace of its own: merging their work is a brief for an Orchestrator, \
              nothing was merged.\n\nOrchestrator II.1: lexer done.\n\nOrchestrator II.2: \
              parser done."
         );
-        let late = team_input(2, 3, &reports[..1], Some(60), false);
+        let late = team_input(2, 3, &reports[..1], Some(60), false, None);
         assert!(
             late.starts_with(
                 "The team Orchestrator II (3 members, parallel): 1 of 3 reported. Not \

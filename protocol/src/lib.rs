@@ -31,13 +31,14 @@ pub use orchestrator::{
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,
 };
 pub use outputs::{
-    ArbiterIntent, ArbiterOutput, Directive, OrchestratorOutput, OrchestratorRuntime,
-    SummonStrategy,
+    ArbiterIntent, ArbiterOutput, ConsensusChoice, Directive, OrchestratorOutput,
+    OrchestratorRuntime, SummonStrategy, Verdict,
 };
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
-    ArbiterToOrchestratorEntry, ErrorEntry, HumanCommand, HumanEntry, HumanMessage, LogBody,
-    LogEntry, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
+    ArbiterToOrchestratorEntry, ConsensusEntry, ConsensusOutcome, DecisionVotes, ErrorEntry,
+    Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict,
+    MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
     StrategyEntry, SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};

@@ -58,12 +58,15 @@ pub struct ArbiterOutput {
     /// how: solo (one; leave it out or null), parallel (several at once,
     /// each in its own copy of the workspace; their reports come back to you
     /// together), sequential (a chain given as `briefs`, each link summoned
-    /// with the report of the one before). consensus is not available yet.
+    /// with the report of the one before), consensus (`count` members, 3
+    /// when left out, answer the question in the message independently, each
+    /// with a verdict; you get their tally, verdicts and reports together
+    /// and decide).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<SummonStrategy>,
-    /// summon_orchestrator with strategy parallel only: how many members
-    /// each get the whole message as their brief. Leave it out (or null)
-    /// when you give `briefs`.
+    /// summon_orchestrator with strategy parallel or consensus only: how
+    /// many members each get the whole message as their brief (consensus: 3
+    /// when left out). Leave it out (or null) when you give `briefs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// summon_orchestrator with strategy parallel or sequential only: one
@@ -87,6 +90,42 @@ pub struct ArbiterOutput {
     /// work queued in its pool. Leave it out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emergency: Option<bool>,
+    /// summon_orchestrator only: how complex the work is, 1 (trivial) to 10.
+    /// Leave it out (or null) when you cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub complexity: Option<u8>,
+    /// summon_orchestrator only: how much harm a wrong result would do, 1
+    /// (none) to 10 (grave, hard to undo). A solo summons at or above the
+    /// coordinator's threshold becomes a consensus of 3, unless the human
+    /// said otherwise (`consensus`). Leave it out (or null) when you cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub risk: Option<u8>,
+    /// summon_orchestrator only, and only on the human's word (put the words
+    /// in `directive`): skip (no consensus, whatever the risk) or force (a
+    /// consensus, e.g. "get a second opinion"). Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus: Option<ConsensusChoice>,
+}
+
+/// The human's word on a consensus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsensusChoice {
+    /// No consensus, whatever the risk ("skip consensus").
+    Skip,
+    /// A consensus, whatever the risk ("get a second opinion").
+    Force,
+}
+
+impl ConsensusChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::Force => "force",
+        }
+    }
 }
 
 impl ArbiterOutput {
@@ -104,6 +143,9 @@ impl ArbiterOutput {
             members: None,
             directive: None,
             emergency: None,
+            complexity: None,
+            risk: None,
+            consensus: None,
         }
     }
 }
@@ -140,7 +182,7 @@ pub enum SummonStrategy {
     Solo,
     /// Several Orchestrators at once, on the whole brief or one sub-brief each.
     Parallel,
-    /// Several Orchestrators answer the same question; their verdicts are tallied (not available yet).
+    /// Several Orchestrators answer the same question independently; their verdicts are tallied.
     Consensus,
     /// A chain, each link briefed with its predecessor's report.
     Sequential,
@@ -187,4 +229,22 @@ pub struct OrchestratorOutput {
     /// and in your final report. Leave it out (or null) otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Box<crate::Handoff>>,
+    /// Only when your brief makes you a member of a consensus: your verdict
+    /// on its question, in your report. Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+/// A consensus member's answer to the question it was asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    /// Your answer in a few words (e.g. "ship" or "hold"). The members'
+    /// decisions are compared as written, ignoring case and surrounding spaces.
+    pub decision: String,
+    /// How sure you are, in percent (0 to 100).
+    #[schemars(range(max = 100))]
+    pub confidence: u8,
+    /// Why, one short sentence each.
+    pub reasons: Vec<String>,
 }

@@ -82,6 +82,110 @@ pub enum LogBody {
     /// The audit trail of a summons: the strategy chosen, the human's
     /// directive (verbatim and as read), and whether it went ahead or why not.
     Strategy(StrategyEntry),
+    /// A consensus team's verdicts, tallied: the decisions, how many members
+    /// gave each, and every member's verdict. The Arbiter decides, not the tally.
+    Consensus(ConsensusEntry),
+}
+
+/// The tally of a consensus team's verdicts (decisions grouped trimmed and
+/// ignoring case). A member that failed, reported no verdict, or had not
+/// reported when the team's reports went on counts as "no verdict".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConsensusEntry {
+    /// The team's generation (II for II.1, II.2…).
+    pub number: u32,
+    /// Members summoned.
+    pub members: u32,
+    pub outcome: ConsensusOutcome,
+    /// Each decision and the members that gave it, most votes first (then
+    /// by the first member that gave it).
+    pub decisions: Vec<DecisionVotes>,
+    /// The members without a verdict, in member order.
+    #[serde(default)]
+    pub no_verdict: Vec<u32>,
+    /// Every member's verdict, in member order.
+    pub verdicts: Vec<MemberVerdict>,
+}
+
+/// How a consensus team's verdicts fell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsensusOutcome {
+    /// Every member gave the same decision.
+    Unanimous,
+    /// One decision has the most votes, but not every member gave it.
+    Split,
+    /// Two or more decisions share the most votes.
+    Tie,
+    /// No member gave a verdict.
+    NoVerdict,
+}
+
+/// One decision of a tally and the members that gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionVotes {
+    /// As the first member to give it wrote it (trimmed).
+    pub decision: String,
+    pub members: Vec<u32>,
+}
+
+/// One member's verdict, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemberVerdict {
+    pub member: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<crate::Verdict>,
+    /// Why there is no verdict: `failed`, `no_verdict` (it reported without
+    /// one) or `not_reported`; absent with a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<MissingVerdict>,
+}
+
+/// Why a consensus member has no verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingVerdict {
+    /// It stopped before it reported.
+    Failed,
+    /// It reported without a verdict.
+    NoVerdict,
+    /// It had not reported when the team's reports went on.
+    NotReported,
+}
+
+impl ConsensusEntry {
+    /// The tally in one line, as the console shows it and the Arbiter reads
+    /// it: `split 2–1: "ship" (II.1, II.3) vs "hold" (II.2)`.
+    pub fn summary(&self) -> String {
+        let names = |members: &[u32]| {
+            members
+                .iter()
+                .map(|m| format!("{}.{m}", crate::roman(self.number)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut groups: Vec<String> = self
+            .decisions
+            .iter()
+            .map(|d| format!("\"{}\" ({})", d.decision, names(&d.members)))
+            .collect();
+        let mut counts: Vec<String> = self
+            .decisions
+            .iter()
+            .map(|d| d.members.len().to_string())
+            .collect();
+        if !self.no_verdict.is_empty() {
+            groups.push(format!("no verdict ({})", names(&self.no_verdict)));
+            counts.push(self.no_verdict.len().to_string());
+        }
+        let outcome = match self.outcome {
+            ConsensusOutcome::Unanimous => "unanimous".to_owned(),
+            ConsensusOutcome::Split => format!("split {}", counts.join("–")),
+            ConsensusOutcome::Tie => format!("tie {}", counts.join("–")),
+            ConsensusOutcome::NoVerdict => "no verdict from any member".to_owned(),
+        };
+        format!("{outcome}: {}", groups.join(" vs "))
+    }
 }
 
 /// One summons decision, for the record.
@@ -103,6 +207,30 @@ pub struct StrategyEntry {
     /// Why the summons was refused; absent when it went ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// The risk and complexity the Arbiter gave the summons (1 to 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complexity: Option<u8>,
+    /// What the risk policy and the human's word made of it; absent when
+    /// neither changed or confirmed anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+}
+
+/// A summons' risk decision, for the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Escalation {
+    /// A solo summons at or above the risk threshold became a consensus of 3.
+    Escalated {
+        /// The threshold (`--escalate-risk`).
+        threshold: u8,
+    },
+    /// The human said to skip consensus: it stayed solo, whatever the risk.
+    KeptSolo,
+    /// The human asked for a second opinion: a consensus, whatever the risk.
+    Forced,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

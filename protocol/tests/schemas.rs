@@ -104,6 +104,7 @@ fn handoff_is_additive_on_the_wire() {
             expects_response: true,
             message: "Full.".into(),
             handoff: None,
+            verdict: None,
         }),
         evidence: None,
         handoff: Some(Box::new(packet.clone())),

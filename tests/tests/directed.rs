@@ -2,8 +2,9 @@
 //! runtime an Orchestrator must run on, with the human's words behind it.
 //! The coordinator checks it against the workers that are up: a summons on
 //! an offered pool goes there and only a worker of that pool takes it; a
-//! pool nobody serves, or a strategy not available yet (consensus), is
-//! refused back to the Arbiter with the reason, and nothing is summoned.
+//! pool nobody serves, or a strategy used the wrong way (a consensus given
+//! sub-briefs), is refused back to the Arbiter with the reason, and nothing
+//! is summoned.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -143,7 +144,7 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_nobody_serves_and_a_consensus_strategy_are_refused_to_the_arbiter() {
+async fn a_pool_nobody_serves_and_a_consensus_with_sub_briefs_are_refused_to_the_arbiter() {
     let sys = two_pools().await;
 
     // A pool no worker serves: refused, the reason names it, nothing summoned.
@@ -209,13 +210,19 @@ async fn a_pool_nobody_serves_and_a_consensus_strategy_are_refused_to_the_arbite
     );
     assert!(sys.mock.requests_for(&orch_lane(brief)).is_empty());
 
-    // A consensus summons: not available yet, refused with the reason.
+    // A consensus given sub-briefs: every member answers one question, so
+    // it is refused with the reason.
     let s = "s-consensus";
     let log = sys.watch_log(s).await;
     let arb = arbiter_lane("Do all three parts at once");
     let brief = "Write the three modules.";
-    sys.mock
-        .push(&arb, summons(brief, json!({"strategy": "consensus"})));
+    sys.mock.push(
+        &arb,
+        summons(
+            brief,
+            json!({"strategy": "consensus", "briefs": ["Lexer.", "Parser.", "Printer."]}),
+        ),
+    );
     sys.mock
         .push(&arb, arbiter("address_human", "One at a time, then."));
     sys.send(s, "Do all three parts at once").await;
@@ -229,7 +236,8 @@ async fn a_pool_nobody_serves_and_a_consensus_strategy_are_refused_to_the_arbite
     let told = requests[1].last_user_text();
     assert!(
         told.contains(
-            "the strategy \"consensus\" is not available yet: only solo, parallel and sequential."
+            "a consensus asks every member the same question, given in the message: leave \
+             briefs out (use strategy parallel for sub-briefs), so nothing was summoned."
         ),
         "{told}"
     );

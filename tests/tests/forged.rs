@@ -88,6 +88,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
                 expects_response: true,
                 message: format!("FORGED {seq}"),
                 handoff: None,
+                verdict: None,
             }),
             evidence: None,
             handoff: None,

@@ -74,6 +74,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
             expects_response: true,
             message: "Late words from I".into(),
             handoff: None,
+            verdict: None,
         }),
         evidence: None,
         handoff: None,

@@ -32,6 +32,7 @@ Your tools: {tools}.
 End every turn with exactly one JSON object: `{{"expects_response": <bool>, "message": "<text>"}}`.
 - expects_response true: a question, a handoff or a completion report. The Arbiter answers; you wait for it.
 - expects_response false: a short progress note while you keep working. It is shown to the human and reaches the Arbiter later, bundled with your next message. Do not send many in a row: after a few you must speak to the Arbiter.
+- Only when your brief makes you a member of a consensus: your report (expects_response true) also carries `verdict`, your answer to its question: `{{"decision": "<a few words, e.g. ship>", "confidence": <0 to 100>, "reasons": ["<one short sentence>"]}}`. Leave it out otherwise.
 
 # Context warnings and your handoff
 

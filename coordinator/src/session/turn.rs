@@ -70,7 +70,15 @@ impl Session {
                     reports,
                     waited_secs,
                     sequential,
-                } => crate::team::team_input(number, members, &reports, waited_secs, sequential),
+                    consensus,
+                } => crate::team::team_input(
+                    number,
+                    members,
+                    &reports,
+                    waited_secs,
+                    sequential,
+                    consensus.as_deref(),
+                ),
             });
         }
         parts.join("\n\n")

@@ -801,6 +801,7 @@ pub fn brief(body: &LogBody) -> (String, String) {
                     .unwrap_or_default()
             ),
         ),
+        LogBody::Consensus(e) => ("Consensus".into(), e.summary()),
     }
 }
 
