@@ -503,6 +503,36 @@ mod tests {
     }
 
     #[test]
+    fn a_split_consensus_is_an_event_line_of_the_tui() {
+        use arbiter_protocol::{ConsensusEntry, ConsensusOutcome, DecisionVotes};
+        let mut c = Conversation::default();
+        let votes = |decision: &str, members: &[u32]| DecisionVotes {
+            decision: decision.into(),
+            members: members.to_vec(),
+        };
+        c.log(&entry(
+            1,
+            Utc::now(),
+            LogBody::Consensus(ConsensusEntry {
+                number: 2,
+                members: 3,
+                outcome: ConsensusOutcome::Split,
+                decisions: vec![votes("ship", &[1, 3]), votes("hold\u{202e}", &[2])],
+                no_verdict: Vec::new(),
+                verdicts: Vec::new(),
+            }),
+        ));
+        assert_eq!(
+            c.entries(),
+            [Entry::new(
+                Kind::Event,
+                "Consensus on Orchestrator II: split 2–1: \"ship\" (II.1, II.3) vs \
+                 \"hold\\u{202e}\" (II.2)"
+            )]
+        );
+    }
+
+    #[test]
     fn unsent_messages_are_withdrawn() {
         let mut c = Conversation::default();
         c.sending("m1", "one");

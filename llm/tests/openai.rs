@@ -169,9 +169,9 @@ async fn structured_output_is_strict_json_schema_and_validated() {
     assert_eq!(format["json_schema"]["strict"], true);
     assert_eq!(
         r.chat_output_schema()["required"],
-        // Strict mode lists every property; the optional handoff packet is
-        // nullable rather than left out.
-        json!(["expects_response", "handoff", "message"])
+        // Strict mode lists every property; the optional handoff packet and
+        // verdict are nullable rather than left out.
+        json!(["expects_response", "handoff", "message", "verdict"])
     );
     assert_eq!(r.chat_output_schema()["additionalProperties"], false);
 }

@@ -211,8 +211,9 @@ async fn the_conversation_loop_runs_on_an_openai_compatible_server() {
     );
     assert_eq!(
         run.orch[0].chat_output_schema()["required"],
-        // Strict mode lists every property; the optional handoff is nullable.
-        json!(["expects_response", "handoff", "message"])
+        // Strict mode lists every property; the optional handoff and
+        // verdict are nullable.
+        json!(["expects_response", "handoff", "message", "verdict"])
     );
 }
 
