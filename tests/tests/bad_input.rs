@@ -41,6 +41,51 @@ async fn an_arbiter_reply_off_schema_is_repaired_with_the_validation_error() {
     );
 }
 
+/// A summons with a strategy there is none of (#21) is refused by the
+/// schema before anything routes: the Arbiter is told which field and which
+/// values there are, and nothing is summoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summons_with_an_unknown_strategy_is_refused_with_the_strategies_there_are() {
+    let sys = System::start().await;
+    let s = "s-swarm";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Swarm it");
+    sys.mock.push(
+        &arb,
+        MockReply::text(
+            r#"{"intent":"summon_orchestrator","message":"Fix the build.","strategy":"swarm"}"#,
+        ),
+    );
+    sys.mock
+        .push(&arb, arbiter("address_human", "One at a time, then."));
+    sys.send(s, "Swarm it").await;
+    sys.settled(s, 2).await;
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(requests.len(), 2);
+    // What the Arbiter reads: the field, the value, and the ones there are.
+    let repair = requests[1].last_user_text();
+    assert!(
+        repair.contains("$.strategy: \"swarm\" is not one of"),
+        "{repair}"
+    );
+    for strategy in ["solo", "parallel", "consensus", "sequential"] {
+        assert!(repair.contains(strategy), "{strategy}: {repair}");
+    }
+    // Nothing started: no summons in the log, the human reads the answer.
+    let bodies = log.bodies();
+    assert!(
+        !bodies.iter().any(|b| matches!(b, LogBody::Summoned(_))),
+        "{bodies:?}"
+    );
+    assert_eq!(
+        briefs(&bodies),
+        vec![
+            pair("You", "Swarm it"),
+            pair("Arbiter", "One at a time, then.")
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_arbiter_that_never_matches_its_schema_becomes_a_visible_error_and_loses_nothing() {
     let sys = System::start().await;
