@@ -304,12 +304,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .await?;
     // Emergencies: their own consumer, taken from before the queue, and a
     // core subscription on their subject that wakes a worker waiting on it.
-    let (mut urgent, _) = arbiter_bus::setup::guarded(
+    // A credential issued before the lane existed may not read it: the
+    // worker then serves the queue alone and does not announce the lane, so
+    // emergencies reach it in turn.
+    let mut urgent = match arbiter_bus::setup::guarded(
         &bus.alarms,
         NatsRole::Worker,
         pool_consumer(&bus, &config.pool, config.lease, Lane::Urgent),
     )
-    .await?;
+    .await
+    {
+        Ok((urgent, _)) => Some(urgent),
+        Err(e) => {
+            tracing::warn!(error = %e, pool = %config.pool, "the emergency lane cannot be read (a credential issued before it existed?): emergencies reach this worker in turn; issue the worker's credential again (arbiter-admin issue worker NAME) to serve them first");
+            None
+        }
+    };
     let mut urgent_wake = client
         .subscribe(subjects::summon_urgent(&config.pool))
         .await
@@ -327,7 +337,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.max_orchestrators,
         max_parked,
     );
-    let presence = presence::start(&client, slots.clone(), config.runtime).await?;
+    let presence =
+        presence::start(&client, slots.clone(), config.runtime, urgent.is_some()).await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
     let shared = Arc::new(Shared {
         bus,
@@ -377,10 +388,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         };
         // Holding a free slot: ask for exactly one summons, an emergency first.
         let (summon, msg) = loop {
-            let lane_first = if urgent_maybe {
-                fetch_one(&urgent, None).await
-            } else {
-                Ok(None)
+            let lane_first = match &urgent {
+                Some(urgent) if urgent_maybe => fetch_one(urgent, None).await,
+                _ => Ok(None),
             };
             let fetched = match lane_first {
                 Ok(Some(found)) => Ok(Some(found)),
@@ -402,7 +412,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                             .await
                         {
                             tracing::warn!(pool = %shared.config.pool, "the pool's emergency consumer was deleted; made it again");
-                            urgent = again;
+                            urgent = Some(again);
                         }
                     }
                     tokio::select! {

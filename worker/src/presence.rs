@@ -52,14 +52,23 @@ pub(crate) async fn start(
     client: &Client,
     slots: Arc<Slots>,
     runtime: crate::Runtime,
+    serves_urgent: bool,
 ) -> Result<Presence> {
     let now = slots.presence();
     let metadata = HashMap::from([
         ("worker_id".to_owned(), now.worker_id.clone()),
         ("pool".to_owned(), now.pool.clone()),
         ("runtime".to_owned(), runtime.name().to_owned()),
-        // It takes emergencies from `summon.<pool>.urgent` before the queue.
-        ("lanes".to_owned(), "queued,urgent".to_owned()),
+        // Whether it takes emergencies from `summon.<pool>.urgent` before the queue.
+        (
+            "lanes".to_owned(),
+            if serves_urgent {
+                "queued,urgent"
+            } else {
+                "queued"
+            }
+            .to_owned(),
+        ),
         ("slots_total".to_owned(), now.slots_total.to_string()),
         (
             "protocol".to_owned(),
