@@ -21,6 +21,7 @@ pub mod retention;
 mod route;
 mod session;
 mod state;
+mod summons;
 mod team;
 
 use std::future::Future;

@@ -169,8 +169,8 @@ impl Session {
     pub(super) async fn fleet_view(
         &self,
         result: &Result<Structured<ArbiterOutput>, LlmError>,
-    ) -> crate::route::FleetView {
-        use crate::route::FleetView;
+    ) -> crate::summons::FleetView {
+        use crate::summons::FleetView;
         let Ok(reply) = result else {
             return FleetView::NotAsked;
         };
@@ -203,7 +203,7 @@ impl Session {
     pub(super) fn finish_turn(
         &mut self,
         result: Result<Structured<ArbiterOutput>, LlmError>,
-        fleet: &crate::route::FleetView,
+        fleet: &crate::summons::FleetView,
     ) {
         // The turn's span ends with this step.
         let turn_span = std::mem::replace(&mut self.turn_span, tracing::Span::none());
