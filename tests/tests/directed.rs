@@ -47,15 +47,6 @@ async fn two_pools() -> System {
     sys
 }
 
-fn summons(brief: &str, extra: Value) -> MockReply {
-    let mut reply = json!({"intent": "summon_orchestrator", "message": brief});
-    reply
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    MockReply::json(&reply)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
     let sys = two_pools().await;

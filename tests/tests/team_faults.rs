@@ -7,7 +7,7 @@
 
 mod common;
 
-use arbiter_protocol::{LogBody, SummonedEntry};
+use arbiter_protocol::LogBody;
 use arbiter_tests::{Gate, MockReply, eventually};
 use common::*;
 use serde_json::{Value, json};
@@ -68,19 +68,7 @@ async fn a_member_whose_worker_is_killed_resumes_elsewhere_and_the_team_reports_
     );
     sys.send(s, human).await;
 
-    let members: Vec<SummonedEntry> = eventually(WAIT, "three members summoned", || async {
-        let mut members: Vec<SummonedEntry> = log
-            .bodies()
-            .into_iter()
-            .filter_map(|b| match b {
-                LogBody::Summoned(e) => Some(e),
-                _ => None,
-            })
-            .collect();
-        members.sort_by_key(|e| e.member);
-        (members.len() == 3).then_some(members)
-    })
-    .await;
+    let members = summoned(&log, 3).await;
     let files = ["a.txt", "b.txt", "c.txt"];
     // Every member's first call is held: the victim dies with its call open.
     let hold = Gate::new();

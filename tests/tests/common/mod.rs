@@ -184,6 +184,34 @@ pub fn arbiter(intent: &str, message: &str) -> MockReply {
     MockReply::json(&json!({"intent": intent, "message": message}))
 }
 
+/// A scripted Arbiter summons: the brief in `message`, with `extra` fields
+/// (strategy, briefs, pool, directive…).
+pub fn summons(message: &str, extra: Value) -> MockReply {
+    let mut reply = json!({"intent": "summon_orchestrator", "message": message});
+    reply
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    MockReply::json(&reply)
+}
+
+/// The `summoned` entries of the log once there are `n`, in member order.
+pub async fn summoned(log: &LogWatch, n: usize) -> Vec<arbiter_protocol::SummonedEntry> {
+    eventually(WAIT, "the members' summoned entries", || async {
+        let mut members: Vec<arbiter_protocol::SummonedEntry> = log
+            .bodies()
+            .into_iter()
+            .filter_map(|b| match b {
+                LogBody::Summoned(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        members.sort_by_key(|e| e.member);
+        (members.len() >= n).then_some(members)
+    })
+    .await
+}
+
 /// A scripted Orchestrator final reply.
 pub fn orch(expects_response: bool, message: &str) -> MockReply {
     MockReply::json(&json!({"expects_response": expects_response, "message": message}))
