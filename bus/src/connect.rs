@@ -273,7 +273,14 @@ impl Alarms {
             Event::ServerError(ServerError::Other(text)) => {
                 let lower = text.to_lowercase();
                 if lower.contains("permissions violation") {
-                    tracing::error!(denied = %text, "NATS denied an operation to this credential");
+                    // The first denial is what ends a process at start (and
+                    // is named in its last line); the ones its other checks
+                    // meet a moment later would come after that last word.
+                    if self.lock().is_empty() {
+                        tracing::error!(denied = %text, "NATS denied an operation to this credential");
+                    } else {
+                        tracing::debug!(denied = %text, "NATS denied another operation to this credential");
+                    }
                     self.lock().push(text);
                     self.inner.denied_tx.send_modify(|n| *n += 1);
                 } else if lower.contains("authentication revoked") {
