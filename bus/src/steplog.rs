@@ -314,9 +314,36 @@ impl Writer {
             .ok_or(AppendError::Stopped)?;
             payload = (step.pointer)(&name);
         }
+        self.store(&msg_id, payload, step.trace, until).await
+    }
+
+    /// Appends one message under the caller's own message id, fenced on the
+    /// last one like a step (a log entry that follows its step's record on
+    /// the same subject), retrying until it is stored, fenced, or `until`
+    /// fires. A message id that this writer did not make (see
+    /// [`Writer::wrote`]) is still recognised when it is the last on the
+    /// subject: the write whose ack was lost.
+    pub async fn append_message(
+        &mut self,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
+        self.store(msg_id, payload, trace, until).await
+    }
+
+    /// The fenced publish with its retries, shared by every append.
+    async fn store(
+        &mut self,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
         let mut delay = FIRST_BACKOFF;
         loop {
-            match self.publish(&msg_id, payload.clone(), step.trace).await {
+            match self.publish(msg_id, payload.clone(), trace).await {
                 // A duplicate PubAck (on a cluster) is our own earlier write: stored.
                 Ok(seq) => {
                     self.last_seq = seq;
@@ -331,13 +358,13 @@ impl Writer {
                         }
                         // An earlier write of this writer that was given up
                         // on but landed: still ours, so go on from it.
-                        Ok(Some(last)) if self.wrote(&last.msg_id) => {
+                        Ok(Some(last)) if self.wrote(&last.msg_id) && last.seq != self.last_seq => {
                             self.last_seq = last.seq;
                         }
                         Ok(_) => {
                             tracing::warn!(
                                 subject = %self.subject,
-                                rev = step.rev,
+                                msg_id,
                                 "another writer appended to this step log: fenced out"
                             );
                             return Err(AppendError::Fenced);

@@ -215,7 +215,7 @@ impl Registry {
     async fn resume_unfinished(&mut self) {
         let mut delay = Duration::from_millis(100);
         let unfinished = loop {
-            match state::unfinished(&self.shared.steps).await {
+            match state::unfinished(&self.shared.steps, &self.shared.legacy_steps).await {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
                     // A stream deleted under a coordinator that is starting:

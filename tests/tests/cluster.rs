@@ -110,7 +110,10 @@ impl ConsoleView {
                         Some(Ok(msg)) => {
                             let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
                             last_stream_seq = msg.info().ok().map(|i| i.stream_sequence);
-                            sink.lock().unwrap().push(entry);
+                            // A step entry carries the coordinator's record: consoles skip it.
+                            if !matches!(entry.body, LogBody::Step(_)) {
+                                sink.lock().unwrap().push(entry);
+                            }
                             progress_at = Instant::now();
                             false
                         }
