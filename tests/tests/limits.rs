@@ -246,8 +246,14 @@ async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
     })
     .await;
     sys.spawn_coordinator();
-    // The object store of large session steps, once the coordinator has made
-    // it: refuses new writes past 64 KiB.
+    // Once the coordinator has started (a first session answered: it has
+    // made the streams and set their limits), the object store of large
+    // session steps refuses new writes past 64 KiB.
+    let warm = sys.watch_log("s-inbox-warm").await;
+    sys.mock
+        .push(&arbiter_lane("warm"), arbiter("address_human", "Warm."));
+    sys.send("s-inbox-warm", "warm").await;
+    warm.wait_len(2).await;
     let blobs = format!("OBJ_{}", arbiter_protocol::subjects::SESSION_BLOBS_BUCKET);
     let mut store = eventually(WAIT, "the coordinator to make the object store", || async {
         sys.bus
