@@ -43,13 +43,17 @@ pub use session::{
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 
-/// Version of the payloads this build writes. Readers accept any version and
-/// ignore fields they do not know; a breaking change would move to `arbiter.v2`.
-pub const VERSION: u32 = 1;
+/// Version of the payloads this build writes: the revision of
+/// `docs/protocol.md` they follow (2: session records ride on the log,
+/// Orchestrator records are their outputs). Readers accept any version and
+/// ignore fields they do not know; a change a third-party worker would have
+/// to follow moves the subjects to `arbiter.v2`.
+pub const VERSION: u32 = 2;
 
-/// Serde default for the `v` field, so payloads without it still decode.
+/// Serde default for the `v` field, so payloads without it still decode
+/// (as the first revision, which is what a writer that omits it followed).
 pub fn version() -> u32 {
-    VERSION
+    1
 }
 
 /// Orchestrators are numbered I, II, III… within a session.
