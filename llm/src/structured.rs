@@ -3,6 +3,8 @@
 //! that does not is sent back with the validation error until the repair
 //! budget is spent; then the call fails with a typed error.
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -26,7 +28,7 @@ pub fn parse_with<T: DeserializeOwned>(
     text: &str,
     schema: &Value,
 ) -> std::result::Result<T, String> {
-    parse_checked(text, schema, &Checker::new(schema)?)
+    parse_checked(text, schema, &*Checker::cached(schema)?)
 }
 
 /// [`parse_with`], the schema compiled already (once for all the replies of a call).
@@ -54,12 +56,13 @@ fn parse_checked<T: DeserializeOwned>(
 
 /// The request's `output_schema`, set to `T`'s when missing, and compiled;
 /// a recursive `T`, or a schema that cannot be compiled, is an invalid request.
-fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<(Value, Checker)> {
+fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<(Value, Arc<Checker>)> {
     let schema = match request.output_schema.take() {
         Some(schema) => schema,
         None => crate::schema::try_for_model::<T>()?,
     };
-    let checker = Checker::new(&schema).map_err(|message| LlmError::InvalidRequest { message })?;
+    let checker =
+        Checker::cached(&schema).map_err(|message| LlmError::InvalidRequest { message })?;
     request.output_schema = Some(schema.clone());
     Ok((schema, checker))
 }

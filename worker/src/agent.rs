@@ -321,8 +321,11 @@ impl Agent {
         }
         let parsed = match structured::cut_short(&response.stop_reason) {
             Some(detail) => Err(detail.to_owned()),
-            None => structured::parse::<OrchestratorOutput>(&response.text())
-                .and_then(|output| self.check_handoff(output)),
+            None => structured::parse_with::<OrchestratorOutput>(
+                &response.text(),
+                &self.shared.output_schema,
+            )
+            .and_then(|output| self.check_handoff(output)),
         };
         self.take_output(parsed).await
     }

@@ -34,8 +34,7 @@ pub(crate) fn body(model: &str, max_tokens: u64, request: &Request) -> Value {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let mut input_schema = t.input_schema.clone();
-                schema::normalise(&mut input_schema, Dialect::Anthropic);
+                let input_schema = schema::normalised(&t.input_schema, Dialect::Anthropic);
                 let mut tool = json!({
                     "name": t.name,
                     "description": t.description,
@@ -50,8 +49,7 @@ pub(crate) fn body(model: &str, max_tokens: u64, request: &Request) -> Value {
         body["tools"] = Value::Array(tools);
     }
     if let Some(output) = &request.output_schema {
-        let mut output = output.clone();
-        schema::normalise(&mut output, Dialect::Anthropic);
+        let output = schema::normalised(output, Dialect::Anthropic);
         body["output_config"] = json!({"format": {"type": "json_schema", "schema": output}});
     }
     body

@@ -35,8 +35,7 @@ pub(crate) fn body(
             .tools
             .iter()
             .map(|t| {
-                let mut parameters = t.input_schema.clone();
-                schema::normalise(&mut parameters, Dialect::Anthropic);
+                let parameters = schema::normalised(&t.input_schema, Dialect::Anthropic);
                 json!({
                     "type": "function",
                     "function": {
@@ -52,8 +51,7 @@ pub(crate) fn body(
         body["tools"] = Value::Array(tools);
     }
     if let Some(output) = &request.output_schema {
-        let mut output = output.clone();
-        schema::normalise(&mut output, Dialect::OpenAiStrict);
+        let output = schema::normalised(output, Dialect::OpenAiStrict);
         body["response_format"] = json!({
             "type": "json_schema",
             "json_schema": {"name": OUTPUT_NAME, "schema": output, "strict": true},

@@ -11,6 +11,7 @@ mod validate;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
+use std::sync::{Mutex, PoisonError};
 
 pub use validate::{Checker, strip_optional_nulls, validate};
 
@@ -143,6 +144,45 @@ fn generate<T: JsonSchema>() -> Value {
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value()
+}
+
+/// Distinct (schema, dialect) pairs [`normalised`] keeps.
+const CACHED_NORMALISED: usize = 64;
+
+/// A normalised copy of `value`: what [`normalise`] makes of a clone of it.
+/// Request bodies carry the same tool and output schemas call after call,
+/// so the result is kept per process for each distinct schema and dialect
+/// (at most [`CACHED_NORMALISED`]; further ones, and recursive ones, are
+/// normalised each time).
+pub(crate) fn normalised(value: &Value, dialect: Dialect) -> Value {
+    type Cache = Vec<(Dialect, Value, Value)>;
+    static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
+    let lookup = |cache: &Cache| {
+        cache
+            .iter()
+            .find(|(d, raw, _)| *d == dialect && raw == value)
+            .map(|(_, _, done)| done.clone())
+    };
+    if let Some(done) = lookup(&CACHE.lock().unwrap_or_else(PoisonError::into_inner)) {
+        return done;
+    }
+    let mut done = value.clone();
+    let cycles = refs::inline(&mut done);
+    let recursive = !cycles.is_empty();
+    for cycle in cycles {
+        tracing::warn!(
+            path = %cycle.path,
+            reference = %cycle.reference,
+            "a recursive $ref cannot be inlined; the schema will be refused"
+        );
+    }
+    normalise_value(&mut done, dialect);
+    // A recursive schema is not kept: each request using it logs its warning.
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if !recursive && cache.len() < CACHED_NORMALISED && lookup(&cache).is_none() {
+        cache.push((dialect, value.clone(), done.clone()));
+    }
+    done
 }
 
 /// Applies a dialect's rules in place, recursively. Idempotent. Local
@@ -383,5 +423,31 @@ fn walk(value: &Value, path: &str, dialect: Dialect, out: &mut Vec<String>) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn normalised_is_normalise_of_a_copy_for_every_dialect() {
+        let raw = json!({
+            "$schema": "x", "title": "T", "type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 0}, "k": {"const": "a"}},
+            "required": ["n"]
+        });
+        for dialect in [Dialect::Anthropic, Dialect::OpenAiStrict] {
+            let mut expected = raw.clone();
+            normalise(&mut expected, dialect);
+            // Twice: the second comes from the cache.
+            assert_eq!(normalised(&raw, dialect), expected);
+            assert_eq!(normalised(&raw, dialect), expected);
+        }
+        assert_ne!(
+            normalised(&raw, Dialect::Anthropic),
+            normalised(&raw, Dialect::OpenAiStrict)
+        );
     }
 }

@@ -7,11 +7,16 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::{Location, LocationSegment};
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// `Ok` when `value` matches `schema`; else the first mismatch, with its path.
 pub fn validate(value: &Value, schema: &Value) -> Result<(), String> {
     Checker::new(schema)?.check(value)
 }
+
+/// Distinct schemas [`Checker::cached`] keeps compiled (a process has a few:
+/// one per output type, and per caller-given schema).
+pub const CACHED_SCHEMAS: usize = 32;
 
 /// A schema compiled once, to check many values against.
 #[derive(Debug)]
@@ -25,6 +30,30 @@ impl Checker {
         let validator = jsonschema::validator_for(schema)
             .map_err(|e| format!("the output schema cannot be used: {e}"))?;
         Ok(Self { validator })
+    }
+
+    /// [`Checker::new`], compiled once per process for each distinct
+    /// schema: a structured call or a parsed reply reuses the compiled
+    /// validator instead of compiling its schema again (most of the
+    /// CPU a reply's check cost). Schemas are compared by value; at most
+    /// [`CACHED_SCHEMAS`] are kept, further ones are compiled each time.
+    pub fn cached(schema: &Value) -> Result<Arc<Self>, String> {
+        static CACHE: Mutex<Vec<(Value, Arc<Checker>)>> = Mutex::new(Vec::new());
+        let found = CACHE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(cached, _)| cached == schema)
+            .map(|(_, checker)| checker.clone());
+        if let Some(checker) = found {
+            return Ok(checker);
+        }
+        let checker = Arc::new(Self::new(schema)?);
+        let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() < CACHED_SCHEMAS && !cache.iter().any(|(cached, _)| cached == schema) {
+            cache.push((schema.clone(), checker.clone()));
+        }
+        Ok(checker)
     }
 
     /// `Ok` when `value` matches; else the first mismatch, with its path.
@@ -178,6 +207,22 @@ mod tests {
             "required": ["intent"],
             "additionalProperties": false
         })
+    }
+
+    #[test]
+    fn a_schema_is_compiled_once_and_checks_as_a_fresh_one() {
+        let s = schema();
+        let first = Checker::cached(&s).unwrap();
+        let again = Checker::cached(&s.clone()).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same schema compiled twice"
+        );
+        let bad = json!({"intent": "a", "tags": [1]});
+        assert_eq!(first.check(&bad), Checker::new(&s).unwrap().check(&bad));
+        let other = json!({"type": "string"});
+        assert!(!Arc::ptr_eq(&first, &Checker::cached(&other).unwrap()));
+        assert!(Checker::cached(&other).unwrap().check(&json!(1)).is_err());
     }
 
     #[test]

@@ -256,8 +256,9 @@ impl Agent {
         self.status.update(|s| s.spend = spend).await;
         let (text, parsed) = match done.text {
             Some(text) => {
-                let parsed = structured::parse::<OrchestratorOutput>(&text)
-                    .and_then(|output| self.check_handoff(output));
+                let parsed =
+                    structured::parse_with::<OrchestratorOutput>(&text, &self.shared.output_schema)
+                        .and_then(|output| self.check_handoff(output));
                 (text, parsed)
             }
             None => (
