@@ -378,11 +378,25 @@ async fn gather(bus: &Bus, session_id: &str) -> Result<Gathered> {
     let log = subjects::session_log(session_id);
     for msg in replay(bus, subjects::SESSIONS_STREAM, &log).await? {
         g.report.live_bytes += msg.len() as u64;
-        g.report.log_entries += 1;
-        g.lines.push(ArchiveLine::Log {
-            entry: serde_json::from_slice(&msg).unwrap_or(Value::Null),
-        });
+        // Since protocol v2 the session's step records ride on its log
+        // entries (`step`); the archive keeps them apart, as before.
+        let mut entry = resolve(bus, subjects::SESSION_BLOBS_BUCKET, &msg, &mut g.blobs).await;
+        if let Some(record) = entry.as_object_mut().and_then(|m| m.remove("step")) {
+            g.report.records += 1;
+            collect_orch_ids(&record, &mut g.orch_ids);
+            g.lines.push(ArchiveLine::State { record });
+        }
+        let step_only = entry
+            .get("body")
+            .and_then(|b| b.get("type"))
+            .and_then(Value::as_str)
+            == Some("step");
+        if !step_only {
+            g.report.log_entries += 1;
+            g.lines.push(ArchiveLine::Log { entry });
+        }
     }
+    // Sessions stored before protocol v2 keep their records on their own subject.
     let state = subjects::session_state(session_id);
     for msg in replay(bus, subjects::STATE_STREAM, &state).await? {
         g.report.live_bytes += msg.len() as u64;

@@ -365,15 +365,44 @@ impl Writer {
             .ok_or(AppendError::Stopped)?;
             payload = (step.pointer)(&name);
         }
-        self.append_message(subject, &msg_id, payload, step.trace, until)
+        self.store(subject, &msg_id, payload, step.trace, until)
             .await
     }
 
-    /// Appends a message that is not a step record (e.g. an output
-    /// published beside a pointer record), fenced like a step and retried
-    /// the same way, under `msg_id`, which must end with `:<lease>` (see
-    /// [`Writer::wrote`]) and be unique per message.
+    /// Appends one message under the caller's own message id, fenced on the
+    /// last one like a step (a log entry that follows its step's record on
+    /// the same subject), retrying until it is stored, fenced, or `until`
+    /// fires. A message id that this writer did not make (see
+    /// [`Writer::wrote`]) is still recognised when it is the last on the
+    /// subject: the write whose ack was lost.
     pub async fn append_message(
+        &mut self,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
+        let subject = self.subject.clone();
+        self.store(&subject, msg_id, payload, trace, until).await
+    }
+
+    /// [`Writer::append_message`] on another subject of the same stream
+    /// (one the fence covers, see [`Writer::fenced_over`]): e.g. an output
+    /// published beside a pointer record, under a `msg_id` that ends with
+    /// `:<lease>` (see [`Writer::wrote`]) and is unique per message.
+    pub async fn append_message_on(
+        &mut self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
+        self.store(subject, msg_id, payload, trace, until).await
+    }
+
+    /// The fenced publish on `subject` with its retries, shared by every append.
+    async fn store(
         &mut self,
         subject: &str,
         msg_id: &str,
@@ -401,7 +430,7 @@ impl Writer {
                         }
                         // An earlier write of this writer that was given up
                         // on but landed: still ours, so go on from it.
-                        Ok(Some(last)) if self.wrote(&last.msg_id) => {
+                        Ok(Some(last)) if self.wrote(&last.msg_id) && last.seq != self.last_seq => {
                             self.last_seq = last.seq;
                         }
                         // Over a wildcard, only a record on the writer's own

@@ -172,6 +172,8 @@ impl Conversation {
                 Kind::Event,
                 escape(&crate::render::arbiter_handoff(e)),
             )),
+            // Only the coordinator's record (the feed drops these first).
+            LogBody::Step(_) => {}
         }
         human
     }

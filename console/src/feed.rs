@@ -396,6 +396,10 @@ async fn follow_log(
                     let event = match arbiter_bus::decode::<LogEntry>(&message.subject, &message.payload) {
                         Ok(entry) => {
                             delivered = delivered.max(entry.seq);
+                            // A step entry only carries the coordinator's record.
+                            if matches!(entry.body, arbiter_protocol::LogBody::Step(_)) {
+                                continue;
+                            }
                             FeedEvent::Log(entry)
                         }
                         Err(e) => {

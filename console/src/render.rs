@@ -88,6 +88,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         },
         LogBody::Strategy(e) => return Some(inert::block("· Strategy: ", &strategy(e))),
         LogBody::Consensus(e) => return Some(inert::block("· ", &consensus(e))),
+        LogBody::Step(_) => return None,
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),

@@ -396,6 +396,10 @@ where
                 return Ok(seq);
             }
         };
+        // A step entry only carries the coordinator's record: nothing to show.
+        if matches!(entry.body, arbiter_protocol::LogBody::Step(_)) {
+            return Ok(Some(entry.seq));
+        }
         if !self.shown.first_time(entry.seq) {
             tracing::warn!(
                 seq = entry.seq,

@@ -67,12 +67,10 @@ async fn consumer(
     name: &str,
     filters: &[&str],
 ) -> Result<PullConsumer> {
-    let stream = shared
-        .bus
-        .js
-        .get_stream(stream)
-        .await
-        .map_err(|e| js_error(format!("opening stream {stream}"), e))?;
+    let stream = match shared.bus.js.get_stream(stream).await {
+        Ok(opened) => opened,
+        Err(e) => return Err(start_error(shared, format!("opening stream {stream}"), e).await),
+    };
     let (filter_subject, filter_subjects) = match filters {
         [one] => ((*one).to_owned(), Vec::new()),
         many => (
@@ -90,10 +88,10 @@ async fn consumer(
         max_ack_pending: MAX_ACK_PENDING,
         ..Default::default()
     };
-    let consumer: PullConsumer = stream
-        .get_or_create_consumer(name, config.clone())
-        .await
-        .map_err(|e| js_error(format!("creating consumer {name}"), e))?;
+    let consumer: PullConsumer = match stream.get_or_create_consumer(name, config.clone()).await {
+        Ok(consumer) => consumer,
+        Err(e) => return Err(start_error(shared, format!("creating consumer {name}"), e).await),
+    };
     let have = &consumer.cached_info().config;
     let mut had: Vec<&str> = std::iter::once(have.filter_subject.as_str())
         .chain(have.filter_subjects.iter().map(String::as_str))
@@ -115,6 +113,16 @@ async fn consumer(
         .update_consumer(config)
         .await
         .map_err(|e| js_error(format!("updating consumer {name}"), e))
+}
+
+/// A failure to open the consumers at start: streams deleted while the
+/// coordinator started are named as such (the user's fix is the same as
+/// for a deletion later on), anything else as the server said it.
+async fn start_error(shared: &Shared, what: String, e: impl std::fmt::Display) -> Error {
+    match arbiter_bus::setup::missing_stream(&shared.bus, NatsRole::Coordinator).await {
+        Ok(Some(stream)) => arbiter_bus::BusError::Deleted { stream }.into(),
+        _ => js_error(what, e),
+    }
 }
 
 fn js_error(what: String, e: impl std::fmt::Display) -> Error {
@@ -215,7 +223,7 @@ impl Registry {
     async fn resume_unfinished(&mut self) {
         let mut delay = Duration::from_millis(100);
         let unfinished = loop {
-            match state::unfinished(&self.shared.steps).await {
+            match state::unfinished(&self.shared.steps, &self.shared.legacy_steps).await {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
                     // A stream deleted under a coordinator that is starting:

@@ -178,8 +178,11 @@ pub enum Error {
 /// What each session shares: the bus, the model and the settings.
 pub(crate) struct Shared {
     pub bus: Bus,
-    /// The sessions' step records (`session.<id>.state`).
+    /// The sessions' step records, carried by their logs (`session.<id>.log`).
     pub steps: arbiter_bus::steplog::StepLog,
+    /// The records of sessions stored before protocol v2 (`session.<id>.state`),
+    /// read once when such a session is restored.
+    pub legacy_steps: arbiter_bus::steplog::StepLog,
     pub model: Arc<dyn Model>,
     pub config: Config,
     pub fleet: fleet::Fleet,
@@ -231,6 +234,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
     let steps = arbiter_bus::steplog::StepLog::open(
         &bus,
+        arbiter_protocol::subjects::SESSIONS_STREAM,
+        arbiter_protocol::subjects::SESSION_BLOBS_BUCKET,
+    )
+    .await?;
+    let legacy_steps = arbiter_bus::steplog::StepLog::open(
+        &bus,
         arbiter_protocol::subjects::STATE_STREAM,
         arbiter_protocol::subjects::SESSION_BLOBS_BUCKET,
     )
@@ -246,6 +255,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let shared = Arc::new(Shared {
         memory,
         steps,
+        legacy_steps,
         bus,
         model,
         fleet: fleet::Fleet::default(),

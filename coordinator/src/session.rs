@@ -193,7 +193,7 @@ pub(crate) fn spawn(
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
-    let writer = shared.steps.writer(subjects::session_state(&id), &id, 0);
+    let writer = shared.steps.writer(subjects::session_log(&id), &id, 0);
     let session = Session {
         shared,
         id,
@@ -252,7 +252,7 @@ impl Session {
         let bus = self.shared.bus.clone();
         let mut delay = Duration::from_millis(50);
         let loaded = loop {
-            match state::load(&self.shared.steps, &self.id).await {
+            match state::load(&self.shared.steps, &self.shared.legacy_steps, &self.id).await {
                 Ok(loaded) => break loaded,
                 Err(e) => {
                     tracing::warn!(session.id = %self.id, error = %e, ?delay, "could not read the session's state; retrying");
@@ -264,19 +264,17 @@ impl Session {
                 }
             }
         };
-        let log = subjects::session_log(&self.id);
-        match loaded {
+        self.writer =
+            self.shared
+                .steps
+                .writer(subjects::session_log(&self.id), &self.id, loaded.last_seq);
+        match loaded.restored {
             Some(restored) => {
                 self.transcript = restored.transcript;
                 self.stored_turns = self.transcript.len();
                 self.state = restored.snapshot;
                 self.state.upgrade();
                 self.rev = restored.rev;
-                self.writer = self.shared.steps.writer(
-                    subjects::session_state(&self.id),
-                    &self.id,
-                    restored.last_seq,
-                );
                 self.rev += 1;
                 let claim = state::record(
                     &self.id,
@@ -285,7 +283,17 @@ impl Session {
                     self.state.clone(),
                     restored.outbox.clone(),
                 );
-                match state::persist(&mut self.writer, &claim, &self.trace, &self.cancel).await {
+                // A claim shows nothing: it stands at the log's last entry.
+                match state::persist(
+                    &mut self.writer,
+                    &claim,
+                    None,
+                    loaded.shown_seq,
+                    &self.trace,
+                    &self.cancel,
+                )
+                .await
+                {
                     Ok(()) => {}
                     Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
                     Err(arbiter_bus::steplog::AppendError::Fenced) => {
@@ -294,13 +302,20 @@ impl Session {
                     }
                 }
                 // The last step may have died between storing and publishing.
-                state::replay(&bus, &restored.outbox, &self.trace, &self.cancel).await;
+                if !state::replay(
+                    &bus,
+                    &mut self.writer,
+                    &restored.outbox,
+                    &self.trace,
+                    &self.cancel,
+                )
+                .await
+                {
+                    return false;
+                }
                 if !restored.unreadable.is_empty() {
                     // A skipped step may have logged entries: go on after them.
-                    if let Some(seq) = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log).await
-                    {
-                        self.state.log_seq = self.state.log_seq.max(seq);
-                    }
+                    self.state.log_seq = self.state.log_seq.max(loaded.shown_seq);
                     for error in restored.unreadable {
                         self.log(LogBody::Error(ErrorEntry { error }));
                     }
@@ -310,9 +325,7 @@ impl Session {
             None => {
                 // A session without records (new, or from before they existed)
                 // continues its log after the last entry.
-                if let Some(seq) = state::last_seq(&bus, subjects::SESSIONS_STREAM, &log).await {
-                    self.state.log_seq = seq;
-                }
+                self.state.log_seq = loaded.shown_seq;
             }
         }
         true
@@ -504,6 +517,9 @@ impl Session {
         if self.changed || !self.effects.is_empty() {
             self.rev += 1;
             state::publish_order(&mut self.effects);
+            let mut effects = std::mem::take(&mut self.effects);
+            // The step's first entry carries its record (see `state.rs`).
+            let carrier = state::take_carrier(&mut effects);
             let replace = self.replace_transcript;
             let from = if replace { 0 } else { self.stored_turns };
             let mut record = state::record(
@@ -511,10 +527,19 @@ impl Session {
                 self.rev,
                 self.transcript[from..].to_vec(),
                 self.state.clone(),
-                self.effects.clone(),
+                effects.clone(),
             );
             record.replace = replace;
-            match state::persist(&mut self.writer, &record, &self.trace, &self.cancel).await {
+            match state::persist(
+                &mut self.writer,
+                &record,
+                carrier.as_ref(),
+                self.state.log_seq,
+                &self.trace,
+                &self.cancel,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(arbiter_bus::steplog::AppendError::Stopped) => return false,
                 Err(arbiter_bus::steplog::AppendError::Fenced) => {
@@ -525,8 +550,16 @@ impl Session {
             self.stored_turns = self.transcript.len();
             self.replace_transcript = false;
             self.changed = false;
-            for effect in std::mem::take(&mut self.effects) {
-                if !state::publish(&self.shared.bus, &effect, &self.trace, &self.cancel).await {
+            for effect in effects {
+                if !state::publish(
+                    &self.shared.bus,
+                    &mut self.writer,
+                    &effect,
+                    &self.trace,
+                    &self.cancel,
+                )
+                .await
+                {
                     return false;
                 }
             }

@@ -1,19 +1,25 @@
-//! A session's durable state. Every step of a session appends one record to
-//! `arbiter.v1.session.<id>.state`: the transcript turns it added, a snapshot
-//! of the small state, and the outbox of effects it decided (log entries,
-//! summons, inputs, releases). Effects are published only after their record
-//! is stored, each under a message id derived from it, so a coordinator that
-//! dies at any point is restored by replaying the records and republishing
-//! the last outbox: nothing lost, nothing done twice. The records go
-//! through the step log of `arbiter_bus::steplog`, fenced: a coordinator
-//! that another one took the session from cannot store another step.
+//! A session's durable state. Every step of a session stores one record on
+//! the session's own log, `arbiter.v1.session.<id>.log` (protocol v2): the
+//! transcript turns it added, a snapshot of the small state, and the outbox
+//! of effects it decided (log entries, summons, inputs, releases). The record
+//! rides on the first entry the step shows (its `step` field), or on an
+//! empty `step` entry when it shows nothing, so a step costs the server one
+//! stored message plus its other effects, not a record plus a copy of each.
+//! Effects are published only after their record is stored, each under a
+//! message id derived from it, so a coordinator that dies at any point is
+//! restored by replaying the log and republishing the last outbox: nothing
+//! lost, nothing done twice. The log is written through the step log of
+//! `arbiter_bus::steplog`, every message fenced on the one before: a
+//! coordinator that another one took the session from cannot store another
+//! step or show another entry.
 
 use std::collections::VecDeque;
 
 use arbiter_bus::steplog::{self, AppendError, StepLog, Writer};
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
-    Control, ControlAction, LogEntry, OrchestratorInput, Summon, VERSION, WireError, subjects,
+    Control, ControlAction, LogBody, LogEntry, OrchestratorInput, StepEntry, Summon, VERSION,
+    WireError, subjects,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -316,134 +322,291 @@ pub(crate) struct Restored {
     pub outbox: Vec<Effect>,
     /// Records that could not be decoded and were skipped, as the log shows them.
     pub unreadable: Vec<WireError>,
-    /// Stream sequence of the last record: what the next one is fenced on.
-    pub last_seq: u64,
 }
 
-/// What the state subject holds instead of a record too large for one
-/// message: where in the object store the whole record is.
+/// What a session's log holds, read back on restore.
+pub(crate) struct Loaded {
+    /// Its state, if any step was ever stored (in the log, or before
+    /// protocol v2 on the state subject).
+    pub restored: Option<Restored>,
+    /// Stream sequence of the log's last message: what the next step is fenced on.
+    pub last_seq: u64,
+    /// The `seq` of the log's last entry (0: none): where a step that shows
+    /// nothing stands.
+    pub shown_seq: u64,
+}
+
+/// What the log holds instead of a carrier too large for one message: the
+/// entry as it is shown, and where in the object store the whole carrier
+/// (entry and record) is.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "SessionStatePointer")]
 pub(crate) struct Pointer {
-    v: u32,
-    session_id: String,
-    rev: u64,
+    #[serde(flatten)]
+    entry: LogEntry,
     /// The object's name in [`subjects::SESSION_BLOBS_BUCKET`].
     blob: String,
 }
 
-/// Reads every record of a session, in order. `None` for a session with none.
-/// A record that cannot be decoded is skipped (and reported in `unreadable`):
-/// one bad record costs the turns it held, not the whole session. An error
-/// is a failure to read at all, worth trying again.
-pub(crate) async fn load(log: &StepLog, session_id: &str) -> Result<Option<Restored>, String> {
-    let subject = subjects::session_state(session_id);
+/// A stored step as the session's log carries it: the entry the step shows
+/// (or an empty `step` entry when it shows nothing), its record beside it.
+#[derive(Serialize)]
+struct Carrier<'a> {
+    #[serde(flatten)]
+    entry: &'a LogEntry,
+    step: &'a Record,
+}
+
+/// Any message of a session's log, read for the record it may carry.
+#[derive(Deserialize)]
+struct Carried {
+    seq: u64,
+    #[serde(default)]
+    step: Option<Record>,
+}
+
+/// Reads a session's log back: its records in order, and where the log
+/// stands. A message that cannot be decoded is skipped (and reported in
+/// `unreadable`): one bad record costs the turns it held, not the whole
+/// session. A session whose log carries no record yet (one stored before
+/// protocol v2) is read from its state subject. An error is a failure to
+/// read at all, worth trying again.
+pub(crate) async fn load(
+    log: &StepLog,
+    legacy: &StepLog,
+    session_id: &str,
+) -> Result<Loaded, String> {
+    let subject = subjects::session_log(session_id);
     let Some(replay) = log.replay(&subject).await? else {
-        return Ok(None);
+        return Ok(Loaded {
+            restored: legacy_load(legacy, session_id).await?,
+            last_seq: 0,
+            shown_seq: 0,
+        });
     };
-    let mut transcript = Vec::new();
-    let mut last = None;
-    let mut unreadable = Vec::new();
-    // Revs run 1, 2, 3…: the count is the last one even if it is unreadable.
-    let count = replay.records.len() as u64;
+    let mut state = Folded::default();
+    let mut shown_seq = 0;
     for stored in replay.records {
-        match arbiter_bus::decode::<Record>(&subject, &stored.bytes) {
-            Ok(record) => {
-                if record.replace {
-                    transcript.clear();
+        match arbiter_bus::decode::<Carried>(&subject, &stored.bytes) {
+            Ok(carried) => {
+                shown_seq = carried.seq;
+                if let Some(record) = carried.step {
+                    state.fold(record);
                 }
-                transcript.extend(record.append);
-                last = Some((record.snapshot, record.rev, record.outbox));
             }
             Err(error) => {
                 tracing::error!(session.id = %session_id, seq = stored.seq, %error, "a stored step is unreadable; skipped");
-                unreadable.push(error);
+                state.unreadable.push(error);
             }
         }
     }
-    let (snapshot, rev, outbox) = last.unwrap_or_else(|| (Snapshot::new(), 0, Vec::new()));
-    Ok(Some(Restored {
-        transcript,
-        snapshot,
-        rev: rev.max(count),
-        outbox,
-        unreadable,
+    let restored = match state.finish() {
+        Some(restored) => Some(restored),
+        None => legacy_load(legacy, session_id).await?,
+    };
+    Ok(Loaded {
+        restored,
         last_seq: replay.last_seq,
-    }))
+        shown_seq,
+    })
+}
+
+/// Records folded into a session's state, oldest first.
+#[derive(Default)]
+struct Folded {
+    transcript: Vec<Turn>,
+    last: Option<(Snapshot, u64, Vec<Effect>)>,
+    unreadable: Vec<WireError>,
+}
+
+impl Folded {
+    fn fold(&mut self, record: Record) {
+        if record.replace {
+            self.transcript.clear();
+        }
+        self.transcript.extend(record.append);
+        self.last = Some((record.snapshot, record.rev, record.outbox));
+    }
+
+    fn finish(self) -> Option<Restored> {
+        if self.last.is_none() && self.unreadable.is_empty() {
+            return None;
+        }
+        let skipped = self.unreadable.len() as u64;
+        let (snapshot, rev, outbox) = self
+            .last
+            .unwrap_or_else(|| (Snapshot::new(), 0, Vec::new()));
+        Some(Restored {
+            transcript: self.transcript,
+            snapshot,
+            // Message ids carry the writer's own lease, so a rev only has to
+            // grow; counting the unreadable ones keeps it past them.
+            rev: rev + skipped,
+            outbox,
+            unreadable: self.unreadable,
+        })
+    }
+}
+
+/// A session's records from before protocol v2, on its state subject.
+async fn legacy_load(legacy: &StepLog, session_id: &str) -> Result<Option<Restored>, String> {
+    let subject = subjects::session_state(session_id);
+    let Some(replay) = legacy.replay(&subject).await? else {
+        return Ok(None);
+    };
+    let mut state = Folded::default();
+    for stored in replay.records {
+        match arbiter_bus::decode::<Record>(&subject, &stored.bytes) {
+            Ok(record) => state.fold(record),
+            Err(error) => {
+                tracing::error!(session.id = %session_id, seq = stored.seq, %error, "a stored step is unreadable; skipped");
+                state.unreadable.push(error);
+            }
+        }
+    }
+    Ok(state.finish())
 }
 
 /// Sessions whose last stored step left work undone: a turn in flight, queued
 /// input, or an outbox that may not have been published in full. Read from the
-/// state stream itself, the only place a step is known to have happened.
-pub(crate) async fn unfinished(log: &StepLog) -> Result<Vec<String>, String> {
+/// logs themselves, the only place a step is known to have happened (and,
+/// for sessions untouched since protocol v2, from their state subjects).
+pub(crate) async fn unfinished(log: &StepLog, legacy: &StepLog) -> Result<Vec<String>, String> {
     let bus = log.bus();
-    use futures::TryStreamExt;
-    let stream = bus
-        .js
-        .get_stream(subjects::STATE_STREAM)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut ids = Vec::new();
-    let mut subjects_info = stream
-        .info_with_subjects(subjects::ALL_SESSION_STATE)
-        .await
-        .map_err(|e| e.to_string())?;
-    while let Some((subject, _)) = subjects_info.try_next().await.map_err(|e| e.to_string())? {
-        if let Some(id) = subjects::id_of(&subject, "session", "state") {
-            ids.push((id.to_owned(), subject));
-        }
-    }
     let mut unfinished = Vec::new();
-    for (id, subject) in ids {
+    let logs = subjects_of(bus, subjects::SESSIONS_STREAM, subjects::ALL_SESSION_LOG).await?;
+    let mut seen = std::collections::HashSet::new();
+    for subject in logs {
+        let Some(id) = subjects::id_of(&subject, "session", "log") else {
+            continue;
+        };
+        let id = id.to_owned();
+        seen.insert(id.clone());
         let last = match log.last(&subject).await {
             Ok(Some(last)) => last,
             Ok(None) => continue,
             Err(e) => {
                 // Restoring it costs a read; missing an interrupted turn would
                 // leave it waiting for the human's next message.
-                tracing::warn!(session.id = %id, error = %e, "could not read the last state record; resuming the session to be safe");
+                tracing::warn!(session.id = %id, error = %e, "could not read the session's log; resuming the session to be safe");
                 unfinished.push(id);
                 continue;
             }
         };
-        let decoded = log
+        let carried = log
             .resolve(&last.payload)
             .await
-            .map(|bytes| arbiter_bus::decode::<Record>(&subject, &bytes));
-        match decoded {
-            Ok(Ok(record)) => {
-                if record.snapshot.turn_in_flight
-                    || !record.snapshot.queue.is_empty()
-                    || record.snapshot.arbiter.pending.is_some()
-                    || !outbox_published(bus, &record.outbox).await
-                {
-                    unfinished.push(id);
-                }
-            }
+            .map(|bytes| arbiter_bus::decode::<Carried>(&subject, &bytes));
+        let done = match carried {
+            Ok(Ok(Carried {
+                step: Some(record), ..
+            })) => settled(bus, &record).await,
+            // The last entry of a step's outbox: the rest of that step's
+            // outbox is out, but whether its record left work undone is in
+            // the record. A session untouched since protocol v2 is judged by
+            // its state subject's last record, which stands where the log does.
+            Ok(Ok(Carried { step: None, seq })) => match legacy_last(legacy, &id).await {
+                Some(record) if record.snapshot.log_seq == seq => settled(bus, &record).await,
+                _ => false,
+            },
             // Restoring reads it again, and reports what it cannot read.
-            Ok(Err(_)) | Err(_) => unfinished.push(id),
+            Ok(Err(_)) | Err(_) => false,
+        };
+        if !done {
+            unfinished.push(id);
+        }
+    }
+    // Sessions stored before protocol v2 whose log holds nothing at all.
+    let states = subjects_of(
+        legacy.bus(),
+        subjects::STATE_STREAM,
+        subjects::ALL_SESSION_STATE,
+    )
+    .await?;
+    for subject in states {
+        let Some(id) = subjects::id_of(&subject, "session", "state") else {
+            continue;
+        };
+        if seen.contains(id) {
+            continue;
+        }
+        let done = match legacy_last(legacy, id).await {
+            Some(record) => settled(bus, &record).await,
+            None => false,
+        };
+        if !done {
+            unfinished.push(id.to_owned());
         }
     }
     Ok(unfinished)
 }
 
+/// The subjects of a stream that match `filter`.
+async fn subjects_of(bus: &Bus, stream: &str, filter: &str) -> Result<Vec<String>, String> {
+    use futures::TryStreamExt;
+    let stream = bus.js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    let mut info = stream
+        .info_with_subjects(filter)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some((subject, _)) = info.try_next().await.map_err(|e| e.to_string())? {
+        out.push(subject);
+    }
+    Ok(out)
+}
+
+/// The last record of a session stored before protocol v2, if it has one
+/// that can be read.
+async fn legacy_last(legacy: &StepLog, session_id: &str) -> Option<Record> {
+    let subject = subjects::session_state(session_id);
+    let last = legacy.last(&subject).await.ok()??;
+    let bytes = legacy.resolve(&last.payload).await.ok()?;
+    arbiter_bus::decode::<Record>(&subject, &bytes).ok()
+}
+
+/// Whether a step's record left nothing to do: no turn in flight, nothing
+/// queued, no Arbiter handoff pending, and its outbox known to be out.
+async fn settled(bus: &Bus, record: &Record) -> bool {
+    !record.snapshot.turn_in_flight
+        && record.snapshot.queue.is_empty()
+        && record.snapshot.arbiter.pending.is_none()
+        && outbox_published(bus, &record.outbox).await
+}
+
 /// Whether an outbox is known to be out. Effects are published in order with
 /// log entries last ([`publish_order`]), so the last entry in the log proves
-/// the rest; an outbox without log entries is taken as unpublished.
+/// the rest. Without log entries, inputs are looked up by `seq`; any other
+/// effect is taken as unpublished.
 async fn outbox_published(bus: &Bus, outbox: &[Effect]) -> bool {
-    match outbox.iter().rev().find_map(|e| match e {
+    if let Some(entry) = outbox.iter().rev().find_map(|e| match e {
         Effect::Log(entry) => Some(entry),
         _ => None,
     }) {
-        None => outbox.is_empty(),
-        Some(entry) => last_seq(
+        return last_seq(
             bus,
             subjects::SESSIONS_STREAM,
             &subjects::session_log(&entry.session_id),
         )
         .await
-        .is_some_and(|seq| seq >= entry.seq),
+        .is_some_and(|seq| seq >= entry.seq);
     }
+    for effect in outbox {
+        let Effect::Input(input) = effect else {
+            return false;
+        };
+        let out = last_seq(
+            bus,
+            subjects::ORCH_STREAM,
+            &subjects::orch_in(&input.orch_id),
+        )
+        .await
+        .is_some_and(|seq| seq >= input.seq);
+        if !out {
+            return false;
+        }
+    }
+    true
 }
 
 /// Puts the log entries of an outbox after everything else, keeping order
@@ -452,16 +615,47 @@ pub(crate) fn publish_order(outbox: &mut [Effect]) {
     outbox.sort_by_key(|e| matches!(e, Effect::Log(_)));
 }
 
-/// Stores a record, fenced on the session's last one, retrying until it is
-/// stored, fenced (another coordinator took the session) or the session is
-/// cancelled.
+/// Takes out of a step's effects the log entry that will carry its record:
+/// the first one (the step's first message on the log), if it has any.
+pub(crate) fn take_carrier(effects: &mut Vec<Effect>) -> Option<LogEntry> {
+    let at = effects.iter().position(|e| matches!(e, Effect::Log(_)))?;
+    match effects.remove(at) {
+        Effect::Log(entry) => Some(entry),
+        _ => None,
+    }
+}
+
+/// Stores a record on the session's log, fenced on the log's last message,
+/// retrying until it is stored, fenced (another coordinator took the session)
+/// or the session is cancelled. It rides on `carrier`, the first entry the
+/// step shows; a step that shows nothing is stored in an empty `step` entry
+/// whose `seq` is `shown_seq`, the log's last entry's.
 pub(crate) async fn persist(
     writer: &mut Writer,
     record: &Record,
+    carrier: Option<&LogEntry>,
+    shown_seq: u64,
     trace: &TraceContext,
     cancel: &CancellationToken,
 ) -> Result<(), AppendError> {
-    let bytes = match serde_json::to_vec(record) {
+    let step_only;
+    let entry = match carrier {
+        Some(entry) => entry,
+        None => {
+            step_only = LogEntry {
+                v: VERSION,
+                session_id: record.session_id.clone(),
+                seq: shown_seq,
+                at: Utc::now(),
+                body: LogBody::Step(StepEntry::default()),
+            };
+            &step_only
+        }
+    };
+    let bytes = match serde_json::to_vec(&Carrier {
+        entry,
+        step: record,
+    }) {
         Ok(bytes) => bytes::Bytes::from(bytes),
         Err(e) => {
             // Only a bug can get here (every field serialises); retrying cannot help.
@@ -471,9 +665,7 @@ pub(crate) async fn persist(
     };
     let pointer = |blob: &str| {
         let pointer = Pointer {
-            v: VERSION,
-            session_id: record.session_id.clone(),
-            rev: record.rev,
+            entry: entry.clone(),
             blob: blob.to_owned(),
         };
         // A pointer is plain data: encoding cannot fail.
@@ -489,14 +681,34 @@ pub(crate) async fn persist(
     writer.append(step, cancel).await.map(|_| ())
 }
 
-/// Publishes one effect, retrying until it is published or the session is cancelled.
+/// Publishes one effect, retrying until it is published or the session is
+/// cancelled. Log entries are appended through the session's writer, fenced
+/// like its records (the log is the step log); false when that fails.
 pub(crate) async fn publish(
     bus: &Bus,
+    writer: &mut Writer,
     effect: &Effect,
     trace: &TraceContext,
     cancel: &CancellationToken,
 ) -> bool {
     let (subject, msg_id) = effect.address();
+    if let Effect::Log(entry) = effect {
+        let Ok(bytes) = serde_json::to_vec(entry) else {
+            return false;
+        };
+        let msg_id = format!("{msg_id}:{}", writer.lease());
+        return match writer
+            .append_message(&msg_id, bytes.into(), Some(trace), cancel)
+            .await
+        {
+            Ok(_) => true,
+            Err(AppendError::Fenced) => {
+                tracing::warn!(session.id = %entry.session_id, seq = entry.seq, "another coordinator took this session over: its log entry is left to it");
+                false
+            }
+            Err(AppendError::Stopped) => false,
+        };
+    }
     steplog::retry(cancel, "publish an effect", || async {
         match effect {
             Effect::Log(e) => bus.publish_js(subject.clone(), &msg_id, trace, e).await,
@@ -515,10 +727,11 @@ pub(crate) async fn publish(
 /// and a summons once a worker has taken it (its Orchestrator has state).
 pub(crate) async fn replay(
     bus: &Bus,
+    writer: &mut Writer,
     outbox: &[Effect],
     trace: &TraceContext,
     cancel: &CancellationToken,
-) {
+) -> bool {
     for effect in outbox {
         let published = match effect {
             // A seq the subject is known to hold is never published again:
@@ -528,14 +741,14 @@ pub(crate) async fn replay(
                 let subject = subjects::session_log(&e.session_id);
                 match read_last_seq(bus, subjects::SESSIONS_STREAM, &subject, cancel).await {
                     Some(last) => last.is_some_and(|seq| seq >= e.seq),
-                    None => return,
+                    None => return false,
                 }
             }
             Effect::Input(i) => {
                 let subject = subjects::orch_in(&i.orch_id);
                 match read_last_seq(bus, subjects::ORCH_STREAM, &subject, cancel).await {
                     Some(last) => last.is_some_and(|seq| seq >= i.seq),
-                    None => return,
+                    None => return false,
                 }
             }
             Effect::Summon(s) => {
@@ -549,10 +762,11 @@ pub(crate) async fn replay(
             // A put of the same entry again changes nothing.
             Effect::Control(_) | Effect::Memory(_) => false,
         };
-        if !published {
-            publish(bus, effect, trace, cancel).await;
+        if !published && !publish(bus, writer, effect, trace, cancel).await {
+            return false;
         }
     }
+    true
 }
 
 /// The `seq` of the last message on a subject (`Some(None)`: it has none),

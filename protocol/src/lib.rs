@@ -39,7 +39,7 @@ pub use session::{
     ArbiterToOrchestratorEntry, ConsensusEntry, ConsensusOutcome, DecisionVotes, ErrorEntry,
     Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict,
     MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
-    StrategyEntry, SummonedEntry, SystemEntry,
+    StepEntry, StrategyEntry, SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

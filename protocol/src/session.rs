@@ -85,7 +85,15 @@ pub enum LogBody {
     /// A consensus team's verdicts, tallied: the decisions, how many members
     /// gave each, and every member's verdict. The Arbiter decides, not the tally.
     Consensus(ConsensusEntry),
+    /// A step of the coordinator's that said nothing to show: the entry
+    /// only carries the step's record (its `step` field). Its `seq` is the
+    /// last shown entry's, not a new one. Consoles skip it.
+    Step(StepEntry),
 }
+
+/// The body of a [`LogBody::Step`] entry: empty, the record is beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StepEntry {}
 
 /// The tally of a consensus team's verdicts (decisions grouped trimmed and
 /// ignoring case). A member that failed, reported no verdict, or had not

@@ -214,11 +214,20 @@ async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
     sys.settled(s, 2).await;
     coordinator.start_kill().unwrap();
     coordinator.wait().await.unwrap();
-    // A record nobody can read lands on the session's state subject.
-    let subject = arbiter_protocol::subjects::session_state(s);
+    // A step record nobody can read lands on the session's log (a step
+    // entry, which consoles skip, whose record is not one).
+    let subject = arbiter_protocol::subjects::session_log(s);
+    let bad = serde_json::json!({
+        "v": arbiter_protocol::VERSION,
+        "session_id": s,
+        "seq": 2,
+        "at": "2026-01-01T00:00:00Z",
+        "body": {"type": "step"},
+        "step": {"rev": 4, "append": 7},
+    });
     sys.bus
         .js
-        .publish(subject.clone(), "{\"rev\": 4, \"append\": [".into())
+        .publish(subject.clone(), bad.to_string().into())
         .await
         .unwrap()
         .await
@@ -319,12 +328,12 @@ async fn a_session_step_too_large_for_one_message_is_stored_and_restored() {
     );
 }
 
-/// Records on a session's state subject that point into the object store.
+/// Steps on a session's log whose record went to the object store.
 async fn state_pointers(sys: &System, session: &str) -> usize {
-    let subject = arbiter_protocol::subjects::session_state(session);
+    let subject = arbiter_protocol::subjects::session_log(session);
     let (messages, _) = sys
         .bus
-        .replay_subject(arbiter_protocol::subjects::STATE_STREAM, &subject)
+        .replay_subject(arbiter_protocol::subjects::SESSIONS_STREAM, &subject)
         .await
         .unwrap()
         .unwrap();
@@ -339,11 +348,13 @@ async fn state_pointers(sys: &System, session: &str) -> usize {
         .count()
 }
 
-/// What a conversation costs the server: each Arbiter turn is two session
-/// records (the input it takes with the turn's start, then the turn's end).
-/// Nothing is lost for it: every question is in the log once, in order.
+/// What a conversation costs the server (protocol v2): no session record of
+/// its own. Each step's record rides on the first entry it shows, so the
+/// session's log holds what consoles show and nothing more, and the old
+/// state subject holds nothing. Nothing is lost for it: every question is in
+/// the log once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_arbiter_turn_is_two_stored_records() {
+async fn an_arbiter_turn_stores_no_record_of_its_own() {
     let sys = System::start().await;
     let s = "s-two-records";
     let log = sys.watch_log(s).await;
@@ -368,23 +379,40 @@ async fn an_arbiter_turn_is_two_stored_records() {
 
     // Four Arbiter turns: the human's line, then three questions.
     assert_eq!(sys.mock.requests_for(&arb).len(), 4);
-    let stream = sys
+    let state = sys
         .bus
         .js
         .get_stream(arbiter_protocol::subjects::STATE_STREAM)
         .await
-        .unwrap();
-    let records = stream
+        .unwrap()
         .info_with_subjects(arbiter_protocol::subjects::session_state(s))
         .await
         .unwrap()
         .collect::<Vec<_>>()
         .await;
-    let records: Vec<(String, usize)> = records.into_iter().map(Result::unwrap).collect();
+    assert!(
+        state.is_empty(),
+        "no record on the state subject: {state:?}"
+    );
+    let stored = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::SESSIONS_STREAM)
+        .await
+        .unwrap()
+        .info_with_subjects(arbiter_protocol::subjects::session_log(s))
+        .await
+        .unwrap()
+        .collect::<Vec<_>>()
+        .await;
+    let stored: Vec<(String, usize)> = stored.into_iter().map(Result::unwrap).collect();
     assert_eq!(
-        records,
-        vec![(arbiter_protocol::subjects::session_state(s), 8)],
-        "two records per Arbiter turn"
+        stored,
+        vec![(
+            arbiter_protocol::subjects::session_log(s),
+            log.entries().len()
+        )],
+        "every step rode on an entry the log shows"
     );
     // Each question and each answer once, in order.
     let said: Vec<String> = log

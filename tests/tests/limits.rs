@@ -232,11 +232,12 @@ async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_
     );
 }
 
-/// A session that cannot take its messages (here: its state records are
-/// refused by the server, so its actor retries a write) fills its inbox
-/// (256). The intake puts that session's further messages back on the
-/// server instead of waiting, so other sessions go on; once the session can
-/// store again, every message reaches it, and its log says some were put back.
+/// A session that cannot take its messages (here: its first step is too
+/// large for a message, and the object store it goes to refuses it, so its
+/// actor retries the write) fills its inbox (256). The intake puts that
+/// session's further messages back on the server instead of waiting, so
+/// other sessions go on; once the session can store again, every message
+/// reaches it, and its log says some were put back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
     let mut sys = System::start_with(Options {
@@ -244,24 +245,39 @@ async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
         ..Default::default()
     })
     .await;
-    // The state stream, set before the coordinator starts (it keeps an
-    // existing stream's settings): at most 2 records per session, new ones refused.
-    let mut state = arbiter_bus::setup::stream_configs()
-        .into_iter()
-        .find(|c| c.name == arbiter_protocol::subjects::STATE_STREAM)
-        .unwrap();
-    state.max_messages_per_subject = 2;
-    state.discard = async_nats::jetstream::stream::DiscardPolicy::New;
-    state.discard_new_per_subject = true;
-    sys.bus.js.update_stream(&state).await.unwrap();
     sys.spawn_coordinator();
+    // Once the coordinator has started (a first session answered: it has
+    // made the streams and set their limits), the object store of large
+    // session steps refuses new writes past 64 KiB.
+    let warm = sys.watch_log("s-inbox-warm").await;
+    sys.mock
+        .push(&arbiter_lane("warm"), arbiter("address_human", "Warm."));
+    sys.send("s-inbox-warm", "warm").await;
+    warm.wait_len(2).await;
+    let blobs = format!("OBJ_{}", arbiter_protocol::subjects::SESSION_BLOBS_BUCKET);
+    let mut store = eventually(WAIT, "the coordinator to make the object store", || async {
+        sys.bus
+            .js
+            .get_stream(&blobs)
+            .await
+            .ok()
+            .map(|s| s.cached_info().config.clone())
+    })
+    .await;
+    let limit = store.max_bytes;
+    let discard = store.discard;
+    store.max_bytes = 64 * 1024;
+    store.discard = async_nats::jetstream::stream::DiscardPolicy::New;
+    sys.bus.js.update_stream(&store).await.unwrap();
 
     let stuck = "s-inbox-stuck";
     let other = "s-inbox-other";
     let stuck_log = sys.watch_log(stuck).await;
     let other_log = sys.watch_log(other).await;
-    // The stuck session's Arbiter turn hangs; its first message stores
-    // two records (taken, turn started), so the second message's step is refused.
+    // The stuck session's Arbiter turn hangs; four lines of 250 KiB queue
+    // meanwhile, each step's record holding the queue so far: by the third
+    // or fourth, the step passes what one message holds, and the object
+    // store refuses it, so the session retries that write.
     let never = Gate::new();
     sys.mock.push(
         &arbiter_lane("first"),
@@ -272,14 +288,17 @@ async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
     sys.mock
         .wait_for_requests(&arbiter_lane("first"), 1, WAIT)
         .await;
+    const PARTS: usize = 4;
+    for c in ["a", "b", "c", "d"] {
+        sys.send(stuck, &c.repeat(250 * 1024)).await;
+    }
     // 300 more: the inbox holds 256, the rest are put back again and again.
     const MORE: usize = 300;
     for i in 0..MORE {
         sys.send(stuck, &format!("more {i}")).await;
     }
 
-    // Another session takes its message meanwhile (its log shows it; its
-    // records are held to the same 2, so its answer waits for the end).
+    // Another session takes its message meanwhile (its log shows it).
     sys.mock
         .push(&arbiter_lane("hello"), arbiter("address_human", "Hello."));
     sys.send(other, "hello").await;
@@ -290,21 +309,25 @@ async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
         )
         .await;
 
-    // The stuck session can store again: every message reaches it, in its log once.
-    state.max_messages_per_subject = -1;
-    state.discard = async_nats::jetstream::stream::DiscardPolicy::Old;
-    state.discard_new_per_subject = false;
-    sys.bus.js.update_stream(&state).await.unwrap();
     let humans = |bodies: &[arbiter_protocol::LogBody]| {
         bodies
             .iter()
             .filter(|b| matches!(b, arbiter_protocol::LogBody::Human(_)))
             .count()
     };
+    // The stuck session can store again: every message reaches it, in its log once.
+    let shown = humans(&stuck_log.bodies());
+    assert!(
+        shown < PARTS + 1,
+        "{shown} lines shown: no step was refused"
+    );
+    store.max_bytes = limit;
+    store.discard = discard;
+    sys.bus.js.update_stream(&store).await.unwrap();
     eventually(
         Duration::from_secs(60),
         "every message in the stuck session's log",
-        || async { (humans(&stuck_log.bodies()) == MORE + 1).then_some(()) },
+        || async { (humans(&stuck_log.bodies()) == MORE + PARTS + 1).then_some(()) },
     )
     .await;
     // And its log says what happened to the late ones (what the sender sees).

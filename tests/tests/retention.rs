@@ -234,7 +234,11 @@ async fn a_soak_of_sessions_left_idle_keeps_the_streams_under_the_bound() {
     let (mut sessions, mut peak, mut per_session) = (0u64, 0u64, 0u64);
     while started.elapsed() < Duration::from_secs(25) {
         let s = format!("s-soak-{sessions}");
-        let first = format!("Task number {sessions}: say hello at length");
+        // A long line: each session stores it in its log entry and its record.
+        let first = format!(
+            "Task number {sessions}: say hello at length. {}",
+            "Some context. ".repeat(100)
+        );
         let words = format!("Hello number {sessions}. {}", "hello ".repeat(40));
         sys.mock
             .push(&arbiter_lane(&first), arbiter("address_human", &words));

@@ -289,7 +289,11 @@ async fn read_log(bus: &Bus, session: &str) -> Vec<LogEntry> {
     let mut messages = consumer.messages().await.unwrap();
     let mut entries = Vec::new();
     while let Some(Ok(msg)) = messages.next().await {
-        entries.push(serde_json::from_slice(&msg.payload).unwrap());
+        let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
+        // A step entry carries the coordinator's record: consoles skip it.
+        if !matches!(entry.body, LogBody::Step(_)) {
+            entries.push(entry);
+        }
         if msg.info().unwrap().stream_sequence >= last.sequence {
             break;
         }

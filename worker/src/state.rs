@@ -476,7 +476,7 @@ impl StateStore {
                     subjects::orch_out_msg_id(&self.orch_id, message.seq, self.writer.lease());
                 let payload = Bytes::from(serde_json::to_vec(message).unwrap_or_default());
                 self.writer
-                    .append_message(&out, &msg_id, payload, self.trace.as_ref(), until)
+                    .append_message_on(&out, &msg_id, payload, self.trace.as_ref(), until)
                     .await?;
             }
         }

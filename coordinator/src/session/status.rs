@@ -62,7 +62,7 @@ impl Session {
         }
         // Nothing happens until a human writes: no Orchestrator at work.
         let settled = status.state == arbiter_protocol::SessionState::Idle
-            && (self.state.active.as_ref().is_none_or(|a| a.asked) || self.state.hold.is_some());
+            && (self.state.team.iter().all(|a| a.asked) || self.state.hold.is_some());
         // What a reader of the bucket acts on: which Orchestrator, how many, the caps.
         let shape = (
             status.active.as_ref().map(|a| a.orch_id.clone()),

@@ -644,6 +644,10 @@ impl System {
             while let Some(Ok(msg)) = messages.next().await {
                 let entry: LogEntry = serde_json::from_slice(&msg.payload)
                     .unwrap_or_else(|e| panic!("the log holds a malformed entry: {e}"));
+                // A step entry carries the coordinator's record: consoles skip it.
+                if matches!(entry.body, LogBody::Step(_)) {
+                    continue;
+                }
                 sink.lock().unwrap().push(entry);
             }
         });
@@ -796,6 +800,7 @@ pub fn brief(body: &LogBody) -> (String, String) {
             e.text.clone(),
         ),
         LogBody::Musing(e) => ("Musing".into(), e.text.clone()),
+        LogBody::Step(_) => ("Step".into(), String::new()),
         LogBody::Summoned(e) => (
             format!(
                 "Summoned {}",
