@@ -21,8 +21,8 @@ use crate::{Bus, BusError};
 
 /// Bytes a stream may hold by default (each stream, each bucket's stream).
 pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1024 * 1024 * 1024;
-/// Messages kept per subject of `ARBITER_ORCH` (inputs, outputs, control of
-/// one Orchestrator): older ones were taken long ago, and the newest, which
+/// Messages kept per subject of `ARBITER_ORCH` (inputs and control of one
+/// Orchestrator; its outputs are records, in `ARBITER_ORCH_STATE`): older ones were taken long ago, and the newest, which
 /// restores read for the next seq, is always kept.
 pub const ORCH_MSGS_PER_SUBJECT: i64 = 1_000;
 
@@ -406,7 +406,8 @@ async fn gather(bus: &Bus, session_id: &str) -> Result<Gathered> {
         g.lines.push(ArchiveLine::State { record });
     }
     for orch_id in g.orch_ids.clone() {
-        let subject = subjects::orch_state(&orch_id);
+        // Its `.state` records and its `.out` ones (a step that output something).
+        let subject = subjects::orch_records(&orch_id);
         for msg in replay(bus, subjects::ORCH_STATE_STREAM, &subject).await? {
             g.report.live_bytes += msg.len() as u64;
             g.report.records += 1;
@@ -488,7 +489,7 @@ async fn purge(bus: &Bus, session_id: &str, g: &Gathered) -> Result<()> {
             subjects::ORCH_STREAM,
             format!("{}.orch.{orch_id}.>", subjects::PREFIX),
         ));
-        targets.push((subjects::ORCH_STATE_STREAM, subjects::orch_state(orch_id)));
+        targets.push((subjects::ORCH_STATE_STREAM, subjects::orch_records(orch_id)));
     }
     for (stream, filter) in targets {
         let s = bus

@@ -47,11 +47,7 @@ pub fn stream_configs() -> Vec<stream::Config> {
             allow_direct: true,
             ..stream(
                 subjects::ORCH_STREAM,
-                &[
-                    subjects::ALL_ORCH_IN,
-                    subjects::ALL_ORCH_OUT,
-                    subjects::ALL_ORCH_CTL,
-                ],
+                &[subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL],
             )
         },
         stream::Config {
@@ -59,7 +55,12 @@ pub fn stream_configs() -> Vec<stream::Config> {
             ..stream(subjects::SUMMONS_STREAM, &[subjects::ALL_SUMMONS])
         },
         stream(subjects::STATE_STREAM, &[subjects::ALL_SESSION_STATE]),
-        stream(subjects::ORCH_STATE_STREAM, &[subjects::ALL_ORCH_STATE]),
+        // An Orchestrator's outputs beside its state records: a step that
+        // outputs something is one message on `.out`, fenced over both.
+        stream(
+            subjects::ORCH_STATE_STREAM,
+            &[subjects::ALL_ORCH_STATE, subjects::ALL_ORCH_OUT],
+        ),
     ]
 }
 
@@ -71,11 +72,21 @@ pub async fn declare(js: &jetstream::Context) -> Result<()> {
 
 /// Creates every stream, the sessions bucket and the object stores that are
 /// missing, with `replicas` copies (1 when `None`). An existing stream keeps
-/// its settings, except that subjects this version needs are added to it
-/// and, when `replicas` is given, its replicas are changed to that number.
+/// its settings, except that subjects this version needs are added to it,
+/// subjects this version keeps in another stream are taken from it (an older
+/// `ARBITER_ORCH` lists `orch.*.out`; the server refuses a subject in two
+/// streams, so it leaves the old one first), and, when `replicas` is given,
+/// its replicas are changed to that number.
 pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> Result<()> {
     let copies = replicas.unwrap_or(1);
-    for config in stream_configs() {
+    let configs = stream_configs();
+    let owner_of = |subject: &str| {
+        configs
+            .iter()
+            .find(|c| c.subjects.iter().any(|s| s == subject))
+            .map(|c| c.name.clone())
+    };
+    for config in configs.clone() {
         let config = stream::Config {
             num_replicas: copies,
             ..config
@@ -95,15 +106,22 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
                     .filter(|s| !have.subjects.contains(s))
                     .cloned()
                     .collect();
+                let moved: Vec<String> = have
+                    .subjects
+                    .iter()
+                    .filter(|s| owner_of(s).is_some_and(|owner| owner != name))
+                    .cloned()
+                    .collect();
                 let direct = config.allow_direct && !have.allow_direct;
-                if !missing.is_empty() || direct {
+                if !missing.is_empty() || !moved.is_empty() || direct {
                     let mut updated = have.clone();
+                    updated.subjects.retain(|s| !moved.contains(s));
                     updated.subjects.extend(missing.iter().cloned());
                     updated.allow_direct |= config.allow_direct;
                     js.update_stream(updated)
                         .await
                         .map_err(|e| BusError::js(format!("updating stream {name}"), e))?;
-                    tracing::info!(stream = %name, subjects = ?missing, direct, "stream given the subjects and settings this version uses");
+                    tracing::info!(stream = %name, subjects = ?missing, ?moved, direct, "stream given the subjects and settings this version uses");
                 }
             }
             Err(e) if !is_not_found(&e) => {

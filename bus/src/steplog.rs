@@ -84,6 +84,8 @@ pub enum AppendError {
 pub struct Stored {
     /// Its stream sequence.
     pub seq: u64,
+    /// The subject it was stored on (a replay over a wildcard reads several).
+    pub subject: String,
     /// The record's bytes as the writer encoded them.
     pub bytes: Vec<u8>,
 }
@@ -149,6 +151,12 @@ impl StepLog {
         &self.bus
     }
 
+    /// Whether a record of `len` bytes is stored inline (else the subject
+    /// gets a pointer to it in the object store).
+    pub fn fits_inline(&self, len: usize) -> bool {
+        len <= self.inline_limit
+    }
+
     /// The last record on `subject`; `None` if it has none.
     pub async fn last(&self, subject: &str) -> Result<Option<Last>, String> {
         match self.stream.get_last_raw_message_by_subject(subject).await {
@@ -209,7 +217,11 @@ impl StepLog {
                 .resolve(&msg.payload)
                 .await
                 .map_err(|e| format!("record {seq} of {subject}: {e}"))?;
-            records.push(Stored { seq, bytes });
+            records.push(Stored {
+                seq,
+                subject: msg.subject.to_string(),
+                bytes,
+            });
         }
         Ok(Some(Replay { records, last_seq }))
     }
@@ -221,6 +233,7 @@ impl StepLog {
     pub fn writer(&self, subject: String, id: &str, last_seq: u64) -> Writer {
         Writer {
             log: self.clone(),
+            fence: subject.clone(),
             subject,
             id: id.to_owned(),
             lease: uuid_like(),
@@ -236,6 +249,9 @@ fn uuid_like() -> String {
 
 /// The header that makes a record replace every earlier one of its subject.
 const ROLLUP_HEADER: &str = "Nats-Rollup";
+/// The header that names the subject (a wildcard allowed) whose last
+/// sequence `Nats-Expected-Last-Subject-Sequence` is checked against.
+const EXPECTED_LAST_SUBJECT_HEADER: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 /// One step to append.
 pub struct Step<'a> {
@@ -256,6 +272,9 @@ pub struct Step<'a> {
 pub struct Writer {
     log: StepLog,
     subject: String,
+    /// The subject whose last sequence every append is fenced on: `subject`
+    /// itself, or a wildcard over the owner's subjects ([`Writer::fenced_over`]).
+    fence: String,
     id: String,
     lease: String,
     last_seq: u64,
@@ -269,6 +288,25 @@ impl Writer {
 
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// Fences every append on the last sequence of `fence` (a subject
+    /// wildcard of the same stream, e.g. `arbiter.v1.orch.<id>.*`) rather
+    /// than of the writer's subject alone, so records the owner appends on
+    /// several subjects ([`Writer::append_on`]) make one fenced log.
+    /// `last_seq` must then be the last sequence over `fence`. Only a record
+    /// of another writer on the writer's own subject fences it out (a claim
+    /// must write one there): a message another publisher put on one of the
+    /// other subjects is stepped over.
+    #[must_use]
+    pub fn fenced_over(mut self, fence: String) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// The subject (or wildcard) appends are fenced on.
+    pub fn fence_subject(&self) -> &str {
+        &self.fence
     }
 
     /// The stream sequence the next append is fenced on.
@@ -301,6 +339,19 @@ impl Writer {
         step: Step<'_>,
         until: &CancellationToken,
     ) -> Result<u64, AppendError> {
+        let subject = self.subject.clone();
+        self.append_on(&subject, step, until).await
+    }
+
+    /// [`Writer::append`] on another subject of the same stream (one that
+    /// the fence covers, see [`Writer::fenced_over`]): a record that is also
+    /// a message of its own kind, e.g. an Orchestrator step that is its output.
+    pub async fn append_on(
+        &mut self,
+        subject: &str,
+        step: Step<'_>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
         let msg_id = self.msg_id(step.rev);
         let mut payload = step.record;
         if payload.len() > self.log.inline_limit {
@@ -314,7 +365,8 @@ impl Writer {
             .ok_or(AppendError::Stopped)?;
             payload = (step.pointer)(&name);
         }
-        self.store(&msg_id, payload, step.trace, until).await
+        self.store(subject, &msg_id, payload, step.trace, until)
+            .await
     }
 
     /// Appends one message under the caller's own message id, fenced on the
@@ -330,12 +382,29 @@ impl Writer {
         trace: Option<&TraceContext>,
         until: &CancellationToken,
     ) -> Result<u64, AppendError> {
-        self.store(msg_id, payload, trace, until).await
+        let subject = self.subject.clone();
+        self.store(&subject, msg_id, payload, trace, until).await
     }
 
-    /// The fenced publish with its retries, shared by every append.
+    /// [`Writer::append_message`] on another subject of the same stream
+    /// (one the fence covers, see [`Writer::fenced_over`]): e.g. an output
+    /// published beside a pointer record, under a `msg_id` that ends with
+    /// `:<lease>` (see [`Writer::wrote`]) and is unique per message.
+    pub async fn append_message_on(
+        &mut self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+        trace: Option<&TraceContext>,
+        until: &CancellationToken,
+    ) -> Result<u64, AppendError> {
+        self.store(subject, msg_id, payload, trace, until).await
+    }
+
+    /// The fenced publish on `subject` with its retries, shared by every append.
     async fn store(
         &mut self,
+        subject: &str,
         msg_id: &str,
         payload: Bytes,
         trace: Option<&TraceContext>,
@@ -343,14 +412,17 @@ impl Writer {
     ) -> Result<u64, AppendError> {
         let mut delay = FIRST_BACKOFF;
         loop {
-            match self.publish(msg_id, payload.clone(), trace).await {
+            match self
+                .publish_with(subject, msg_id, payload.clone(), trace, false)
+                .await
+            {
                 // A duplicate PubAck (on a cluster) is our own earlier write: stored.
                 Ok(seq) => {
                     self.last_seq = seq;
                     return Ok(seq);
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
-                    match self.log.last(&self.subject).await {
+                    match self.log.last(&self.fence).await {
                         // Our own write, whose ack was lost: stored.
                         Ok(Some(last)) if last.msg_id == msg_id => {
                             self.last_seq = last.seq;
@@ -361,9 +433,39 @@ impl Writer {
                         Ok(Some(last)) if self.wrote(&last.msg_id) && last.seq != self.last_seq => {
                             self.last_seq = last.seq;
                         }
+                        // Over a wildcard, only a record on the writer's own
+                        // subject (every claim writes one) fences it: what
+                        // others published on the other subjects is not a
+                        // claim, so go on from it.
+                        Ok(Some(last)) if self.fence != self.subject => {
+                            match self.log.last(&self.subject).await {
+                                Ok(own)
+                                    if own.as_ref().is_none_or(|own| {
+                                        own.seq <= self.last_seq || self.wrote(&own.msg_id)
+                                    }) =>
+                                {
+                                    tracing::info!(subject, msg_id = %last.msg_id, "another publisher's message on a fenced subject; not a claim, going on");
+                                    self.last_seq = last.seq;
+                                }
+                                Ok(_) => {
+                                    tracing::warn!(
+                                        subject = %self.subject,
+                                        msg_id,
+                                        "another writer appended to this step log: fenced out"
+                                    );
+                                    return Err(AppendError::Fenced);
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "could not check the step log's last record; retrying");
+                                    if !pause(&mut delay, until).await {
+                                        return Err(AppendError::Stopped);
+                                    }
+                                }
+                            }
+                        }
                         Ok(_) => {
                             tracing::warn!(
-                                subject = %self.subject,
+                                subject = %self.fence,
                                 msg_id,
                                 "another writer appended to this step log: fenced out"
                             );
@@ -378,7 +480,7 @@ impl Writer {
                     }
                 }
                 Err(kind) => {
-                    tracing::warn!(subject = %self.subject, ?kind, "could not store a step; retrying");
+                    tracing::warn!(subject, ?kind, "could not store a step; retrying");
                     if !pause(&mut delay, until).await {
                         return Err(AppendError::Stopped);
                     }
@@ -412,7 +514,7 @@ impl Writer {
         let mut delay = FIRST_BACKOFF;
         for _ in 0..tries.max(1) {
             match self
-                .publish_with(&msg_id, payload.clone(), step.trace, true)
+                .publish_with(&self.subject, &msg_id, payload.clone(), step.trace, true)
                 .await
             {
                 Ok(seq) => {
@@ -420,7 +522,7 @@ impl Writer {
                     return Ok(true);
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
-                    match self.log.last(&self.subject).await {
+                    match self.log.last(&self.fence).await {
                         Ok(Some(last)) if last.msg_id == msg_id => {
                             self.last_seq = last.seq;
                             return Ok(true);
@@ -442,19 +544,11 @@ impl Writer {
         Ok(false)
     }
 
-    /// One fenced publish; the stream sequence it got, or the error's kind.
-    async fn publish(
-        &self,
-        msg_id: &str,
-        payload: Bytes,
-        trace: Option<&TraceContext>,
-    ) -> Result<u64, Option<PublishErrorKind>> {
-        self.publish_with(msg_id, payload, trace, false).await
-    }
-
-    /// [`Writer::publish`], as a rollup when `rollup`.
+    /// One fenced publish on `subject`, as a rollup when `rollup`; the
+    /// stream sequence it got, or the error's kind.
     async fn publish_with(
         &self,
+        subject: &str,
         msg_id: &str,
         payload: Bytes,
         trace: Option<&TraceContext>,
@@ -472,12 +566,15 @@ impl Writer {
             async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
             self.last_seq.to_string().as_str(),
         );
+        if self.fence != subject {
+            headers.insert(EXPECTED_LAST_SUBJECT_HEADER, self.fence.as_str());
+        }
         let message = PublishMessage::build().payload(payload).headers(headers);
         let ack = self
             .log
             .bus
             .js
-            .send_publish(self.subject.clone(), message)
+            .send_publish(subject.to_owned(), message)
             .await
             .map_err(|e| Some(e.kind()))?;
         ack.await.map(|a| a.sequence).map_err(|e| Some(e.kind()))

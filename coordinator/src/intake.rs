@@ -550,26 +550,14 @@ impl Registry {
             arbiter_bus::metrics::hop(msg, "worker→coordinator");
         }
         let trace = TraceContext::from_headers(incoming.headers.as_ref());
-        let decoded = decode::<OrchestratorMessage>(subject, &incoming.payload).and_then(|m| {
-            let subject_orch = subjects::id_of(subject, "orch", "out");
-            if subject_orch != Some(m.orch_id.as_str()) || !subjects::is_valid_token(&m.session_id)
-            {
-                return Err(WireError::MalformedMessage {
-                    subject: subject.to_owned(),
-                    detail: "its orch_id or session_id does not match the subject".into(),
-                });
-            }
-            Ok(m)
-        });
-        match decoded {
-            Ok(message) => {
-                let session_id = message.session_id.clone();
+        match outputs_of(subject, &incoming.payload) {
+            Ok((session_id, messages)) => {
                 let Some(incoming) = self.admit(&session_id, incoming).await else {
                     return;
                 };
                 self.deliver(
                     &session_id,
-                    Input::Orchestrator(Box::new(message), trace, Some(incoming.delivery)),
+                    Input::Orchestrator(messages, trace, Some(incoming.delivery)),
                 )
                 .await;
             }
@@ -598,6 +586,54 @@ impl Registry {
     }
 }
 
+/// The outputs a message on `orch.<orch_id>.out` carries: one bare
+/// [`OrchestratorMessage`] (what a worker in another language publishes), or
+/// a worker's state record whose `outbox` is its outputs (the native worker
+/// stores a step with outputs as one message there; its other fields are the
+/// worker's own and ignored here). Told apart by the `outbox` key. Each
+/// output must name the subject's Orchestrator, and all one session; they
+/// come in `seq` order, with their session's id.
+fn outputs_of(
+    subject: &str,
+    payload: &[u8],
+) -> Result<(String, Vec<OrchestratorMessage>), WireError> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        outbox: Option<serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Record {
+        outbox: Vec<OrchestratorMessage>,
+    }
+    let malformed = |detail: &str| WireError::MalformedMessage {
+        subject: subject.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let is_record = serde_json::from_slice::<Probe>(payload).is_ok_and(|p| p.outbox.is_some());
+    let mut messages = if is_record {
+        decode::<Record>(subject, payload)?.outbox
+    } else {
+        vec![decode::<OrchestratorMessage>(subject, payload)?]
+    };
+    let Some(first) = messages.first() else {
+        return Err(malformed("a state record with no outputs"));
+    };
+    let subject_orch = subjects::id_of(subject, "orch", "out");
+    let session = first.session_id.clone();
+    if !subjects::is_valid_token(&session)
+        || messages
+            .iter()
+            .any(|m| subject_orch != Some(m.orch_id.as_str()) || m.session_id != session)
+    {
+        return Err(malformed(
+            "its orch_id or session_id does not match the subject",
+        ));
+    }
+    messages.sort_by_key(|m| m.seq);
+    Ok((session, messages))
+}
+
 /// Runs both consumers until shutdown, then stops every session and waits for them.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) -> Result<()> {
     let human = consumer(
@@ -612,7 +648,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     .await?;
     let orch = consumer(
         &shared,
-        subjects::ORCH_STREAM,
+        subjects::ORCH_STATE_STREAM,
         subjects::COORDINATOR_ORCH_CONSUMER,
         &[subjects::ALL_ORCH_OUT],
     )
@@ -747,5 +783,55 @@ async fn put_back_input(session_id: &str, input: Input, why: &str) {
     tracing::warn!(session.id = %session_id, why, "message put back to be routed again");
     if let Some(delivery) = input.into_ack() {
         delivery.put_back(RETRY_DELAY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SUBJECT: &str = "arbiter.v1.orch.o-1.out";
+
+    fn message(seq: u64) -> serde_json::Value {
+        json!({"v":1,"session_id":"s-1","orch_id":"o-1","seq":seq,
+               "event":{"type":"output","expects_response":true,"message":format!("m{seq}")},
+               "sent_at":"2026-01-01T00:00:00Z"})
+    }
+
+    fn seqs(payload: &serde_json::Value) -> Result<(String, Vec<u64>), WireError> {
+        outputs_of(SUBJECT, payload.to_string().as_bytes())
+            .map(|(s, ms)| (s, ms.into_iter().map(|m| m.seq).collect()))
+    }
+
+    #[test]
+    fn a_bare_output_or_a_state_record_that_is_outputs() {
+        assert_eq!(seqs(&message(3)).unwrap(), ("s-1".to_owned(), vec![3]));
+        // A state record: its other fields (the worker's own) are ignored.
+        let record = json!({"rev":7,"orch_id":"o-1","append":[{"x":1}],
+                            "snapshot":{"anything":true},"outbox":[message(5), message(4)]});
+        assert_eq!(seqs(&record).unwrap(), ("s-1".to_owned(), vec![4, 5]));
+    }
+
+    #[test]
+    fn a_record_is_malformed_as_an_output_is() {
+        let mut other = message(2);
+        other["orch_id"] = json!("o-2");
+        let mut elsewhere = message(2);
+        elsewhere["session_id"] = json!("s-2");
+        for bad in [
+            json!({"rev":1,"outbox":[]}),
+            json!({"rev":1,"outbox":[message(1), other.clone()]}),
+            json!({"rev":1,"outbox":[message(1), elsewhere]}),
+            json!({"rev":1,"outbox":[{"seq":"x"}]}),
+            json!({"rev":1,"outbox":7}),
+            other,
+        ] {
+            let err = seqs(&bad).unwrap_err();
+            assert!(
+                matches!(&err, WireError::MalformedMessage { subject, .. } if subject == SUBJECT),
+                "{bad}: {err:?}"
+            );
+        }
     }
 }

@@ -63,7 +63,10 @@ pub(crate) enum Input {
         refusal: Refusal,
         ack: Ack,
     },
-    Orchestrator(Box<OrchestratorMessage>, TraceContext, Ack),
+    /// The outputs of one message on `orch.<id>.out`, in `seq` order (one,
+    /// or a state record's outbox); the message is acknowledged with the
+    /// last of them.
+    Orchestrator(Vec<OrchestratorMessage>, TraceContext, Ack),
     Malformed(WireError, Ack),
     /// No worker of `pool` answered after this Orchestrator was summoned.
     NoWorker {
@@ -700,8 +703,16 @@ impl Session {
                     }));
                 }
             }
-            Input::Orchestrator(message, trace, ack) => {
-                self.on_orchestrator(*message, trace, ack);
+            Input::Orchestrator(messages, trace, mut ack) => {
+                // The delivery goes with the last output: acknowledged once
+                // that one is taken, a duplicate or given up on, and each
+                // before it (held for an earlier gap, if need be) first.
+                let last = messages.len().saturating_sub(1);
+                for (i, message) in messages.into_iter().enumerate() {
+                    let this = if i == last { ack.take() } else { None };
+                    self.on_orchestrator(message, trace.clone(), this);
+                }
+                self.keep_ack(ack);
             }
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);

@@ -325,8 +325,11 @@ class Orchestrator:
 
     async def republish(self, outbox):
         try:
-            last = await self.js.get_last_msg("ARBITER_ORCH", f"{PREFIX}.orch.{self.id}.out")
-            done = json.loads(last.data)["seq"]
+            # Outputs live in ARBITER_ORCH_STATE; the last on `.out` is a bare
+            # output, or a native worker's state record whose outbox is them.
+            last = json.loads(
+                (await self.js.get_last_msg("ARBITER_ORCH_STATE", f"{PREFIX}.orch.{self.id}.out")).data)
+            done = max((m["seq"] for m in last["outbox"]), default=0) if "outbox" in last else last["seq"]
         except NotFoundError:
             done = 0
         await self.publish([m for m in outbox if m["seq"] > done])

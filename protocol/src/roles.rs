@@ -310,9 +310,9 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     .publish([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
                 Grant::new("read human messages through its durable `coordinator-human`")
                     .publish(durable(sessions, subjects::COORDINATOR_HUMAN_CONSUMER, None)),
-                Grant::new("read Orchestrator output through its durable `coordinator-orch-out`")
+                Grant::new("read Orchestrator output (bare, or the state record that is it) through its durable `coordinator-orch-out` on the Orchestrator state stream")
                     .publish(durable(
-                        orch,
+                        orch_state,
                         subjects::COORDINATOR_ORCH_CONSUMER,
                         Some(subjects::ALL_ORCH_OUT),
                     )),
@@ -418,9 +418,13 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         msg_get(orch),
                     ])
                     .deny_publish(deny_durable(orch, subjects::COORDINATOR_ORCH_CONSUMER)),
-                Grant::new("claim and replay Orchestrator state records (fenced writes, last record, replay)")
+                Grant::new("claim and replay Orchestrator state records and outputs (fenced writes, last record, replay); never the coordinator's durable")
                     .publish([msg_get(orch_state)])
-                    .publish(ordered(orch_state)),
+                    .publish(ordered(orch_state))
+                    .deny_publish(deny_durable(
+                        orch_state,
+                        subjects::COORDINATOR_ORCH_CONSUMER,
+                    )),
                 Grant::new("Orchestrator state records too large for one message")
                     .publish(object_store(subjects::ORCH_BLOBS_BUCKET)),
                 Grant::new("answer presence: the `arbiter-worker` micro service (replies go to the asker's inbox)")
@@ -601,6 +605,9 @@ mod tests {
             "$JS.API.STREAM.MSG.GET.ARBITER_SESSIONS",
             "$JS.API.CONSUMER.MSG.NEXT.ARBITER_ORCH.coordinator-orch-out",
             "$JS.API.CONSUMER.DELETE.ARBITER_ORCH.coordinator-orch-out",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_ORCH_STATE.coordinator-orch-out",
+            "$JS.API.CONSUMER.DELETE.ARBITER_ORCH_STATE.coordinator-orch-out",
+            "$JS.ACK.ARBITER_ORCH_STATE.coordinator-orch-out.1.2.3.4.5.6",
             "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SUMMONS.pool-gpu",
         ] {
             assert!(!may_publish(&w, denied), "worker may publish {denied}");

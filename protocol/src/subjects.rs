@@ -7,12 +7,14 @@ pub const PREFIX: &str = "arbiter.v1";
 pub const SESSIONS_STREAM: &str = "ARBITER_SESSIONS";
 /// JetStream work-queue stream of summons; one durable pull consumer per pool.
 pub const SUMMONS_STREAM: &str = "ARBITER_SUMMONS";
-/// JetStream stream of Orchestrator inputs, outputs and control messages.
+/// JetStream stream of Orchestrator inputs and control messages.
 pub const ORCH_STREAM: &str = "ARBITER_ORCH";
 /// JetStream stream of coordinator session state records (limits retention).
 pub const STATE_STREAM: &str = "ARBITER_STATE";
-/// JetStream stream of Orchestrator state records, written by the worker that
-/// holds each Orchestrator's lease (limits retention, file storage).
+/// JetStream stream of Orchestrator state records and outputs, written by the
+/// worker that holds each Orchestrator's lease (limits retention, file
+/// storage). A step that outputs something is stored once, on `.out`: the
+/// record is the output (see [`orch_records`]).
 pub const ORCH_STATE_STREAM: &str = "ARBITER_ORCH_STATE";
 /// Object store bucket for Orchestrator state records too large for one message.
 pub const ORCH_BLOBS_BUCKET: &str = "arbiter_orch_blobs";
@@ -109,6 +111,16 @@ pub fn orch_consumer(orch_id: &str) -> String {
 pub fn orch_state(orch_id: &str) -> String {
     format!("{PREFIX}.orch.{orch_id}.state")
 }
+/// The `Nats-Msg-Id` of an output `arbiter-worker` publishes bare (beside a
+/// pointer record): the writer's lease ends it, as it ends its records' ids.
+pub fn orch_out_msg_id(orch_id: &str, seq: u64, lease: &str) -> String {
+    format!("{orch_id}:out:{seq}:{lease}")
+}
+/// Every record of one Orchestrator in [`ORCH_STATE_STREAM`] (its `.state`
+/// and its `.out`): what a worker replays and fences its writes on.
+pub fn orch_records(orch_id: &str) -> String {
+    format!("{PREFIX}.orch.{orch_id}.*")
+}
 /// The name, in [`ORCH_BLOBS_BUCKET`], of the transcript part of one large state record.
 pub fn orch_blob(orch_id: &str, rev: u64, lease: &str) -> String {
     format!("{orch_id}.{rev}.{lease}")
@@ -200,6 +212,7 @@ mod tests {
         assert_eq!(id_of(&orch_out("o-9"), "orch", "in"), None);
         assert_eq!(summon("gpu"), "arbiter.v1.summon.gpu");
         assert_eq!(orch_state("o-9"), "arbiter.v1.orch.o-9.state");
+        assert_eq!(orch_records("o-9"), "arbiter.v1.orch.o-9.*");
         assert_eq!(id_of(&orch_state("o-9"), "orch", "state"), Some("o-9"));
     }
 

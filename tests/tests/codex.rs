@@ -223,7 +223,11 @@ async fn a_codex_orchestrator_moves_to_another_worker_with_its_thread() {
             _ => None,
         })
         .unwrap();
-    let subject = arbiter_protocol::subjects::orch_state(&orch_id);
+    // Its records: on `.state`, and a step with outputs on `.out`.
+    let subjects = [
+        arbiter_protocol::subjects::orch_state(&orch_id),
+        arbiter_protocol::subjects::orch_out(&orch_id),
+    ];
     let mut stream = sys
         .bus
         .js
@@ -237,7 +241,7 @@ async fn a_codex_orchestrator_moves_to_another_worker_with_its_thread() {
         let Ok(message) = stream.get_raw_message(seq).await else {
             continue;
         };
-        if message.subject.as_str() != subject {
+        if !subjects.iter().any(|s| message.subject.as_str() == s) {
             continue;
         }
         let text = String::from_utf8_lossy(&message.payload).into_owned();

@@ -425,3 +425,66 @@ async fn an_arbiter_turn_stores_no_record_of_its_own() {
         .collect();
     assert_eq!(said, vec!["Question 1?", "Question 2?", "Question 3?"]);
 }
+
+/// Stored messages of the Orchestrators' streams now (their last sequences).
+async fn orch_streams_seq(sys: &System) -> u64 {
+    let mut total = 0;
+    for name in [
+        arbiter_protocol::subjects::ORCH_STREAM,
+        arbiter_protocol::subjects::ORCH_STATE_STREAM,
+    ] {
+        let mut stream = sys.bus.js.get_stream(name).await.unwrap();
+        total += stream.info().await.unwrap().state.last_sequence;
+    }
+    total
+}
+
+/// What an Orchestrator turn costs the server: a turn whose reply is an
+/// output stores one message, its state record on `orch.<id>.out`, which is
+/// the output the coordinator reads (not a record plus a copy of the output).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_turn_with_an_output_is_one_stored_message() {
+    let sys = System::start().await;
+    let s = "s-one-message";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Ask me two things");
+    let brief = "Ask two questions, one at a time.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(&lane, orch(true, "Question 1?"));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Answer 1."));
+    let hold = Gate::new();
+    sys.mock
+        .push(&lane, orch(true, "Question 2?").gated(hold.clone()));
+    sys.mock
+        .push(&arb, arbiter("address_human", "Two questions."));
+    sys.send(s, "Ask me two things").await;
+    // The Orchestrator's second turn has begun: the answer is stored (in
+    // `orch.<id>.in`), its model call waits.
+    sys.mock.wait_for_requests(&lane, 2, WAIT).await;
+    let before = orch_streams_seq(&sys).await;
+    hold.open();
+    log.wait_for(
+        "the Arbiter's word after the second question",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Two questions."),
+    )
+    .await;
+    // The Orchestrator waits for the Arbiter now; it wrote its turn before
+    // the coordinator could log the question.
+    let after = orch_streams_seq(&sys).await;
+    assert_eq!(
+        after - before,
+        1,
+        "one stored message for the turn and its output"
+    );
+    let said: Vec<String> = log
+        .bodies()
+        .into_iter()
+        .filter_map(|b| match b {
+            LogBody::Orchestrator(o) => Some(o.text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said, vec!["Question 1?", "Question 2?"]);
+}

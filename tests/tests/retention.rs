@@ -540,3 +540,67 @@ async fn a_line_to_a_session_archived_by_the_admin_changes_nothing() {
             .is_empty()
     );
 }
+
+/// A deployment made by an older version: `ARBITER_ORCH` lists
+/// `orch.*.out` (with the coordinator's durable on it). Declaring takes the
+/// subject from it and gives it to `ARBITER_ORCH_STATE`.
+#[tokio::test]
+async fn an_older_orch_stream_hands_the_outputs_subject_to_the_state_stream() {
+    let nats = arbiter_tests::NatsServer::start().await;
+    let js = nats.jetstream().await;
+    let old = |name: &str, subjects: &[&str]| async_nats::jetstream::stream::Config {
+        name: name.into(),
+        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    };
+    let orch = js
+        .create_stream(old(
+            subjects::ORCH_STREAM,
+            &[
+                subjects::ALL_ORCH_IN,
+                subjects::ALL_ORCH_OUT,
+                subjects::ALL_ORCH_CTL,
+            ],
+        ))
+        .await
+        .unwrap();
+    orch.create_consumer(async_nats::jetstream::consumer::pull::Config {
+        durable_name: Some(subjects::COORDINATOR_ORCH_CONSUMER.into()),
+        filter_subject: subjects::ALL_ORCH_OUT.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_stream(old(
+        subjects::ORCH_STATE_STREAM,
+        &[subjects::ALL_ORCH_STATE],
+    ))
+    .await
+    .unwrap();
+
+    for _ in 0..2 {
+        arbiter_bus::setup::declare(&js).await.unwrap();
+        let subjects_of = |name: &'static str| {
+            let js = js.clone();
+            async move {
+                js.get_stream(name)
+                    .await
+                    .unwrap()
+                    .info()
+                    .await
+                    .unwrap()
+                    .config
+                    .subjects
+                    .clone()
+            }
+        };
+        assert_eq!(
+            subjects_of(subjects::ORCH_STREAM).await,
+            vec![subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]
+        );
+        assert_eq!(
+            subjects_of(subjects::ORCH_STATE_STREAM).await,
+            vec![subjects::ALL_ORCH_STATE, subjects::ALL_ORCH_OUT]
+        );
+    }
+}

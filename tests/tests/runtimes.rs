@@ -293,7 +293,7 @@ async fn seed_flow_on(runtime: Runtime) {
         .await
         .unwrap();
     let last = stream
-        .get_last_raw_message_by_subject(&subjects::orch_state(&orch_id))
+        .get_last_raw_message_by_subject(&subjects::orch_records(&orch_id))
         .await
         .unwrap();
     let record: serde_json::Value = serde_json::from_slice(&last.payload).unwrap();

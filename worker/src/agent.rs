@@ -523,21 +523,21 @@ impl Agent {
         })
     }
 
-    /// Stores what changed, then publishes its outputs.
+    /// Stores what changed: with outputs, the stored record is them (see
+    /// `state.rs`).
     async fn commit(
         &mut self,
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
     ) -> Result<(), WriteError> {
         let append = self.transcript.unstored();
-        self.store
-            .write(append, &self.snap, outbox.clone(), until)
-            .await?;
+        // Outputs go with the turn's context; the record is them.
+        let trace = arbiter_bus::TraceContext::of(&self.turn);
+        self.store.trace_with(trace);
+        self.store.write(append, &self.snap, outbox, until).await?;
         self.transcript.mark_stored();
         self.input_blocks = 0;
         self.stored = self.snap.clone();
-        self.outbox.trace = arbiter_bus::TraceContext::of(&self.turn);
-        self.outbox.publish(&outbox, until).await;
         Ok(())
     }
 

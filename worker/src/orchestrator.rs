@@ -79,10 +79,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         stopper.token(),
     )
     .await;
-    let (mut store, transcript, mut snapshot, replay, baseline, cli_transcript) = match claim {
+    let (mut store, transcript, mut snapshot, baseline, cli_transcript) = match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
-            (store, transcript, Snapshot::new(), Vec::new(), None, None)
+            (store, transcript, Snapshot::new(), None, None)
         }
         Ok(Some(Claim::Resumed(store, restored))) => {
             tracing::info!(from = %restored.worker_id, rev = restored.rev, messages = restored.transcript.len(), "Orchestrator resumed from its stored state");
@@ -90,7 +90,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 store,
                 restored.transcript,
                 restored.snapshot,
-                restored.outbox,
                 restored.baseline,
                 restored.cli_transcript,
             )
@@ -136,8 +135,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     );
     status.publish().await;
     let heartbeat = status.spawn_heartbeat();
-    let outbox = Outbox::new(shared.bus.clone(), &summon.session_id, &summon.orch_id);
-    outbox.replay(&replay, stopper.token()).await;
+    let outbox = Outbox::new(&summon.session_id, &summon.orch_id);
 
     // The session id alone decides the workspace: a summons naming a
     // directory could otherwise open another session's files.
@@ -352,7 +350,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
     }
 }
 
-/// The Orchestrator cannot start: the failure is stored, then published.
+/// The Orchestrator cannot start: the failure is stored (as the output).
 async fn fail_early(
     mut store: StateStore,
     mut snapshot: Snapshot,
@@ -373,9 +371,8 @@ async fn fail_early(
         None,
     );
     store
-        .write(Vec::new(), &snapshot, vec![event.clone()], until)
+        .write(Vec::new(), &snapshot, vec![event], until)
         .await?;
-    outbox.publish(&[event], until).await;
     Ok(())
 }
 

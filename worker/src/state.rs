@@ -1,13 +1,19 @@
-//! An Orchestrator's durable state. Every step appends one record to
-//! `arbiter.v1.orch.<orch_id>.state`: the transcript messages it added, a
-//! snapshot of the small state, and the outputs it decided (its outbox).
-//! Records are fenced: each is published with
+//! An Orchestrator's durable state. Every step appends one record: the
+//! transcript messages it added, a snapshot of the small state, and the
+//! outputs it decided (its outbox). A step with outputs is stored on
+//! `arbiter.v1.orch.<orch_id>.out`, where the record itself is the output
+//! the coordinator reads (one stored message, not a record plus a copy); any
+//! other on `arbiter.v1.orch.<orch_id>.state`. Both subjects are in one
+//! stream, and records are fenced over both: each is published with
 //! `Nats-Expected-Last-Subject-Sequence` set to the sequence of the previous
-//! record, so a worker that lost its lease cannot write another one (see
-//! `lease.rs`). A record too large for one NATS message is stored whole in
-//! the object store, and the subject gets a small pointer to it. The writing,
-//! fencing and retrying is the step log of `arbiter_bus::steplog`; this
-//! module keeps the Orchestrator's own records.
+//! record and `Nats-Expected-Last-Subject-Sequence-Subject:
+//! arbiter.v1.orch.<orch_id>.*`, so a worker that lost its lease cannot write
+//! another one (see `lease.rs`). A record too large for one NATS message is
+//! stored whole in the object store, and `.state` gets a small pointer to
+//! it; that step's outputs are then published bare on `.out`, as workers in
+//! other languages publish theirs, each fenced like a record. The writing, fencing and retrying is the
+//! step log of `arbiter_bus::steplog`; this module keeps the Orchestrator's
+//! own records.
 
 use arbiter_bus::Bus;
 use arbiter_bus::steplog::{self, AppendError, StepLog, Writer};
@@ -190,9 +196,16 @@ pub(crate) struct Record {
     #[serde(default)]
     pub append: Vec<Message>,
     pub snapshot: Snapshot,
-    /// Outputs the step decided, published after the record is stored.
+    /// Outputs the step decided. Non-empty: the record is stored on `.out`
+    /// and is those outputs (or, as a pointer, on `.state`, and the outputs
+    /// are published bare after it).
     #[serde(default)]
     pub outbox: Vec<OrchestratorMessage>,
+    /// The end-of-life rollup: it holds the whole transcript, and a reader
+    /// ignores every record before the last one so marked (`Nats-Rollup:
+    /// sub` removes the earlier `.state` records, not the `.out` ones).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollup: bool,
     /// The workspace as walked at the summons (or at a takeover that found
     /// none): in the first record written after the walk, and no other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,6 +250,9 @@ pub(crate) struct Pointer {
 pub(crate) struct Restored {
     pub transcript: Vec<Message>,
     pub snapshot: Snapshot,
+    /// Outputs of the last record that may not be on `.out` yet (it was
+    /// stored on `.state`: a pointer, or an older version's record); after
+    /// a claim, those the claim record could not store as itself.
     pub outbox: Vec<OrchestratorMessage>,
     pub rev: u64,
     /// Stream sequence of the last record: what the next one is fenced on.
@@ -333,6 +349,8 @@ pub(crate) struct StateStore {
     baseline: Option<Baseline>,
     /// A piece of the CLI's transcript to store with the next record.
     cli_transcript: Option<CliTranscript>,
+    /// The trace context the next record (an output) goes with.
+    trace: Option<arbiter_bus::TraceContext>,
 }
 
 impl StateStore {
@@ -351,15 +369,25 @@ impl StateStore {
             number: summon.number,
             worker_id: worker_id.to_owned(),
             summons_seq,
-            writer: backend.log.writer(
-                subjects::orch_state(&summon.orch_id),
-                &summon.orch_id,
-                last_seq,
-            ),
+            writer: backend
+                .log
+                .writer(
+                    subjects::orch_state(&summon.orch_id),
+                    &summon.orch_id,
+                    last_seq,
+                )
+                .fenced_over(subjects::orch_records(&summon.orch_id)),
             rev,
             baseline: None,
             cli_transcript: None,
+            trace: None,
         }
+    }
+
+    /// Stores the next records with this trace context (an output's is
+    /// the span of the turn that made it).
+    pub(crate) fn trace_with(&mut self, trace: arbiter_bus::TraceContext) {
+        self.trace = Some(trace);
     }
 
     /// Stores `baseline` with the next record (then never again): a worker
@@ -376,17 +404,36 @@ impl StateStore {
     pub(crate) fn fence(&self) -> Fence {
         Fence {
             backend: self.backend.clone(),
+            // Every claim writes on `.state`: its last record says who holds it.
             subject: self.writer.subject().to_owned(),
             suffix: format!(":{}", self.writer.lease()),
         }
     }
 
-    /// Stores the next record, retrying until it is stored, fenced, or `until` fires.
+    /// Stores the next record, retrying until it is stored, fenced, or
+    /// `until` fires. A record with outputs is stored on `.out` and is them;
+    /// one too large for a message is a pointer on `.state`, and its outputs
+    /// are then published bare on `.out`, fenced the same way.
     pub(crate) async fn write(
         &mut self,
         append: Vec<Message>,
         snapshot: &Snapshot,
         outbox: Vec<OrchestratorMessage>,
+        until: &CancellationToken,
+    ) -> Result<(), WriteError> {
+        self.write_as(append, snapshot, outbox, false, until).await
+    }
+
+    /// [`StateStore::write`]; `claim`: on `.state` whatever its outbox (a
+    /// claim record is where the next holder sees it was fenced out: on
+    /// `.out`, bare outputs others publish could hide it), its outputs then
+    /// published bare after it.
+    pub(crate) async fn write_as(
+        &mut self,
+        append: Vec<Message>,
+        snapshot: &Snapshot,
+        outbox: Vec<OrchestratorMessage>,
+        claim: bool,
         until: &CancellationToken,
     ) -> Result<(), WriteError> {
         self.rev += 1;
@@ -401,19 +448,38 @@ impl StateStore {
             append,
             snapshot: snapshot.clone(),
             outbox,
+            rollup: false,
             baseline: self.baseline.clone(),
             cli_transcript: self.cli_transcript.clone(),
             at: Utc::now(),
         };
+        let encoded = encode(&record);
+        let as_output =
+            !claim && !record.outbox.is_empty() && self.backend.log.fits_inline(encoded.len());
         let pointer = |blob: &str| pointer_to(&record, blob);
         let step = steplog::Step {
             rev: self.rev,
-            record: encode(&record),
+            record: encoded,
             pointer: &pointer,
             blob: subjects::orch_blob(&self.orch_id, self.rev, self.writer.lease()),
-            trace: None,
+            trace: self.trace.as_ref(),
         };
-        self.writer.append(step, until).await?;
+        let out = subjects::orch_out(&self.orch_id);
+        if as_output {
+            self.writer.append_on(&out, step, until).await?;
+        } else {
+            self.writer.append(step, until).await?;
+            // A pointer's outputs, bare: fenced, so a holder that lost the
+            // lease publishes none (whoever claimed carries them over).
+            for message in &record.outbox {
+                let msg_id =
+                    subjects::orch_out_msg_id(&self.orch_id, message.seq, self.writer.lease());
+                let payload = Bytes::from(serde_json::to_vec(message).unwrap_or_default());
+                self.writer
+                    .append_message_on(&out, &msg_id, payload, self.trace.as_ref(), until)
+                    .await?;
+            }
+        }
         self.baseline = None;
         self.cli_transcript = None;
         Ok(())
@@ -436,10 +502,12 @@ fn pointer_to(record: &Record, blob: &str) -> Bytes {
 }
 
 impl StateStore {
-    /// Once the end is stored: replaces every record of the Orchestrator by
-    /// one snapshot (`Nats-Rollup: sub`, fenced like any record) that holds
-    /// the whole transcript in its `append` and the ended snapshot, so a
-    /// reader still gets the transcript by concatenating `append`s. `false`
+    /// Once the end is stored: replaces every `.state` record of the
+    /// Orchestrator by one snapshot (`Nats-Rollup: sub`, fenced like any
+    /// record) that holds the whole transcript in its `append` and the ended
+    /// snapshot, marked `rollup`. Its `.out` records stay (the coordinator
+    /// may not have read them yet): a reader starts at the last record marked
+    /// `rollup` and concatenates `append`s from there. `false`
     /// when the stream does not allow rollups (its records are kept).
     pub(crate) async fn roll_up(
         &mut self,
@@ -459,6 +527,7 @@ impl StateStore {
             append: transcript,
             snapshot: snapshot.clone(),
             outbox: Vec::new(),
+            rollup: true,
             baseline: None,
             cli_transcript: None,
             at: Utc::now(),

@@ -86,7 +86,7 @@ pub async fn last_state_record(sys: &System, orch_id: &str) -> Value {
         .await
         .unwrap();
     let msg = stream
-        .get_last_raw_message_by_subject(&arbiter_protocol::subjects::orch_state(orch_id))
+        .get_last_raw_message_by_subject(&arbiter_protocol::subjects::orch_records(orch_id))
         .await
         .unwrap();
     serde_json::from_slice(&msg.payload).unwrap()

@@ -716,7 +716,7 @@ impl System {
             return 0;
         };
         let Ok(last) = stream
-            .get_last_raw_message_by_subject(&subjects::orch_state(orch_id))
+            .get_last_raw_message_by_subject(&subjects::orch_records(orch_id))
             .await
         else {
             return 0;

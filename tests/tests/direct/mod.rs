@@ -136,7 +136,12 @@ impl Watch {
     pub async fn start(sys: &System) -> Self {
         let outputs = Arc::new(Mutex::new(Vec::new()));
         let statuses = Arc::new(Mutex::new(Vec::new()));
-        let stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+        let stream = sys
+            .bus
+            .js
+            .get_stream(subjects::ORCH_STATE_STREAM)
+            .await
+            .unwrap();
         let consumer = stream
             .create_consumer(pull::OrderedConfig {
                 filter_subject: subjects::ALL_ORCH_OUT.into(),
@@ -149,8 +154,16 @@ impl Watch {
         let sink = outputs.clone();
         let out_task = tokio::spawn(async move {
             while let Some(Ok(msg)) = messages.next().await {
-                let message: OrchestratorMessage = serde_json::from_slice(&msg.payload).unwrap();
-                sink.lock().unwrap().push(message);
+                // A state record that is its outputs, or a bare output.
+                #[derive(serde::Deserialize)]
+                struct Record {
+                    outbox: Vec<OrchestratorMessage>,
+                }
+                let messages = match serde_json::from_slice::<Record>(&msg.payload) {
+                    Ok(record) => record.outbox,
+                    Err(_) => vec![serde_json::from_slice(&msg.payload).unwrap()],
+                };
+                sink.lock().unwrap().extend(messages);
             }
         });
         let mut subscription = sys
@@ -406,12 +419,13 @@ pub async fn state_writers(sys: &System, orch_id: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// An Orchestrator's state records as stored on its subject (JSON), in order.
+/// An Orchestrator's state records as stored (JSON), in order: on `.state`
+/// and, a step with outputs, on `.out`; from the last rollup on.
 pub async fn state_records(sys: &System, orch_id: &str) -> Vec<Value> {
     let Ok(stream) = sys.bus.js.get_stream(subjects::ORCH_STATE_STREAM).await else {
         return Vec::new();
     };
-    let subject = subjects::orch_state(orch_id);
+    let subject = subjects::orch_records(orch_id);
     let Ok(last) = stream.get_last_raw_message_by_subject(&subject).await else {
         return Vec::new();
     };
@@ -424,9 +438,17 @@ pub async fn state_records(sys: &System, orch_id: &str) -> Vec<Value> {
         .await
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
-    let mut records = Vec::new();
+    let mut records: Vec<Value> = Vec::new();
     while let Some(Ok(msg)) = messages.next().await {
-        records.push(serde_json::from_slice(&msg.payload).unwrap());
+        let record: Value = serde_json::from_slice(&msg.payload).unwrap();
+        // A reader starts at the last rollup (it holds all before it); a
+        // bare output is no record.
+        if record["rollup"] == true {
+            records.clear();
+        }
+        if record.get("rev").is_some() {
+            records.push(record);
+        }
         if msg.info().unwrap().stream_sequence >= last.sequence {
             break;
         }

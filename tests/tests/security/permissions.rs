@@ -153,7 +153,7 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
         (
             "pull the coordinator's Orchestrator output",
             req(
-                "$JS.API.CONSUMER.MSG.NEXT.ARBITER_ORCH.coordinator-orch-out",
+                "$JS.API.CONSUMER.MSG.NEXT.ARBITER_ORCH_STATE.coordinator-orch-out",
                 r#"{"batch":1,"expires":200000000}"#,
             ),
             vec![C, A],
@@ -246,7 +246,7 @@ async fn every_role_may_do_what_the_protocol_gives_it_and_nothing_else() {
             .await
             .unwrap();
     }
-    let orch_stream = bus.js.get_stream("ARBITER_ORCH").await.unwrap();
+    let orch_stream = bus.js.get_stream("ARBITER_ORCH_STATE").await.unwrap();
     orch_stream
         .get_or_create_consumer(
             "coordinator-orch-out",

@@ -15,24 +15,39 @@ use crate::transcript;
 /// Times a claim is retried when another worker writes in between.
 const CLAIM_ATTEMPTS: u32 = 10;
 
-/// Reads every record of an Orchestrator, in order. `None` for one with none.
+/// Reads every record of an Orchestrator (`.state` and `.out`), in order,
+/// from the last rollup on. `None` for one with none.
 pub(crate) async fn load(
     backend: &StateBackend,
     orch_id: &str,
 ) -> Result<Option<Restored>, String> {
-    let subject = subjects::orch_state(orch_id);
+    let subject = subjects::orch_records(orch_id);
     let Some(replay) = backend.log.replay(&subject).await? else {
         return Ok(None);
     };
     let last_seq = replay.last_seq;
+    let out = subjects::orch_out(orch_id);
     let mut messages_of = Vec::new();
     let mut last_record = None;
     let mut baseline = None;
     let mut cli_transcript: Option<String> = None;
+    // Whether the last record is its outputs (stored on `.out`).
+    let mut last_was_output = false;
     for stored in replay.records {
         let seq = stored.seq;
+        if stored.subject == out && !is_record(&stored.bytes) {
+            // A bare output (beside a pointer, or another worker's): not a record.
+            continue;
+        }
         let mut record: Record = serde_json::from_slice(&stored.bytes)
             .map_err(|e| format!("state record {seq} is unreadable: {e}"))?;
+        if record.rollup {
+            // It holds the whole transcript: what came before is in it.
+            messages_of.clear();
+            baseline = None;
+            cli_transcript = None;
+        }
+        last_was_output = stored.subject == out;
         for message in std::mem::take(&mut record.append) {
             transcript::push(&mut messages_of, message);
         }
@@ -50,10 +65,18 @@ pub(crate) async fn load(
     let Some(last_record) = last_record else {
         return Ok(None);
     };
+    // Outputs stored as the record itself are on `.out` already; those of a
+    // record on `.state` (a pointer, or a record of an older version) may
+    // not be.
+    let outbox = if last_was_output {
+        Vec::new()
+    } else {
+        last_record.outbox
+    };
     Ok(Some(Restored {
         transcript: messages_of,
         snapshot: last_record.snapshot,
-        outbox: last_record.outbox,
+        outbox,
         rev: last_record.rev,
         last_seq,
         worker_id: last_record.worker_id,
@@ -61,6 +84,17 @@ pub(crate) async fn load(
         baseline,
         cli_transcript,
     }))
+}
+
+/// Whether a payload on `.out` is a state record (it has an `outbox`) rather
+/// than a bare output.
+fn is_record(payload: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        outbox: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(payload).is_ok_and(|p| p.outbox.is_some())
 }
 
 /// What claiming an Orchestrator found.
@@ -78,8 +112,11 @@ pub(crate) enum Claim {
 
 /// Takes an Orchestrator over: loads its records and stores a record of this
 /// worker's own on top, fenced on the last one, so the previous holder's next
-/// write (or lease check) fails. The last record's outbox is carried over, to
-/// be published again. `Ok(None)` when other writers kept getting in between.
+/// write (or lease check) fails. When the last record is on `.state` with
+/// outputs (a pointer, or an older version's record), those outputs may
+/// never have been published: the claim record carries them over, on
+/// `.state` like every claim record, and they are published bare after it.
+/// `Ok(None)` when other writers kept getting in between.
 ///
 /// `summons_seq` is the stream sequence of the summons this worker took. A
 /// takeover comes with the holder's own summons, delivered again; a summons
@@ -109,7 +146,7 @@ pub(crate) async fn claim(
                     holder: restored.worker_id,
                 }));
             }
-            Some(restored) => {
+            Some(mut restored) => {
                 let mut store = StateStore::new(
                     backend,
                     summon,
@@ -118,9 +155,9 @@ pub(crate) async fn claim(
                     restored.rev,
                     restored.last_seq,
                 );
-                let outbox = restored.outbox.clone();
+                let outbox = std::mem::take(&mut restored.outbox);
                 store
-                    .write(Vec::new(), &restored.snapshot, outbox, until)
+                    .write_as(Vec::new(), &restored.snapshot, outbox, true, until)
                     .await
                     .map(|()| Claim::Resumed(store, Box::new(restored)))
             }

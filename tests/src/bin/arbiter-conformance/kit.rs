@@ -126,6 +126,18 @@ impl Kit {
         tokio::spawn(async move {
             while let Some(msg) = outs.next().await {
                 let body: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+                // A state record that is its outputs (stored, so stored first).
+                if let Some(outbox) = body["outbox"].as_array() {
+                    for body in outbox {
+                        lock(&seen).push(Out {
+                            orch_id: body["orch_id"].as_str().unwrap_or_default().to_owned(),
+                            seq: body["seq"].as_u64().unwrap_or(0),
+                            body: body.clone(),
+                            stored_first: true,
+                        });
+                    }
+                    continue;
+                }
                 let orch_id = body["orch_id"].as_str().unwrap_or_default().to_owned();
                 let seq = body["seq"].as_u64().unwrap_or(0);
                 let stored_first = last_record(&js, &orch_id)
@@ -247,12 +259,14 @@ impl Kit {
             .collect()
     }
 
-    /// Every state record of an Orchestrator, in order.
+    /// Every state record of an Orchestrator, in order: those on `.state`
+    /// and those on `.out` that are records (a step stored as its outputs),
+    /// not bare outputs.
     pub async fn records(&self, orch_id: &str) -> Vec<Value> {
         let Ok(stream) = self.js.get_stream(subjects::ORCH_STATE_STREAM).await else {
             return Vec::new();
         };
-        let subject = subjects::orch_state(orch_id);
+        let subject = subjects::orch_records(orch_id);
         let Ok(last) = stream.get_last_raw_message_by_subject(&subject).await else {
             return Vec::new();
         };
@@ -273,7 +287,10 @@ impl Kit {
             tokio::time::timeout(Duration::from_secs(2), messages.next()).await
         {
             let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(u64::MAX);
-            out.push(serde_json::from_slice(&msg.payload).unwrap_or(Value::Null));
+            let record: Value = serde_json::from_slice(&msg.payload).unwrap_or(Value::Null);
+            if msg.subject.as_str() != subjects::orch_out(orch_id) || is_record(&record) {
+                out.push(record);
+            }
             if seq >= last.sequence {
                 break;
             }
@@ -337,9 +354,25 @@ impl Kit {
     }
 }
 
-/// The last state record of an Orchestrator (a pointer record as it is).
+/// Whether a payload on `orch.<id>.out` is a state record (that is its
+/// outputs) rather than a bare output.
+fn is_record(body: &Value) -> bool {
+    body.get("outbox").is_some()
+}
+
+/// The last state record of an Orchestrator (a pointer record as it is):
+/// the last over `.state` and `.out` when that one is a record, else (the
+/// last is a bare output) the last on `.state`.
 pub async fn last_record(js: &jetstream::Context, orch_id: &str) -> Option<Value> {
     let stream = js.get_stream(subjects::ORCH_STATE_STREAM).await.ok()?;
+    if let Ok(msg) = stream
+        .get_last_raw_message_by_subject(&subjects::orch_records(orch_id))
+        .await
+        && let Ok(body) = serde_json::from_slice::<Value>(&msg.payload)
+        && (msg.subject.as_str() != subjects::orch_out(orch_id) || is_record(&body))
+    {
+        return Some(body);
+    }
     let msg = stream
         .get_last_raw_message_by_subject(&subjects::orch_state(orch_id))
         .await

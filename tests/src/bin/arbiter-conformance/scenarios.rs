@@ -699,11 +699,16 @@ async fn takeover(kit: &Kit, rows: &mut Rows) {
             .get_stream(subjects::ORCH_STATE_STREAM)
             .await
             .map_err(|e| e.to_string())?;
+        // The last message over `.state` and `.out` is what is fenced on;
+        // the record forged on is the last record (a bare output is none).
+        let records = subjects::orch_records(&orch.id);
         let last = stream
-            .get_last_raw_message_by_subject(&subjects::orch_state(&orch.id))
+            .get_last_raw_message_by_subject(&records)
             .await
             .map_err(|e| e.to_string())?;
-        let mut forged: Value = serde_json::from_slice(&last.payload).map_err(|e| e.to_string())?;
+        let mut forged = crate::kit::last_record(&kit.js, &orch.id)
+            .await
+            .ok_or_else(|| String::from("no state record"))?;
         let rev = forged["rev"].as_u64().unwrap_or(0) + 1;
         forged["rev"] = json!(rev);
         forged["worker_id"] = json!("conformance-fencer");
@@ -717,6 +722,10 @@ async fn takeover(kit: &Kit, rows: &mut Rows) {
         headers.insert(
             "Nats-Expected-Last-Subject-Sequence",
             last.sequence.to_string().as_str(),
+        );
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence-Subject",
+            records.as_str(),
         );
         kit.js
             .publish_with_headers(
