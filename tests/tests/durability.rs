@@ -374,6 +374,13 @@ async fn an_arbiter_turn_stores_no_record_of_its_own() {
     sys.send(s, "Ask me three things").await;
     log.wait_for("the release", |b| matches!(b, LogBody::Released(_)))
         .await;
+    // The release step shows two entries (its words and the release); the
+    // count is taken once both are in.
+    log.wait_for(
+        "the last words",
+        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Done."),
+    )
+    .await;
     let status = sys.settled(s, log.entries().len() as u64).await;
     assert_eq!(status.summoned, 1);
 
