@@ -86,12 +86,13 @@ async fn coordinator_worker_and_console_binaries_hold_a_conversation() {
         (subjects::summon("default"), "not a summons"),
         (subjects::orch_out("ghost"), "{\"event\":7}"),
     ];
-    // The streams exist once the services are up.
+    // The streams exist once the services are up: all of them, since the
+    // garbage goes to three (the coordinator creates them one by one).
     arbiter_tests::eventually(Duration::from_secs(20), "the streams", || async {
-        js.get_stream(subjects::SUMMONS_STREAM)
-            .await
-            .ok()
-            .map(|_| ())
+        for config in arbiter_bus::setup::stream_configs() {
+            js.get_stream(&config.name).await.ok()?;
+        }
+        Some(())
     })
     .await;
     for (subject, payload) in garbage {
