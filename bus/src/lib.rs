@@ -208,7 +208,7 @@ impl Bus {
             .await
             .map_err(|e| BusError::js(what(), e))?;
         let last_now = || async {
-            match stream.get_last_raw_message_by_subject(subject).await {
+            match answered(stream.get_last_raw_message_by_subject(subject), &what).await? {
                 Ok(last) => Ok(Some(last.sequence)),
                 Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
                 Err(e) => Err(BusError::js(what(), e)),
@@ -217,14 +217,16 @@ impl Bus {
         let Some(mut last) = last_now().await? else {
             return Ok(None);
         };
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+        let consumer = answered(
+            stream.create_consumer(jetstream::consumer::pull::OrderedConfig {
                 filter_subject: subject.to_owned(),
                 deliver_policy: jetstream::consumer::DeliverPolicy::All,
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::js(what(), e))?;
+            }),
+            &what,
+        )
+        .await?
+        .map_err(|e| BusError::js(what(), e))?;
         let mut messages = consumer
             .messages()
             .await
@@ -275,6 +277,33 @@ impl Bus {
 /// How long [`Bus::replay_subject`] waits for the next message before it
 /// checks whether the subject still holds what it set out to read.
 const REPLAY_QUIET: Duration = Duration::from_secs(2);
+
+/// How long a read the caller will retry ([`Bus::replay_subject`],
+/// [`steplog::StepLog::last`]) waits for the server's answer. On a cluster
+/// the server drops a request that reaches it while the stream has no leader
+/// (4–9 s after its leader dies) and never answers it late; while the dead
+/// node stays down, about a third of new ephemeral consumers are placed on it
+/// and their creation goes unanswered too. The client's own 10 s wait made
+/// each such miss cost 10 s: a session took 25–55 s to come back after a
+/// leader was killed, where asking again soon takes it back within seconds of
+/// the election.
+pub(crate) const READ_ANSWER_WAIT: Duration = Duration::from_secs(3);
+
+/// `request`'s outcome, or an error (worth retrying) when the server has not
+/// answered within [`READ_ANSWER_WAIT`].
+pub(crate) async fn answered<T>(
+    request: impl Future<Output = T>,
+    what: &impl Fn() -> String,
+) -> Result<T> {
+    tokio::time::timeout(READ_ANSWER_WAIT, request)
+        .await
+        .map_err(|_| {
+            BusError::js(
+                what(),
+                format!("no answer within {READ_ANSWER_WAIT:?} (a leader election?)"),
+            )
+        })
+}
 
 /// How long one pull request of a followed consumer ([`follow`]) lasts.
 const FOLLOW_EXPIRES: Duration = Duration::from_secs(5);

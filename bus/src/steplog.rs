@@ -60,6 +60,21 @@ where
     }
 }
 
+/// What a writer makes of the log after the server refused an append for a
+/// wrong last sequence ([`Writer::after_refusal`]).
+enum Refusal {
+    /// The append had landed (its ack was lost), at this sequence.
+    Stored(u64),
+    /// The log moved on without a claim (an earlier write of this writer, or
+    /// another publisher's message over a wildcard): append again after this
+    /// sequence.
+    GoOn(u64),
+    /// Another writer appended: this one is fenced out.
+    Fenced,
+    /// The log could not be read; worth trying again.
+    Unread(String),
+}
+
 /// Sleeps `delay` and doubles it; false if `until` fires first.
 async fn pause(delay: &mut Duration, until: &CancellationToken) -> bool {
     tokio::select! {
@@ -159,7 +174,11 @@ impl StepLog {
 
     /// The last record on `subject`; `None` if it has none.
     pub async fn last(&self, subject: &str) -> Result<Option<Last>, String> {
-        match self.stream.get_last_raw_message_by_subject(subject).await {
+        let what = || format!("reading the last record of {subject}");
+        let answer = crate::answered(self.stream.get_last_raw_message_by_subject(subject), &what)
+            .await
+            .map_err(|e| e.to_string())?;
+        match answer {
             Ok(msg) => Ok(Some(Last {
                 seq: msg.sequence,
                 msg_id: msg
@@ -422,56 +441,22 @@ impl Writer {
                     return Ok(seq);
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
-                    match self.log.last(&self.fence).await {
-                        // Our own write, whose ack was lost: stored.
-                        Ok(Some(last)) if last.msg_id == msg_id => {
-                            self.last_seq = last.seq;
-                            return Ok(last.seq);
+                    match self.after_refusal(subject, msg_id).await {
+                        Refusal::Stored(seq) => {
+                            self.last_seq = seq;
+                            return Ok(seq);
                         }
-                        // An earlier write of this writer that was given up
-                        // on but landed: still ours, so go on from it.
-                        Ok(Some(last)) if self.wrote(&last.msg_id) && last.seq != self.last_seq => {
-                            self.last_seq = last.seq;
-                        }
-                        // Over a wildcard, only a record on the writer's own
-                        // subject (every claim writes one) fences it: what
-                        // others published on the other subjects is not a
-                        // claim, so go on from it.
-                        Ok(Some(last)) if self.fence != self.subject => {
-                            match self.log.last(&self.subject).await {
-                                Ok(own)
-                                    if own.as_ref().is_none_or(|own| {
-                                        own.seq <= self.last_seq || self.wrote(&own.msg_id)
-                                    }) =>
-                                {
-                                    tracing::info!(subject, msg_id = %last.msg_id, "another publisher's message on a fenced subject; not a claim, going on");
-                                    self.last_seq = last.seq;
-                                }
-                                Ok(_) => {
-                                    tracing::warn!(
-                                        subject = %self.subject,
-                                        msg_id,
-                                        "another writer appended to this step log: fenced out"
-                                    );
-                                    return Err(AppendError::Fenced);
-                                }
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "could not check the step log's last record; retrying");
-                                    if !pause(&mut delay, until).await {
-                                        return Err(AppendError::Stopped);
-                                    }
-                                }
-                            }
-                        }
-                        Ok(_) => {
+                        Refusal::GoOn(seq) => self.last_seq = seq,
+                        Refusal::Fenced => {
                             tracing::warn!(
-                                subject = %self.fence,
+                                subject = %self.subject,
+                                fence = %self.fence,
                                 msg_id,
                                 "another writer appended to this step log: fenced out"
                             );
                             return Err(AppendError::Fenced);
                         }
-                        Err(e) => {
+                        Refusal::Unread(e) => {
                             tracing::warn!(error = %e, "could not check the step log's last record; retrying");
                             if !pause(&mut delay, until).await {
                                 return Err(AppendError::Stopped);
@@ -486,6 +471,40 @@ impl Writer {
                     }
                 }
             }
+        }
+    }
+
+    /// What the log's last record says after an append of `msg_id` was
+    /// refused for a wrong last sequence.
+    async fn after_refusal(&self, subject: &str, msg_id: &str) -> Refusal {
+        let last = match self.log.last(&self.fence).await {
+            Ok(last) => last,
+            Err(e) => return Refusal::Unread(e),
+        };
+        match last {
+            // Our own write, whose ack was lost: stored.
+            Some(last) if last.msg_id == msg_id => Refusal::Stored(last.seq),
+            // An earlier write of this writer that was given up on but
+            // landed: still ours, so go on from it.
+            Some(last) if self.wrote(&last.msg_id) && last.seq != self.last_seq => {
+                Refusal::GoOn(last.seq)
+            }
+            // Over a wildcard, only a record on the writer's own subject
+            // (every claim writes one) fences it: what others published on
+            // the other subjects is not a claim, so go on from it.
+            Some(last) if self.fence != self.subject => match self.log.last(&self.subject).await {
+                Ok(own)
+                    if own
+                        .as_ref()
+                        .is_none_or(|own| own.seq <= self.last_seq || self.wrote(&own.msg_id)) =>
+                {
+                    tracing::info!(subject, msg_id = %last.msg_id, "another publisher's message on a fenced subject; not a claim, going on");
+                    Refusal::GoOn(last.seq)
+                }
+                Ok(_) => Refusal::Fenced,
+                Err(e) => Refusal::Unread(e),
+            },
+            _ => Refusal::Fenced,
         }
     }
 
