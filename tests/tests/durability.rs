@@ -386,35 +386,23 @@ async fn an_arbiter_turn_stores_no_record_of_its_own() {
 
     // Four Arbiter turns: the human's line, then three questions.
     assert_eq!(sys.mock.requests_for(&arb).len(), 4);
-    let state = sys
-        .bus
-        .js
-        .get_stream(arbiter_protocol::subjects::STATE_STREAM)
-        .await
-        .unwrap()
-        .info_with_subjects(arbiter_protocol::subjects::session_state(s))
-        .await
-        .unwrap()
-        .collect::<Vec<_>>()
-        .await;
+    let state = stored_per_subject(
+        &sys,
+        arbiter_protocol::subjects::STATE_STREAM,
+        &arbiter_protocol::subjects::session_state(s),
+    )
+    .await;
     assert!(
         state.is_empty(),
         "no record on the state subject: {state:?}"
     );
-    let stored = sys
-        .bus
-        .js
-        .get_stream(arbiter_protocol::subjects::SESSIONS_STREAM)
-        .await
-        .unwrap()
-        .info_with_subjects(arbiter_protocol::subjects::session_log(s))
-        .await
-        .unwrap()
-        .collect::<Vec<_>>()
-        .await;
-    let stored: Vec<(String, usize)> = stored.into_iter().map(Result::unwrap).collect();
     assert_eq!(
-        stored,
+        stored_per_subject(
+            &sys,
+            arbiter_protocol::subjects::SESSIONS_STREAM,
+            &arbiter_protocol::subjects::session_log(s),
+        )
+        .await,
         vec![(
             arbiter_protocol::subjects::session_log(s),
             log.entries().len()
@@ -494,4 +482,19 @@ async fn an_orchestrator_turn_with_an_output_is_one_stored_message() {
         })
         .collect();
     assert_eq!(said, vec!["Question 1?", "Question 2?"]);
+}
+
+/// How many messages `stream` stores on each subject matching `filter`.
+async fn stored_per_subject(sys: &System, stream: &str, filter: &str) -> Vec<(String, usize)> {
+    sys.bus
+        .js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .info_with_subjects(filter)
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await
 }
