@@ -134,13 +134,14 @@ impl AnthropicClient {
     }
 
     /// One attempt: send, check the status, and stream the events.
-    async fn attempt(&self, body: &Value) -> Result<Events, Failure> {
+    async fn attempt(&self, body: &bytes::Bytes) -> Result<Events, Failure> {
         let request = self
             .http
             .post(self.url("/v1/messages"))
             .headers(self.headers()?)
             .header("accept", "text/event-stream")
-            .json(body);
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
         let response = http::send(request, self.config.timeouts.request)
             .await
             .map_err(|f| Failure {
@@ -170,12 +171,17 @@ impl AnthropicClient {
         }
     }
 
-    async fn prepare(&self, request: &Request) -> Value {
+    /// The request's body, serialised once for every attempt.
+    async fn prepare(&self, request: &Request) -> Result<bytes::Bytes> {
         let max_tokens = self.cap(request).await;
-        body::body(&self.config.model, max_tokens, request)
+        serde_json::to_vec(&body::body(&self.config.model, max_tokens, request))
+            .map(bytes::Bytes::from)
+            .map_err(|e| LlmError::InvalidRequest {
+                message: format!("the request could not be encoded: {e}"),
+            })
     }
 
-    fn opener<'a>(&'a self, body: &'a Value) -> Open<'a> {
+    fn opener<'a>(&'a self, body: &'a bytes::Bytes) -> Open<'a> {
         Box::new(move || Box::pin(self.attempt(body)))
     }
 }
@@ -188,7 +194,7 @@ impl Model for AnthropicClient {
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
             let mode = self.config.output_mode(!request.tools.is_empty());
-            let body = self.prepare(&output::shape(&request, mode)).await;
+            let body = self.prepare(&output::shape(&request, mode)).await?;
             let events =
                 retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
             Ok(output::unshape_events(events, mode, request))
@@ -198,7 +204,7 @@ impl Model for AnthropicClient {
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
             let mode = self.config.output_mode(!request.tools.is_empty());
-            let body = self.prepare(&output::shape(&request, mode)).await;
+            let body = self.prepare(&output::shape(&request, mode)).await?;
             let response =
                 retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
                     .await?;
