@@ -7,6 +7,7 @@
 //! before it is sent and the reply shaped back, so callers always see the
 //! answer as the reply's text and never see the `respond` call.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -164,10 +165,15 @@ pub enum Mode {
 /// The request as it goes on the wire in `mode`. Everything added is a pure
 /// function of the request's schema, so the tools and system prompt stay
 /// byte-identical from call to call (the prompt cache keys on them).
-pub(crate) fn shape(request: &Request, mode: Mode) -> Request {
+/// A request the mode leaves as it is (no schema, or a schema the API takes
+/// natively) is borrowed: cloning it copied the whole transcript per call.
+pub(crate) fn shape(request: &Request, mode: Mode) -> Cow<'_, Request> {
     let Some(schema) = &request.output_schema else {
-        return request.clone();
+        return Cow::Borrowed(request);
     };
+    if mode == Mode::ResponseFormat {
+        return Cow::Borrowed(request);
+    }
     let mut wire = request.clone();
     match mode {
         Mode::ResponseFormat => {}
@@ -201,7 +207,7 @@ pub(crate) fn shape(request: &Request, mode: Mode) -> Request {
             );
         }
     }
-    wire
+    Cow::Owned(wire)
 }
 
 fn append(system: &mut String, section: &str) {

@@ -10,6 +10,8 @@
 //! Objects are written with their keys in alphabetical order, as a `Value`
 //! wrote them.
 
+use std::sync::Arc;
+
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
@@ -28,8 +30,8 @@ pub(crate) struct Body<'a> {
     messages: Vec<Turn<'a>>,
     system: &'a str,
     /// Each tool with its normalised input schema.
-    tools: Vec<(&'a crate::ToolSpec, Value)>,
-    output: Option<Value>,
+    tools: Vec<(&'a crate::ToolSpec, Arc<Value>)>,
+    output: Option<Arc<Value>>,
 }
 
 /// One message of the body: neighbours of the same role merged.
@@ -143,7 +145,7 @@ impl Serialize for System<'_> {
 }
 
 /// The tools, the last one carrying the prefix's breakpoint.
-struct Tools<'a>(&'a [(&'a crate::ToolSpec, Value)]);
+struct Tools<'a>(&'a [(&'a crate::ToolSpec, Arc<Value>)]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -166,7 +168,7 @@ impl Serialize for Tools<'_> {
             self.0
                 .iter()
                 .enumerate()
-                .map(|(i, (spec, schema))| Tool(spec, schema, i + 1 == count)),
+                .map(|(i, (spec, schema))| Tool(spec, schema.as_ref(), i + 1 == count)),
         )
     }
 }
@@ -198,7 +200,7 @@ impl Serialize for Body<'_> {
         map.serialize_entry("messages", &self.messages)?;
         map.serialize_entry("model", self.model)?;
         if let Some(output) = &self.output {
-            map.serialize_entry("output_config", &OutputConfig(output))?;
+            map.serialize_entry("output_config", &OutputConfig(output.as_ref()))?;
         }
         map.serialize_entry("stream", &true)?;
         if !self.system.is_empty() {

@@ -41,7 +41,7 @@ pub(crate) fn body(
                     "function": {
                         "name": t.name,
                         "description": t.description,
-                        "parameters": parameters,
+                        "parameters": *parameters,
                     },
                 })
             })
@@ -54,7 +54,7 @@ pub(crate) fn body(
         let output = schema::normalised(output, Dialect::OpenAiStrict);
         body["response_format"] = json!({
             "type": "json_schema",
-            "json_schema": {"name": OUTPUT_NAME, "schema": output, "strict": true},
+            "json_schema": {"name": OUTPUT_NAME, "schema": *output, "strict": true},
         });
     }
     body

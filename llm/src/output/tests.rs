@@ -124,7 +124,7 @@ fn tool_mode_asks_for_a_respond_call_and_gives_back_its_arguments_as_text() {
         wire.system
     );
     // Byte-stable: the same request gives the same wire request.
-    assert_eq!(shape(&request, Mode::Tool), wire);
+    assert_eq!(*shape(&request, Mode::Tool), *wire);
 
     let done = unshape(
         reply(

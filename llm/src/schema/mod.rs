@@ -11,7 +11,7 @@ mod validate;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 pub use validate::{Checker, strip_optional_nulls, validate};
 
@@ -154,8 +154,9 @@ const CACHED_NORMALISED: usize = 64;
 /// so the result is kept per process for each distinct schema and dialect
 /// (at most [`CACHED_NORMALISED`]; further ones, and recursive ones, are
 /// normalised each time).
-pub(crate) fn normalised(value: &Value, dialect: Dialect) -> Value {
-    type Cache = Vec<(Dialect, Value, Value)>;
+/// Shared, so that a hit is not a deep copy.
+pub(crate) fn normalised(value: &Value, dialect: Dialect) -> Arc<Value> {
+    type Cache = Vec<(Dialect, Value, Arc<Value>)>;
     static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
     let lookup = |cache: &Cache| {
         cache
@@ -177,6 +178,7 @@ pub(crate) fn normalised(value: &Value, dialect: Dialect) -> Value {
         );
     }
     normalise_value(&mut done, dialect);
+    let done = Arc::new(done);
     // A recursive schema is not kept: each request using it logs its warning.
     let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
     if !recursive && cache.len() < CACHED_NORMALISED && lookup(&cache).is_none() {
@@ -442,8 +444,8 @@ mod cache_tests {
             let mut expected = raw.clone();
             normalise(&mut expected, dialect);
             // Twice: the second comes from the cache.
-            assert_eq!(normalised(&raw, dialect), expected);
-            assert_eq!(normalised(&raw, dialect), expected);
+            assert_eq!(*normalised(&raw, dialect), expected);
+            assert_eq!(*normalised(&raw, dialect), expected);
         }
         assert_ne!(
             normalised(&raw, Dialect::Anthropic),
