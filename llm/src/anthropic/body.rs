@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::schema::{self, Dialect};
@@ -114,83 +115,46 @@ fn cacheable(block: &Block) -> bool {
     }
 }
 
-/// `{"type": "ephemeral"}`
-struct Ephemeral;
-
-impl Serialize for Ephemeral {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry("type", "ephemeral")?;
-        map.end()
-    }
+/// `{"type": "ephemeral"}`. Fixed shapes are derived; their fields are
+/// declared in alphabetical order, the order a `Value` wrote its keys in.
+#[derive(Serialize)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-/// `[{"cache_control": …, "text": …, "type": "text"}]`
-struct System<'a>(&'a str);
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
 
-impl Serialize for System<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        struct Block<'a>(&'a str);
-        impl Serialize for Block<'_> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut map = serializer.serialize_map(Some(3))?;
-                map.serialize_entry("cache_control", &Ephemeral)?;
-                map.serialize_entry("text", self.0)?;
-                map.serialize_entry("type", "text")?;
-                map.end()
-            }
-        }
-        [Block(self.0)].serialize(serializer)
-    }
+/// The system prompt's one block, carrying the prefix's first breakpoint.
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    cache_control: Ephemeral,
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-/// The tools, the last one carrying the prefix's breakpoint.
-struct Tools<'a>(&'a [(&'a crate::ToolSpec, Arc<Value>)]);
-
-impl Serialize for Tools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        struct Tool<'a>(&'a crate::ToolSpec, &'a Value, bool);
-        impl Serialize for Tool<'_> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let Tool(spec, input_schema, last) = self;
-                let mut map = serializer.serialize_map(None)?;
-                if *last {
-                    map.serialize_entry("cache_control", &Ephemeral)?;
-                }
-                map.serialize_entry("description", &spec.description)?;
-                map.serialize_entry("input_schema", input_schema)?;
-                map.serialize_entry("name", &spec.name)?;
-                map.end()
-            }
-        }
-        let count = self.0.len();
-        serializer.collect_seq(
-            self.0
-                .iter()
-                .enumerate()
-                .map(|(i, (spec, schema))| Tool(spec, schema.as_ref(), i + 1 == count)),
-        )
-    }
+/// A tool; the last one carries the prefix's second breakpoint.
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+    description: &'a str,
+    input_schema: &'a Value,
+    name: &'a str,
 }
 
 /// `{"format": {"schema": …, "type": "json_schema"}}`
-struct OutputConfig<'a>(&'a Value);
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: Format<'a>,
+}
 
-impl Serialize for OutputConfig<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        struct Format<'a>(&'a Value);
-        impl Serialize for Format<'_> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut map = serializer.serialize_map(Some(2))?;
-                map.serialize_entry("schema", self.0)?;
-                map.serialize_entry("type", "json_schema")?;
-                map.end()
-            }
-        }
-        let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry("format", &Format(self.0))?;
-        map.end()
-    }
+#[derive(Serialize)]
+struct Format<'a> {
+    schema: &'a Value,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 impl Serialize for Body<'_> {
@@ -200,14 +164,35 @@ impl Serialize for Body<'_> {
         map.serialize_entry("messages", &self.messages)?;
         map.serialize_entry("model", self.model)?;
         if let Some(output) = &self.output {
-            map.serialize_entry("output_config", &OutputConfig(output.as_ref()))?;
+            let format = Format {
+                schema: output,
+                kind: "json_schema",
+            };
+            map.serialize_entry("output_config", &OutputConfig { format })?;
         }
         map.serialize_entry("stream", &true)?;
         if !self.system.is_empty() {
-            map.serialize_entry("system", &System(self.system))?;
+            let block = SystemBlock {
+                cache_control: EPHEMERAL,
+                text: self.system,
+                kind: "text",
+            };
+            map.serialize_entry("system", &[block])?;
         }
         if !self.tools.is_empty() {
-            map.serialize_entry("tools", &Tools(&self.tools))?;
+            let count = self.tools.len();
+            let tools: Vec<Tool<'_>> = self
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, (spec, schema))| Tool {
+                    cache_control: (i + 1 == count).then_some(EPHEMERAL),
+                    description: &spec.description,
+                    input_schema: schema,
+                    name: &spec.name,
+                })
+                .collect();
+            map.serialize_entry("tools", &tools)?;
         }
         map.end()
     }
@@ -230,7 +215,7 @@ impl Serialize for Out<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         if self.cache {
-            map.serialize_entry("cache_control", &Ephemeral)?;
+            map.serialize_entry("cache_control", &EPHEMERAL)?;
         }
         match self.block {
             Block::Text { text } => {
