@@ -71,6 +71,15 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     } = summoned;
     let stopper = Stopper::new(&shutdown);
     let worker_id = shared.config.worker_id.clone();
+    // The workspace is opened (a directory made, for a team member a git
+    // worktree or a copy) and walked off the runtime's threads, while the
+    // claim makes its round trips to the server.
+    let prepared = tokio::task::spawn_blocking({
+        let root = shared.config.workspace_root.clone();
+        let session = summon.session_id.clone();
+        let member = summon.member;
+        move || prepare_workspace(&root, &session, member)
+    });
     let claim = state::claim(
         &shared.state,
         &summon,
@@ -149,13 +158,9 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             "the summons names another workspace; ignored, the session's own is used"
         );
     }
-    // A member of a team works in a workspace of its own (see `workspace.rs`).
-    let opened = match summon.member {
-        Some(member) => {
-            Workspace::open_member(&shared.config.workspace_root, &summon.session_id, member)
-        }
-        None => Workspace::open(&shared.config.workspace_root, &summon.session_id),
-    };
+    let (opened, walk) = prepared
+        .await
+        .unwrap_or_else(|e| (Err(format!("opening it failed: {e}")), None));
     let workspace = match opened {
         Ok(ws) => ws,
         Err(e) => {
@@ -184,8 +189,12 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         None => {
             // Walked before the agent runs, stored with its next record
             // (which comes before any tool runs).
+            let walk = match walk {
+                Some(walk) => walk,
+                None => evidence::walk_workspace(workspace.root()).await,
+            };
             let baseline = Baseline {
-                walk: evidence::walk_workspace(workspace.root()).await,
+                walk,
                 // Found none after work was done: count from here, and say so.
                 at_takeover: snapshot.tool_count > 0,
             };
@@ -315,6 +324,25 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             lease.hand_back(None).await;
         }
     }
+}
+
+/// Opens the session's workspace and walks it (the baseline its evidence is
+/// measured from, if its records hold none yet). A member of a team works in
+/// a workspace of its own (see `workspace.rs`). Blocking: file system work.
+fn prepare_workspace(
+    root: &std::path::Path,
+    session: &str,
+    member: Option<u32>,
+) -> (Result<Workspace, String>, Option<evidence::Walk>) {
+    let opened = match member {
+        Some(member) => Workspace::open_member(root, session, member),
+        None => Workspace::open(root, session),
+    };
+    let walk = match &opened {
+        Ok(ws) => Some(evidence::walk(ws.root(), evidence::MAX_WALK_ENTRIES)),
+        Err(_) => None,
+    };
+    (opened, walk)
 }
 
 /// How an Orchestrator's run ended on this worker.

@@ -131,6 +131,15 @@ pub(crate) async fn claim(
     worker_id: &str,
     until: &CancellationToken,
 ) -> Result<Option<Claim>, String> {
+    // Most summons start an Orchestrator that has no records yet. Its first
+    // record is written at once, fenced on the subject having none: one round
+    // trip less than reading first. A refusal means records exist (a
+    // takeover, an end, a duplicate): they are read as below.
+    match fresh(backend, summon, worker_id, summons_seq, until).await {
+        Ok(claim) => return Ok(Some(claim)),
+        Err(WriteError::Stopped) => return Ok(None),
+        Err(WriteError::Fenced) => {}
+    }
     for attempt in 1..=CLAIM_ATTEMPTS {
         let restored = load(backend, &summon.orch_id).await?;
         let written = match restored {
@@ -161,26 +170,7 @@ pub(crate) async fn claim(
                     .await
                     .map(|()| Claim::Resumed(store, Box::new(restored)))
             }
-            None => {
-                let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);
-                // The brief, then the predecessor's packet as it was written.
-                let mut content = vec![arbiter_llm::Block::Text {
-                    text: summon.brief.clone(),
-                }];
-                if let Some(handoff) = &summon.handoff {
-                    content.push(arbiter_llm::Block::Text {
-                        text: handoff.for_successor(),
-                    });
-                }
-                let transcript = vec![Message {
-                    role: MessageRole::User,
-                    content,
-                }];
-                store
-                    .write(transcript.clone(), &Snapshot::new(), Vec::new(), until)
-                    .await
-                    .map(|()| Claim::Fresh(store, transcript))
-            }
+            None => fresh(backend, summon, worker_id, summons_seq, until).await,
         };
         match written {
             Ok(claim) => return Ok(Some(claim)),
@@ -195,6 +185,35 @@ pub(crate) async fn claim(
         }
     }
     Ok(None)
+}
+
+/// Claims an Orchestrator with no records: stores its first record (the
+/// brief, then the predecessor's packet as it was written), fenced on there
+/// being none.
+async fn fresh(
+    backend: &StateBackend,
+    summon: &Summon,
+    worker_id: &str,
+    summons_seq: u64,
+    until: &CancellationToken,
+) -> Result<Claim, WriteError> {
+    let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);
+    let mut content = vec![arbiter_llm::Block::Text {
+        text: summon.brief.clone(),
+    }];
+    if let Some(handoff) = &summon.handoff {
+        content.push(arbiter_llm::Block::Text {
+            text: handoff.for_successor(),
+        });
+    }
+    let transcript = vec![Message {
+        role: MessageRole::User,
+        content,
+    }];
+    store
+        .write(transcript.clone(), &Snapshot::new(), Vec::new(), until)
+        .await
+        .map(|()| Claim::Fresh(store, transcript))
 }
 
 /// Whether the summons with this stream sequence is still in the work queue
