@@ -189,11 +189,11 @@ impl Session {
         if self.transcript.last().map(|t| t.role) != Some(TurnRole::User) {
             messages.push(Message::user(ask));
         }
-        let schema = arbiter_llm::schema::for_model::<ArbiterPacket>();
+        let schema = Arc::new(arbiter_llm::schema::for_model::<ArbiterPacket>());
         let request = Request {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
             messages,
-            tools: Vec::new(),
+            tools: Arc::default(),
             output_schema: Some(schema.clone()),
             max_output_tokens: None,
         };
@@ -383,7 +383,7 @@ impl Session {
 async fn ask_packet(
     model: Arc<dyn Model>,
     mut request: Request,
-    schema: serde_json::Value,
+    schema: Arc<serde_json::Value>,
     repairs: u32,
 ) -> Asked {
     let mut attempt = 0;

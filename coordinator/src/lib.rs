@@ -189,7 +189,7 @@ pub(crate) struct Shared {
     /// The per-console limits and what they count.
     pub caps: caps::Caps,
     /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
-    pub output_schema: serde_json::Value,
+    pub output_schema: Arc<serde_json::Value>,
     /// Sessions archived (the sweeper keeps it): their human lines are dropped.
     pub archived: retention::Archived,
     /// The workspaces' memory (the bucket `arbiter_memory`).
@@ -261,7 +261,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         fleet: fleet::Fleet::default(),
         caps: caps::Caps::new(config.console_caps.clone()),
         config,
-        output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::ArbiterOutput>(),
+        output_schema: Arc::new(arbiter_llm::schema::for_model::<
+            arbiter_protocol::ArbiterOutput,
+        >()),
         archived: retention::Archived::default(),
     });
     let alarms = shared.bus.alarms.clone();

@@ -179,14 +179,16 @@ pub(crate) fn shape(request: &Request, mode: Mode) -> Cow<'_, Request> {
         Mode::ResponseFormat => {}
         Mode::Tool => {
             wire.output_schema = None;
-            wire.tools.push(ToolSpec {
+            let mut tools = wire.tools.to_vec();
+            tools.push(ToolSpec {
                 name: RESPOND_TOOL.to_owned(),
                 description: "End your turn with your final answer: its arguments are the \
                               answer. Call it alone, once the results of your other tool calls \
                               are in."
                     .to_owned(),
-                input_schema: schema.clone(),
+                input_schema: Value::clone(schema),
             });
+            wire.tools = tools.into();
             append(
                 &mut wire.system,
                 &format!(

@@ -56,10 +56,10 @@ fn parse_checked<T: DeserializeOwned>(
 
 /// The request's `output_schema`, set to `T`'s when missing, and compiled;
 /// a recursive `T`, or a schema that cannot be compiled, is an invalid request.
-fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<(Value, Arc<Checker>)> {
-    let schema = match request.output_schema.take() {
-        Some(schema) => schema,
-        None => crate::schema::try_for_model::<T>()?,
+fn output_schema<T: JsonSchema>(request: &mut Request) -> Result<(Arc<Value>, Arc<Checker>)> {
+    let schema = match &request.output_schema {
+        Some(schema) => schema.clone(),
+        None => Arc::new(crate::schema::try_for_model::<T>()?),
     };
     let checker =
         Checker::cached(&schema).map_err(|message| LlmError::InvalidRequest { message })?;

@@ -1,6 +1,7 @@
 //! Provider-neutral request, response and stream types.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -106,9 +107,11 @@ pub struct ToolSpec {
 pub struct Request {
     pub system: String,
     pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
-    /// When set, the final text must be JSON matching this (provider-normalised) schema.
-    pub output_schema: Option<Value>,
+    /// Shared: a caller builds its tools once and hands them to every call.
+    pub tools: Arc<[ToolSpec]>,
+    /// When set, the final text must be JSON matching this (provider-normalised)
+    /// schema. Shared like the tools.
+    pub output_schema: Option<Arc<Value>>,
     /// The output cap of this call; `None`: the client's configured one.
     /// Either way it is lowered to the model's own maximum when known.
     pub max_output_tokens: Option<u64>,

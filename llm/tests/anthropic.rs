@@ -174,7 +174,7 @@ async fn structured_output_goes_through_output_config() {
         MockReply::json(&json!({"intent": "address_human", "message": "Speak."})),
     );
     let mut req = request("hello");
-    req.tools.clear();
+    req.tools = Default::default();
     let reply = structured::complete::<ArbiterOutput>(&client, req, 2)
         .await
         .unwrap();

@@ -158,7 +158,7 @@ async fn structured_output_is_strict_json_schema_and_validated() {
         OpenAiReply::json(&json!({"expects_response": true, "message": "Done."})),
     );
     let mut req = request("report");
-    req.tools.clear();
+    req.tools = Default::default();
     let reply = structured::complete::<OrchestratorOutput>(&client, req, 1)
         .await
         .unwrap();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use arbiter_bus::seq::Gaps;
 use arbiter_llm::structured;
-use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason, ToolSpec};
+use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason};
 use arbiter_protocol::{
     OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
     OrchestratorState, Role, WireError,
@@ -83,7 +83,6 @@ pub(crate) struct Agent {
     ctx: ToolContext,
     stopper: Stopper,
     system: String,
-    tools: Vec<ToolSpec>,
     transcript: Transcript,
     snap: Snapshot,
     /// The snapshot of the last stored record.
@@ -129,10 +128,8 @@ impl Agent {
         status: StatusHandle,
         outbox: Outbox,
     ) -> Self {
-        let mut tools = tools::specs();
-        tools.push(task::spec());
         let names: Vec<&str> = match shared.config.runtime {
-            Runtime::Native => tools.iter().map(|t| t.name.as_str()).collect(),
+            Runtime::Native => shared.tools.iter().map(|t| t.name.as_str()).collect(),
             Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
             Runtime::Codex => crate::runtime::codex::TOOLS.to_vec(),
         };
@@ -143,7 +140,6 @@ impl Agent {
             ctx,
             stopper,
             system,
-            tools,
             transcript: Transcript::stored(start.transcript),
             stored: start.snapshot.clone(),
             snap: start.snapshot,
@@ -596,7 +592,7 @@ impl Agent {
         let request = Request {
             system: self.system.clone(),
             messages: self.transcript.messages().to_vec(),
-            tools: self.tools.clone(),
+            tools: self.shared.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: self.cap,
         };

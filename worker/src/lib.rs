@@ -215,7 +215,9 @@ pub(crate) struct Shared {
     pub sandbox: Arc<Sandbox>,
     /// `OrchestratorOutput`'s model-facing schema, made once: every model
     /// call carries it.
-    pub output_schema: serde_json::Value,
+    pub output_schema: Arc<serde_json::Value>,
+    /// The native runtime's tools, made once: every model call carries them.
+    pub tools: Arc<[arbiter_llm::ToolSpec]>,
 }
 
 /// How long a fetch waits for a summons before asking again.
@@ -348,7 +350,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         subagent,
         config,
         sandbox: Arc::new(sandbox),
-        output_schema: arbiter_llm::schema::for_model::<arbiter_protocol::OrchestratorOutput>(),
+        output_schema: Arc::new(arbiter_llm::schema::for_model::<
+            arbiter_protocol::OrchestratorOutput,
+        >()),
+        tools: tools::specs()
+            .into_iter()
+            .chain([tools::task::spec()])
+            .collect(),
     });
     let leases = lease::Registry::default();
     let cancel = CancellationToken::new();

@@ -62,7 +62,7 @@ async fn work(
     }
     let title = input.description.clone().unwrap_or_default();
     tracing::info!(task = %title, model = role.model.name(), "subagent starting");
-    let specs = tools::specs();
+    let specs: Arc<[arbiter_llm::ToolSpec]> = tools::specs().into();
     let system = prompt::subagent_system_prompt(&tools::BASIC_TOOLS);
     let mut transcript = vec![Message::user(input.prompt)];
     let mut pct = 0.0;

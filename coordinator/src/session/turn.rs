@@ -96,7 +96,7 @@ impl Session {
         let request = Request {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
             messages,
-            tools: Vec::new(),
+            tools: Arc::default(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: None,
         };

@@ -298,8 +298,8 @@ mod tests {
                 name: "read".into(),
                 description: "Read".into(),
                 input_schema: json!({"type":"object","properties":{"n":{"type":"integer","minimum":0}}}),
-            }],
-            output_schema: Some(json!({"type":"object"})),
+            }].into(),
+            output_schema: Some(std::sync::Arc::new(json!({"type":"object"}))),
             max_output_tokens: None,
         };
         let typed = serde_json::to_string(&body("m", 1000, &request)).unwrap();

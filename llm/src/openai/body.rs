@@ -162,12 +162,12 @@ mod tests {
                 name: "read".into(),
                 description: "Read".into(),
                 input_schema: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
-            }],
-            output_schema: Some(json!({
+            }].into(),
+            output_schema: Some(std::sync::Arc::new(json!({
                 "type":"object",
                 "properties":{"a":{"type":"string"},"b":{"type":"integer"}},
                 "required":["a"]
-            })),
+            }))),
             max_output_tokens: None,
         };
         let body = body("qwen", "max_completion_tokens", 500, &request);

@@ -12,12 +12,13 @@ fn request() -> Request {
             name: "write".into(),
             description: "Write".into(),
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
-        output_schema: Some(json!({
+        }]
+        .into(),
+        output_schema: Some(std::sync::Arc::new(json!({
             "type": "object",
             "properties": {"message": {"type": "string"}},
             "required": ["message"],
-        })),
+        }))),
         ..Default::default()
     }
 }
@@ -116,7 +117,7 @@ fn tool_mode_asks_for_a_respond_call_and_gives_back_its_arguments_as_text() {
     assert_eq!(names, ["write", RESPOND_TOOL]);
     assert_eq!(
         Some(&wire.tools[1].input_schema),
-        request.output_schema.as_ref()
+        request.output_schema.as_deref()
     );
     assert!(
         wire.system.starts_with("sys\n\n# Ending a turn"),

@@ -52,7 +52,7 @@ pub fn request(user: &str) -> Request {
     Request {
         system: "You are a careful assistant.".into(),
         messages: vec![Message::user(user)],
-        tools: vec![read_tool()],
+        tools: vec![read_tool()].into(),
         output_schema: None,
         max_output_tokens: None,
     }
