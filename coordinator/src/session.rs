@@ -276,13 +276,7 @@ impl Session {
                 self.state.upgrade();
                 self.rev = restored.rev;
                 self.rev += 1;
-                let claim = state::record(
-                    &self.id,
-                    self.rev,
-                    Vec::new(),
-                    self.state.clone(),
-                    restored.outbox.clone(),
-                );
+                let claim = state::record(&self.id, self.rev, &[], &self.state, &restored.outbox);
                 // A claim shows nothing: it stands at the log's last entry.
                 match state::persist(
                     &mut self.writer,
@@ -525,9 +519,9 @@ impl Session {
             let mut record = state::record(
                 &self.id,
                 self.rev,
-                self.transcript[from..].to_vec(),
-                self.state.clone(),
-                effects.clone(),
+                &self.transcript[from..],
+                &self.state,
+                &effects,
             );
             record.replace = replace;
             match state::persist(

@@ -314,6 +314,21 @@ pub(crate) struct Record {
     pub outbox: Vec<Effect>,
 }
 
+/// A step's record as it is written: the JSON of a [`Record`], borrowing
+/// the session's transcript, state and effects rather than copying them for
+/// every step.
+#[derive(Serialize)]
+pub(crate) struct StepRecord<'a> {
+    pub v: u32,
+    pub session_id: &'a str,
+    pub rev: u64,
+    pub append: &'a [Turn],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+    pub snapshot: &'a Snapshot,
+    pub outbox: &'a [Effect],
+}
+
 /// A session as its records left it.
 pub(crate) struct Restored {
     pub transcript: Vec<Turn>,
@@ -354,7 +369,7 @@ pub(crate) struct Pointer {
 struct Carrier<'a> {
     #[serde(flatten)]
     entry: &'a LogEntry,
-    step: &'a Record,
+    step: &'a StepRecord<'a>,
 }
 
 /// Any message of a session's log, read for the record it may carry.
@@ -632,7 +647,7 @@ pub(crate) fn take_carrier(effects: &mut Vec<Effect>) -> Option<LogEntry> {
 /// whose `seq` is `shown_seq`, the log's last entry's.
 pub(crate) async fn persist(
     writer: &mut Writer,
-    record: &Record,
+    record: &StepRecord<'_>,
     carrier: Option<&LogEntry>,
     shown_seq: u64,
     trace: &TraceContext,
@@ -644,7 +659,7 @@ pub(crate) async fn persist(
         None => {
             step_only = LogEntry {
                 v: VERSION,
-                session_id: record.session_id.clone(),
+                session_id: record.session_id.to_owned(),
                 seq: shown_seq,
                 at: Utc::now(),
                 body: LogBody::Step(StepEntry::default()),
@@ -675,7 +690,7 @@ pub(crate) async fn persist(
         rev: record.rev,
         record: bytes,
         pointer: &pointer,
-        blob: subjects::session_blob(&record.session_id, record.rev, writer.lease()),
+        blob: subjects::session_blob(record.session_id, record.rev, writer.lease()),
         trace: Some(trace),
     };
     writer.append(step, cancel).await.map(|_| ())
@@ -823,20 +838,64 @@ async fn try_last_seq(bus: &Bus, stream: &str, subject: &str) -> Result<Option<u
     }
 }
 
-pub(crate) fn record(
-    session_id: &str,
+pub(crate) fn record<'a>(
+    session_id: &'a str,
     rev: u64,
-    append: Vec<Turn>,
-    snapshot: Snapshot,
-    outbox: Vec<Effect>,
-) -> Record {
-    Record {
+    append: &'a [Turn],
+    snapshot: &'a Snapshot,
+    outbox: &'a [Effect],
+) -> StepRecord<'a> {
+    StepRecord {
         v: VERSION,
-        session_id: session_id.to_owned(),
+        session_id,
         rev,
         append,
         replace: false,
         snapshot,
         outbox,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a step writes (borrowed) is what a restore reads (owned), byte
+    /// for byte.
+    #[test]
+    fn a_written_record_reads_back_as_the_record() {
+        let append = vec![
+            Turn {
+                role: TurnRole::User,
+                text: "Ship it?".into(),
+            },
+            Turn {
+                role: TurnRole::Assistant,
+                text: "{\"intent\":\"address_human\"}".into(),
+            },
+        ];
+        let snapshot = Snapshot::new();
+        let outbox = vec![Effect::Control(Control {
+            v: VERSION,
+            orch_id: "o1".into(),
+            action: arbiter_protocol::ControlAction::Release,
+            sent_at: Utc::now(),
+        })];
+        for replace in [false, true] {
+            let mut written = record("s1", 7, &append, &snapshot, &outbox);
+            written.replace = replace;
+            let owned = Record {
+                v: VERSION,
+                session_id: "s1".into(),
+                rev: 7,
+                append: append.clone(),
+                replace,
+                snapshot: snapshot.clone(),
+                outbox: outbox.clone(),
+            };
+            let bytes = serde_json::to_string(&written).unwrap();
+            assert_eq!(bytes, serde_json::to_string(&owned).unwrap());
+            assert_eq!(serde_json::from_str::<Record>(&bytes).unwrap(), owned);
+        }
     }
 }

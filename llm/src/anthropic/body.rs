@@ -9,15 +9,21 @@
 //! dropped it again: about a third of the coordinator's CPU under load.
 //! Objects are written with their keys in alphabetical order, as a `Value`
 //! wrote them.
+//!
+//! The parts that are the same call after call (the system block, the
+//! tools, the output format) are written to JSON text once per process and
+//! kept ([`Memo`]): escaping the system prompt and walking the schemas on
+//! every call was a tenth of the coordinator's CPU.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::schema::{self, Dialect};
-use crate::{Block, Message, MessageRole, Request};
+use crate::{Block, Message, MessageRole, Request, ToolSpec};
 
 /// Breakpoints the transcript gets: the newest user turn and the one before
 /// it, so the next call finds the prefix this one wrote. With the tools and
@@ -29,10 +35,12 @@ pub(crate) struct Body<'a> {
     model: &'a str,
     max_tokens: u64,
     messages: Vec<Turn<'a>>,
-    system: &'a str,
-    /// Each tool with its normalised input schema.
-    tools: Vec<(&'a crate::ToolSpec, Arc<Value>)>,
-    output: Option<Arc<Value>>,
+    /// `[{"cache_control":…,"text":…,"type":"text"}]`; `None` for no system prompt.
+    system: Option<Arc<RawValue>>,
+    /// The tools with their normalised input schemas; `None` for none.
+    tools: Option<Arc<RawValue>>,
+    /// `{"format":{"schema":…,"type":"json_schema"}}`
+    output: Option<Arc<RawValue>>,
 }
 
 /// One message of the body: neighbours of the same role merged.
@@ -47,23 +55,118 @@ struct Out<'a> {
     cache: bool,
 }
 
-pub(crate) fn body<'a>(model: &'a str, max_tokens: u64, request: &'a Request) -> Body<'a> {
-    let tools = request
-        .tools
-        .iter()
-        .map(|t| (t, schema::normalised(&t.input_schema, Dialect::Anthropic)))
-        .collect();
-    let output = request
-        .output_schema
-        .as_ref()
-        .map(|o| schema::normalised(o, Dialect::Anthropic));
-    Body {
+pub(crate) fn body<'a>(
+    model: &'a str,
+    max_tokens: u64,
+    request: &'a Request,
+) -> serde_json::Result<Body<'a>> {
+    static SYSTEMS: Memo<String> = Memo::new();
+    static TOOLS: Memo<Arc<[ToolSpec]>> = Memo::new();
+    static OUTPUTS: Memo<Arc<Value>> = Memo::new();
+    let system = match request.system.as_str() {
+        "" => None,
+        text => Some(SYSTEMS.get(
+            |kept| kept == text,
+            || text.to_owned(),
+            || {
+                serde_json::value::to_raw_value(&[SystemBlock {
+                    cache_control: EPHEMERAL,
+                    text,
+                    kind: "text",
+                }])
+            },
+        )?),
+    };
+    let tools = if request.tools.is_empty() {
+        None
+    } else {
+        let tools = &request.tools;
+        Some(TOOLS.get(
+            |kept| Arc::ptr_eq(kept, tools) || kept == tools,
+            || tools.clone(),
+            || tools_json(tools),
+        )?)
+    };
+    let output = match &request.output_schema {
+        None => None,
+        Some(schema) => Some(OUTPUTS.get(
+            |kept| Arc::ptr_eq(kept, schema) || kept == schema,
+            || schema.clone(),
+            || {
+                let schema = schema::normalised(schema, Dialect::Anthropic);
+                let format = Format {
+                    schema: &schema,
+                    kind: "json_schema",
+                };
+                serde_json::value::to_raw_value(&OutputConfig { format })
+            },
+        )?),
+    };
+    Ok(Body {
         model,
         max_tokens,
         messages: turns(&request.messages),
-        system: &request.system,
+        system,
         tools,
         output,
+    })
+}
+
+/// The `tools` array: each tool with its normalised input schema, the last
+/// one carrying the prefix's second breakpoint.
+fn tools_json(tools: &[ToolSpec]) -> serde_json::Result<Box<RawValue>> {
+    let schemas: Vec<Arc<Value>> = tools
+        .iter()
+        .map(|t| schema::normalised(&t.input_schema, Dialect::Anthropic))
+        .collect();
+    let count = tools.len();
+    let tools: Vec<Tool<'_>> = tools
+        .iter()
+        .zip(&schemas)
+        .enumerate()
+        .map(|(i, (spec, schema))| Tool {
+            cache_control: (i + 1 == count).then_some(EPHEMERAL),
+            description: &spec.description,
+            input_schema: schema,
+            name: &spec.name,
+        })
+        .collect();
+    serde_json::value::to_raw_value(&tools)
+}
+
+/// Most recent parts of request bodies as JSON text, per process, found by
+/// their key (at most [`MEMO_ENTRIES`]; past that a part is written each
+/// time). A key shared as an `Arc` is found by pointer before it is compared.
+struct Memo<K>(Mutex<Vec<(K, Arc<RawValue>)>>);
+
+/// Distinct system prompts, tool sets or output schemas kept, each.
+const MEMO_ENTRIES: usize = 16;
+
+impl<K> Memo<K> {
+    const fn new() -> Self {
+        Self(Mutex::new(Vec::new()))
+    }
+
+    fn get(
+        &self,
+        same: impl Fn(&K) -> bool,
+        key: impl FnOnce() -> K,
+        make: impl FnOnce() -> serde_json::Result<Box<RawValue>>,
+    ) -> serde_json::Result<Arc<RawValue>> {
+        let found = |kept: &[(K, Arc<RawValue>)]| {
+            kept.iter()
+                .find(|(k, _)| same(k))
+                .map(|(_, json)| json.clone())
+        };
+        if let Some(json) = found(&self.0.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(json);
+        }
+        let json: Arc<RawValue> = make()?.into();
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() < MEMO_ENTRIES && found(&kept).is_none() {
+            kept.push((key(), json.clone()));
+        }
+        Ok(json)
     }
 }
 
@@ -164,35 +267,14 @@ impl Serialize for Body<'_> {
         map.serialize_entry("messages", &self.messages)?;
         map.serialize_entry("model", self.model)?;
         if let Some(output) = &self.output {
-            let format = Format {
-                schema: output,
-                kind: "json_schema",
-            };
-            map.serialize_entry("output_config", &OutputConfig { format })?;
+            map.serialize_entry("output_config", &**output)?;
         }
         map.serialize_entry("stream", &true)?;
-        if !self.system.is_empty() {
-            let block = SystemBlock {
-                cache_control: EPHEMERAL,
-                text: self.system,
-                kind: "text",
-            };
-            map.serialize_entry("system", &[block])?;
+        if let Some(system) = &self.system {
+            map.serialize_entry("system", &**system)?;
         }
-        if !self.tools.is_empty() {
-            let count = self.tools.len();
-            let tools: Vec<Tool<'_>> = self
-                .tools
-                .iter()
-                .enumerate()
-                .map(|(i, (spec, schema))| Tool {
-                    cache_control: (i + 1 == count).then_some(EPHEMERAL),
-                    description: &spec.description,
-                    input_schema: schema,
-                    name: &spec.name,
-                })
-                .collect();
-            map.serialize_entry("tools", &tools)?;
+        if let Some(tools) = &self.tools {
+            map.serialize_entry("tools", &**tools)?;
         }
         map.end()
     }
@@ -258,7 +340,6 @@ impl Serialize for Out<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ToolSpec;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
@@ -302,7 +383,7 @@ mod tests {
             output_schema: Some(std::sync::Arc::new(json!({"type":"object"}))),
             max_output_tokens: None,
         };
-        let typed = serde_json::to_string(&body("m", 1000, &request)).unwrap();
+        let typed = serde_json::to_string(&body("m", 1000, &request).unwrap()).unwrap();
         let body: Value = serde_json::from_str(&typed).unwrap();
         // Byte for byte what a `Value` (keys sorted) would have written, so
         // the prompt cache sees the same prefix as before.
@@ -337,5 +418,49 @@ mod tests {
         for sampling in ["temperature", "top_p", "top_k"] {
             assert!(body.get(sampling).is_none());
         }
+    }
+
+    /// The kept parts are found by what they were made from: requests that
+    /// differ in system prompt, tools or schema, alternated, each get their
+    /// own, and an equal schema in another `Arc` gets the same text.
+    #[test]
+    fn kept_parts_belong_to_their_request() {
+        let request = |n: u32| Request {
+            system: format!("system {n}"),
+            messages: vec![Message::user("go")],
+            tools: vec![ToolSpec {
+                name: format!("tool{n}"),
+                description: "T".into(),
+                input_schema: json!({"type": "object"}),
+            }]
+            .into(),
+            output_schema: Some(Arc::new(
+                json!({"type": "object", "title": format!("out{n}")}),
+            )),
+            max_output_tokens: None,
+        };
+        let seen = |request: &Request| -> Value {
+            serde_json::from_slice(&serde_json::to_vec(&body("m", 10, request).unwrap()).unwrap())
+                .unwrap()
+        };
+        let (one, two) = (request(1), request(2));
+        for _ in 0..2 {
+            for (n, request) in [(1, &one), (2, &two)] {
+                let body = seen(request);
+                assert_eq!(body["system"][0]["text"], format!("system {n}"));
+                assert_eq!(body["tools"][0]["name"], format!("tool{n}"));
+                assert_eq!(body["output_config"]["format"]["type"], "json_schema");
+            }
+        }
+        // Another Arc holding an equal schema: the same text, found by value.
+        let mut again = request(1);
+        again.output_schema = Some(Arc::new(json!({"type": "object", "title": "out1"})));
+        assert_eq!(seen(&again), seen(&one));
+        let mut other = request(1);
+        other.output_schema = Some(Arc::new(json!({"type": "string"})));
+        assert_eq!(
+            seen(&other)["output_config"]["format"]["schema"]["type"],
+            "string"
+        );
     }
 }

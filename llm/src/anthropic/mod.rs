@@ -174,7 +174,8 @@ impl AnthropicClient {
     /// The request's body, serialised once for every attempt.
     async fn prepare(&self, request: &Request) -> Result<bytes::Bytes> {
         let max_tokens = self.cap(request).await;
-        serde_json::to_vec(&body::body(&self.config.model, max_tokens, request))
+        body::body(&self.config.model, max_tokens, request)
+            .and_then(|body| serde_json::to_vec(&body))
             .map(bytes::Bytes::from)
             .map_err(|e| LlmError::InvalidRequest {
                 message: format!("the request could not be encoded: {e}"),
