@@ -192,7 +192,7 @@ impl Session {
         let schema = Arc::new(arbiter_llm::schema::for_model::<ArbiterPacket>());
         let request = Request {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
-            messages,
+            messages: messages.into(),
             tools: Arc::default(),
             output_schema: Some(schema.clone()),
             max_output_tokens: None,
@@ -399,10 +399,9 @@ async fn ask_packet(
             Ok(packet) => return Ok(packet),
             Err(detail) if attempt < repairs => {
                 tracing::warn!(attempt, %detail, "Arbiter packet rejected; asking again");
-                request.messages.push(Message::assistant(raw));
-                request
-                    .messages
-                    .push(Message::user(structured::repair_message(&detail)));
+                let messages = Arc::make_mut(&mut request.messages);
+                messages.push(Message::assistant(raw));
+                messages.push(Message::user(structured::repair_message(&detail)));
                 attempt += 1;
             }
             Err(detail) => {

@@ -164,10 +164,9 @@ fn judge<T: DeserializeOwned>(
         })),
         Err(detail) if attempt < repairs => {
             tracing::warn!(model = model.name(), attempt, %detail, "structured reply rejected; asking again");
-            request.messages.push(Message::assistant(raw));
-            request
-                .messages
-                .push(Message::user(repair_message(&detail)));
+            let messages = Arc::make_mut(&mut request.messages);
+            messages.push(Message::assistant(raw));
+            messages.push(Message::user(repair_message(&detail)));
             Ok(None)
         }
         Err(detail) => Err(LlmError::SchemaViolation {

@@ -124,7 +124,7 @@ impl Traced {
         );
         if self.capture && !span.is_disabled() {
             span.record("gen_ai.system_instructions", request.system.as_str());
-            if let Ok(messages) = serde_json::to_string(&request.messages) {
+            if let Ok(messages) = serde_json::to_string(&*request.messages) {
                 span.record("gen_ai.input.messages", messages.as_str());
             }
         }

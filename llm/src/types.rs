@@ -106,7 +106,9 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
     pub system: String,
-    pub messages: Vec<Message>,
+    /// Shared: a caller keeps its transcript in the `Arc` and hands it to
+    /// each call without copying it.
+    pub messages: Arc<Vec<Message>>,
     /// Shared: a caller builds its tools once and hands them to every call.
     pub tools: Arc<[ToolSpec]>,
     /// When set, the final text must be JSON matching this (provider-normalised)

@@ -17,7 +17,7 @@ use serde_json::json;
 fn ask() -> Request {
     Request {
         system: "Answer in JSON.".into(),
-        messages: vec![arbiter_llm::Message::user("Where does this go?")],
+        messages: vec![arbiter_llm::Message::user("Where does this go?")].into(),
         ..Default::default()
     }
 }

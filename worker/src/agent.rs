@@ -591,7 +591,7 @@ impl Agent {
     async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
         let request = Request {
             system: self.system.clone(),
-            messages: self.transcript.messages().to_vec(),
+            messages: self.transcript.shared(),
             tools: self.shared.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: self.cap,

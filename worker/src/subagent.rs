@@ -64,7 +64,7 @@ async fn work(
     tracing::info!(task = %title, model = role.model.name(), "subagent starting");
     let specs: Arc<[arbiter_llm::ToolSpec]> = tools::specs().into();
     let system = prompt::subagent_system_prompt(&tools::BASIC_TOOLS);
-    let mut transcript = vec![Message::user(input.prompt)];
+    let mut transcript = Arc::new(vec![Message::user(input.prompt)]);
     let mut pct = 0.0;
     let mut last_words = String::new();
     for call in 1..=role.max_calls {
@@ -118,7 +118,7 @@ async fn work(
             .tool_uses()
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
             .collect();
-        transcript.push(Message {
+        Arc::make_mut(&mut transcript).push(Message {
             role: MessageRole::Assistant,
             content: response.content.clone(),
         });
@@ -155,7 +155,7 @@ async fn work(
                     .into(),
             });
         }
-        transcript.push(Message {
+        Arc::make_mut(&mut transcript).push(Message {
             role: MessageRole::User,
             content: results,
         });

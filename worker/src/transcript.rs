@@ -4,6 +4,8 @@
 //! so each record carries only what is new, and finds the tool calls of the
 //! last model reply that have no stored result yet.
 
+use std::sync::Arc;
+
 use arbiter_llm::{Block, Message, MessageRole};
 use serde_json::Value;
 
@@ -18,7 +20,9 @@ pub(crate) fn push(messages: &mut Vec<Message>, message: Message) {
 /// A transcript and how much of it is stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Transcript {
-    messages: Vec<Message>,
+    /// Shared with the model call in flight, which reads it; a change after
+    /// the call copies it only while that call still holds it.
+    messages: Arc<Vec<Message>>,
     /// Messages stored, and blocks stored of the last of them.
     stored: (usize, usize),
 }
@@ -27,7 +31,7 @@ impl Transcript {
     /// A transcript that is stored entirely.
     pub(crate) fn stored(messages: Vec<Message>) -> Self {
         let mut transcript = Self {
-            messages,
+            messages: Arc::new(messages),
             stored: (0, 0),
         };
         transcript.mark_stored();
@@ -38,8 +42,13 @@ impl Transcript {
         &self.messages
     }
 
+    /// The messages for a model request, without copying them.
+    pub(crate) fn shared(&self) -> Arc<Vec<Message>> {
+        self.messages.clone()
+    }
+
     pub(crate) fn push(&mut self, message: Message) {
-        push(&mut self.messages, message);
+        push(Arc::make_mut(&mut self.messages), message);
     }
 
     /// Adds blocks to the pending user message (a new one if the last is the model's).
@@ -152,6 +161,24 @@ mod tests {
         assert_eq!(rebuilt, t.messages());
         assert_eq!(rebuilt.len(), 3);
         assert_eq!(rebuilt[2].content.len(), 3);
+    }
+
+    /// The messages handed to a model call stay as they were when the
+    /// transcript grows meanwhile (an input merged into the pending message).
+    #[test]
+    fn a_call_in_flight_keeps_what_it_was_given() {
+        let mut t = Transcript::stored(vec![Message::user("brief")]);
+        let in_flight = t.shared();
+        t.push_user(vec![Block::Text {
+            text: "an input".into(),
+        }]);
+        assert_eq!(*in_flight, vec![Message::user("brief")]);
+        assert_eq!(t.messages()[0].content.len(), 2);
+        drop(in_flight);
+        // Held by nobody else: grown in place.
+        let before = Arc::as_ptr(&t.shared());
+        t.push(Message::assistant("ok"));
+        assert_eq!(Arc::as_ptr(&t.shared()), before);
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl Session {
     }
 
     pub(super) fn start_turn(&mut self) -> TurnFuture {
-        let messages = self
+        let messages: Vec<Message> = self
             .transcript
             .iter()
             .map(|turn| match turn.role {
@@ -95,7 +95,7 @@ impl Session {
             .collect();
         let request = Request {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
-            messages,
+            messages: Arc::new(messages),
             tools: Arc::default(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: None,

@@ -374,7 +374,7 @@ mod tests {
                         is_error: false,
                     }],
                 },
-            ],
+            ].into(),
             tools: vec![ToolSpec {
                 name: "read".into(),
                 description: "Read".into(),
@@ -427,7 +427,7 @@ mod tests {
     fn kept_parts_belong_to_their_request() {
         let request = |n: u32| Request {
             system: format!("system {n}"),
-            messages: vec![Message::user("go")],
+            messages: vec![Message::user("go")].into(),
             tools: vec![ToolSpec {
                 name: format!("tool{n}"),
                 description: "T".into(),

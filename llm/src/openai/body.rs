@@ -20,7 +20,7 @@ pub(crate) fn body(
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
-    for message in &request.messages {
+    for message in request.messages.iter() {
         push_message(&mut messages, message);
     }
     let mut body = json!({
@@ -157,7 +157,7 @@ mod tests {
                         },
                     ],
                 },
-            ],
+            ].into(),
             tools: vec![ToolSpec {
                 name: "read".into(),
                 description: "Read".into(),

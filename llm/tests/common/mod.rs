@@ -51,7 +51,7 @@ pub fn read_tool() -> ToolSpec {
 pub fn request(user: &str) -> Request {
     Request {
         system: "You are a careful assistant.".into(),
-        messages: vec![Message::user(user)],
+        messages: vec![Message::user(user)].into(),
         tools: vec![read_tool()].into(),
         output_schema: None,
         max_output_tokens: None,
@@ -68,7 +68,7 @@ pub async fn tool_loop(
     let mut responses = Vec::new();
     for _ in 0..5 {
         let response = model.complete(request.clone()).await.unwrap();
-        request.messages.push(Message {
+        std::sync::Arc::make_mut(&mut request.messages).push(Message {
             role: MessageRole::Assistant,
             content: response.content.clone(),
         });
@@ -85,7 +85,7 @@ pub async fn tool_loop(
         if done {
             return responses;
         }
-        request.messages.push(Message {
+        std::sync::Arc::make_mut(&mut request.messages).push(Message {
             role: MessageRole::User,
             content: results,
         });

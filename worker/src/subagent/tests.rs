@@ -154,7 +154,7 @@ async fn a_subagent_works_with_tools_and_returns_its_last_text() {
     assert_eq!(requests.len(), 2);
     // A fresh context: the prompt alone, the basic tools, no schema.
     assert_eq!(
-        requests[0].messages,
+        *requests[0].messages,
         vec![arbiter_llm::Message::user("Write out.txt.")]
     );
     assert_eq!(names(&requests[0].tools), BASIC_TOOLS);
