@@ -91,11 +91,9 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
     assert_eq!(summon.runtime, None);
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
     // The log entries go out after the summons: the worker may be first.
-    log.wait_for(
-        "the direction note",
-        |b| matches!(b, LogBody::System(e) if e.text.contains("directive")),
-    )
-    .await;
+    // The `summoned` entry is the last of the step's (after the direction note).
+    log.wait_for("the summoned entry", |b| matches!(b, LogBody::Summoned(_)))
+        .await;
 
     let bodies = log.bodies();
     let summoned = bodies
