@@ -11,6 +11,7 @@ pub mod connect;
 pub mod memory;
 pub mod metrics;
 pub mod retention;
+pub mod seal;
 pub mod seq;
 pub mod setup;
 pub mod steplog;
@@ -201,25 +202,44 @@ impl Bus {
         stream: &str,
         subject: &str,
     ) -> Result<Option<(Vec<jetstream::Message>, u64)>> {
-        let what = || format!("replaying {subject}");
+        self.replay_subjects(stream, &[subject.to_owned()]).await
+    }
+
+    /// [`Bus::replay_subject`] over several subjects of one stream (one
+    /// ordered read of them all, in stream order).
+    pub async fn replay_subjects(
+        &self,
+        stream: &str,
+        subjects: &[String],
+    ) -> Result<Option<(Vec<jetstream::Message>, u64)>> {
+        let what = || format!("replaying {}", subjects.join(", "));
         let stream = self
             .js
             .get_stream_no_info(stream)
             .await
             .map_err(|e| BusError::js(what(), e))?;
         let last_now = || async {
-            match answered(stream.get_last_raw_message_by_subject(subject), &what).await? {
-                Ok(last) => Ok(Some(last.sequence)),
-                Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-                Err(e) => Err(BusError::js(what(), e)),
+            let mut newest = None;
+            for subject in subjects {
+                match answered(stream.get_last_raw_message_by_subject(subject), &what).await? {
+                    Ok(last) => newest = newest.max(Some(last.sequence)),
+                    Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {}
+                    Err(e) => return Err(BusError::js(what(), e)),
+                }
             }
+            Ok(newest)
         };
         let Some(mut last) = last_now().await? else {
             return Ok(None);
         };
+        let (filter_subject, filter_subjects) = match subjects {
+            [one] => (one.clone(), Vec::new()),
+            many => (String::new(), many.to_vec()),
+        };
         let consumer = answered(
             stream.create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: subject.to_owned(),
+                filter_subject,
+                filter_subjects,
                 deliver_policy: jetstream::consumer::DeliverPolicy::All,
                 ..Default::default()
             }),

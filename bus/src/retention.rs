@@ -375,13 +375,29 @@ async fn gather(bus: &Bus, session_id: &str) -> Result<Gathered> {
         blobs: Vec::new(),
         report: Report::default(),
     };
-    let log = subjects::session_log(session_id);
-    for msg in replay(bus, subjects::SESSIONS_STREAM, &log).await? {
+    let log = subjects::session_log_filters(session_id);
+    let messages = bus
+        .replay_subjects(subjects::SESSIONS_STREAM, &log)
+        .await?
+        .map(|(msgs, _)| msgs.into_iter().map(|m| m.payload.clone()).collect())
+        .unwrap_or_else(Vec::<bytes::Bytes>::new);
+    for msg in messages {
         g.report.live_bytes += msg.len() as u64;
         // Since protocol v2 the session's step records ride on its log
-        // entries (`step`); the archive keeps them apart, as before.
+        // entries (`step`); the archive keeps them apart, as before. One
+        // that rides on an input (protocol v3) is sealed, and stays so:
+        // `{"sealed": …}` (only a coordinator's key opens it).
         let mut entry = resolve(bus, subjects::SESSION_BLOBS_BUCKET, &msg, &mut g.blobs).await;
-        if let Some(record) = entry.as_object_mut().and_then(|m| m.remove("step")) {
+        // The entries name the session's Orchestrators too (a sealed
+        // record's cannot be read here).
+        collect_orch_ids(&entry, &mut g.orch_ids);
+        let carried = entry.as_object_mut().and_then(|m| {
+            m.remove("step").or_else(|| {
+                m.remove("sealed")
+                    .map(|sealed| serde_json::json!({ "sealed": sealed }))
+            })
+        });
+        if let Some(record) = carried {
             g.report.records += 1;
             collect_orch_ids(&record, &mut g.orch_ids);
             g.lines.push(ArchiveLine::State { record });

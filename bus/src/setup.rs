@@ -34,14 +34,20 @@ pub fn stream_configs() -> Vec<stream::Config> {
         ..Default::default()
     };
     vec![
-        stream(
-            subjects::SESSIONS_STREAM,
-            &[
-                subjects::ALL_SESSION_HUMAN,
-                subjects::ALL_SESSION_HUMAN_FROM,
-                subjects::ALL_SESSION_LOG,
-            ],
-        ),
+        // Workers read an Orchestrator's inputs (log entries on
+        // `session.*.in.*.*`, protocol v3) by direct get of their subject.
+        stream::Config {
+            allow_direct: true,
+            ..stream(
+                subjects::SESSIONS_STREAM,
+                &[
+                    subjects::ALL_SESSION_HUMAN,
+                    subjects::ALL_SESSION_HUMAN_FROM,
+                    subjects::ALL_SESSION_LOG,
+                    subjects::ALL_SESSION_IN,
+                ],
+            )
+        },
         // Workers read an Orchestrator's inputs and control by direct get.
         stream::Config {
             allow_direct: true,

@@ -117,6 +117,8 @@ pub struct Replay {
 #[derive(Debug)]
 pub struct Last {
     pub seq: u64,
+    /// The subject it was stored on (the last over a wildcard may be on any).
+    pub subject: String,
     /// Its `Nats-Msg-Id`, empty if it has none.
     pub msg_id: String,
     pub payload: Bytes,
@@ -181,6 +183,7 @@ impl StepLog {
         match answer {
             Ok(msg) => Ok(Some(Last {
                 seq: msg.sequence,
+                subject: msg.subject.to_string(),
                 msg_id: msg
                     .headers
                     .get(MSG_ID_HEADER)
@@ -218,9 +221,16 @@ impl StepLog {
     /// Every record of `subject`, in order, pointers resolved; `None` for
     /// a subject with none. An error is a failure to read, worth trying again.
     pub async fn replay(&self, subject: &str) -> Result<Option<Replay>, String> {
+        self.replay_all(&[subject.to_owned()]).await
+    }
+
+    /// [`StepLog::replay`] over several subjects at once, in stream order
+    /// (a session's `.log` and its inputs).
+    pub async fn replay_all(&self, subjects: &[String]) -> Result<Option<Replay>, String> {
+        let subject = subjects.join(", ");
         let Some((messages, last_seq)) = self
             .bus
-            .replay_subject(&self.stream_name, subject)
+            .replay_subjects(&self.stream_name, subjects)
             .await
             .map_err(|e| e.to_string())?
         else {
@@ -257,8 +267,25 @@ impl StepLog {
             id: id.to_owned(),
             lease: uuid_like(),
             last_seq,
+            own_seen: last_seq > 0,
+            step_over: None,
         }
     }
+}
+
+/// Whether the subject filter `filter` (`*` one token, `>` the rest)
+/// matches `subject`.
+pub fn covers(filter: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for token in filter.split('.') {
+        match (token, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (t, Some(s)) if t == s => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
 }
 
 /// A random token, 32 hex digits.
@@ -297,6 +324,21 @@ pub struct Writer {
     id: String,
     lease: String,
     last_seq: u64,
+    /// The writer's own subject is known to hold a record (it was found
+    /// with records, or this writer stored one there): found empty later,
+    /// it was purged (an archive, a delete), and the writer is fenced out.
+    own_seen: bool,
+    /// Which messages under the fence are others' to write ([`Writer::stepping_over`]).
+    step_over: Option<StepOver>,
+}
+
+/// What a writer whose fence also covers other publishers' subjects steps
+/// over, and what it owns.
+struct StepOver {
+    /// Whether a subject under the fence is another publisher's.
+    foreign: fn(&str) -> bool,
+    /// Every subject (or wildcard) under the fence that is the owner's.
+    owned: Vec<String>,
 }
 
 impl Writer {
@@ -321,6 +363,28 @@ impl Writer {
     pub fn fenced_over(mut self, fence: String) -> Self {
         self.fence = fence;
         self
+    }
+
+    /// For a fence that also covers subjects other publishers write (a
+    /// session's human lines, under `session.<id>.>`): a refusal caused by
+    /// such a message (`foreign` says which subjects are theirs) is stepped
+    /// over, once the writer's own subjects (`owned`, which together with
+    /// the foreign ones make up the fence) are known to hold nothing newer
+    /// than its fence that it did not write. Any other writer's message on
+    /// them fences it out, a claim or not: a claim that steps over another
+    /// writer's step would build on a state that lacks it.
+    #[must_use]
+    pub fn stepping_over(mut self, foreign: fn(&str) -> bool, owned: Vec<String>) -> Self {
+        self.step_over = Some(StepOver { foreign, owned });
+        self
+    }
+
+    /// Fences every append on the writer's own subject again, with no
+    /// stepping over (after a claim written over a wider fence; the claim is
+    /// on the own subject, so the last sequence stays right).
+    pub fn fence_own(&mut self) {
+        self.fence = self.subject.clone();
+        self.step_over = None;
     }
 
     /// The subject (or wildcard) appends are fenced on.
@@ -437,13 +501,13 @@ impl Writer {
             {
                 // A duplicate PubAck (on a cluster) is our own earlier write: stored.
                 Ok(seq) => {
-                    self.last_seq = seq;
+                    self.stored_at(subject, seq);
                     return Ok(seq);
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
                     match self.after_refusal(subject, msg_id).await {
                         Refusal::Stored(seq) => {
-                            self.last_seq = seq;
+                            self.stored_at(subject, seq);
                             return Ok(seq);
                         }
                         Refusal::GoOn(seq) => self.last_seq = seq,
@@ -474,6 +538,17 @@ impl Writer {
         }
     }
 
+    /// Notes a message stored on `subject` at `seq`: the fence moves only
+    /// when the fence covers the subject (a message on a subject outside it,
+    /// e.g. a session's input fenced on its `.log`, leaves the fence's last
+    /// sequence as it was).
+    fn stored_at(&mut self, subject: &str, seq: u64) {
+        if covers(&self.fence, subject) {
+            self.last_seq = seq;
+        }
+        self.own_seen |= subject == self.subject;
+    }
+
     /// What the log's last record says after an append of `msg_id` was
     /// refused for a wrong last sequence.
     async fn after_refusal(&self, subject: &str, msg_id: &str) -> Refusal {
@@ -492,11 +567,14 @@ impl Writer {
             // Over a wildcard, only a record on the writer's own subject
             // (every claim writes one) fences it: what others published on
             // the other subjects is not a claim, so go on from it.
+            Some(last) if self.step_over.is_some() => self.after_foreign(&last).await,
+            // An own subject found empty after it held records was purged:
+            // fenced out as well.
             Some(last) if self.fence != self.subject => match self.log.last(&self.subject).await {
                 Ok(own)
-                    if own
-                        .as_ref()
-                        .is_none_or(|own| own.seq <= self.last_seq || self.wrote(&own.msg_id)) =>
+                    if own.as_ref().map_or(!self.own_seen, |own| {
+                        own.seq <= self.last_seq || self.wrote(&own.msg_id)
+                    }) =>
                 {
                     tracing::info!(subject, msg_id = %last.msg_id, "another publisher's message on a fenced subject; not a claim, going on");
                     Refusal::GoOn(last.seq)
@@ -506,6 +584,29 @@ impl Writer {
             },
             _ => Refusal::Fenced,
         }
+    }
+
+    /// After a refusal whose last message over the fence is `last`, not this
+    /// writer's: see [`Writer::stepping_over`].
+    async fn after_foreign(&self, last: &Last) -> Refusal {
+        let Some(step_over) = &self.step_over else {
+            return Refusal::Fenced;
+        };
+        if !(step_over.foreign)(&last.subject) {
+            return Refusal::Fenced;
+        }
+        for owned in &step_over.owned {
+            match self.log.last(owned).await {
+                Err(e) => return Refusal::Unread(e),
+                Ok(None) if *owned == self.subject && self.own_seen => return Refusal::Fenced,
+                Ok(Some(own)) if own.seq > self.last_seq && !self.wrote(&own.msg_id) => {
+                    return Refusal::Fenced;
+                }
+                Ok(_) => {}
+            }
+        }
+        tracing::debug!(subject = %last.subject, "another publisher's message on a fenced subject; stepped over");
+        Refusal::GoOn(last.seq)
     }
 
     /// Stores `step` as the subject's only record (`Nats-Rollup: sub`,
@@ -538,6 +639,7 @@ impl Writer {
             {
                 Ok(seq) => {
                     self.last_seq = seq;
+                    self.own_seen = true;
                     return Ok(true);
                 }
                 Err(Some(PublishErrorKind::WrongLastSequence)) => {
@@ -597,5 +699,23 @@ impl Writer {
             .await
             .map_err(|e| Some(e.kind()))?;
         ack.await.map(|a| a.sequence).map_err(|e| Some(e.kind()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn subject_filters_match_as_nats_matches_them() {
+        let s = "arbiter.v1.session.s1.in.o1.3";
+        assert!(covers(s, s));
+        assert!(covers("arbiter.v1.session.s1.>", s));
+        assert!(covers("arbiter.v1.session.*.in.*.*", s));
+        assert!(!covers("arbiter.v1.session.s1.log", s));
+        assert!(!covers("arbiter.v1.session.s1.in.*", s));
+        assert!(!covers("arbiter.v1.session.s1.in.o1.3.>", s));
+        assert!(!covers("arbiter.v1.session.s2.>", s));
+        assert!(covers("arbiter.v1.orch.o1.*", "arbiter.v1.orch.o1.out"));
     }
 }

@@ -407,6 +407,8 @@ mod tests {
                 number: 1,
                 orch_id: "o1".into(),
                 text: "Proceed.".into(),
+                input_seq: None,
+                budget: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 member: None,
@@ -547,6 +549,8 @@ mod tests {
                 number: 1,
                 orch_id: "o1".into(),
                 text: text(),
+                input_seq: None,
+                budget: None,
             }),
             LogBody::Orchestrator(OrchestratorEntry {
                 member: None,

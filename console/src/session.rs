@@ -187,10 +187,10 @@ pub(crate) async fn open_log_from(
         .js
         .create_consumer_on_stream(
             pull::OrderedConfig {
-                // Named, so that the server sees the filter in the create
-                // subject: a console credential may only follow logs.
+                // The log's entries on `.log` and the ones that are
+                // inputs (protocol v3), in stream order.
                 name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
-                filter_subject: subjects::session_log(session_id),
+                filter_subjects: subjects::session_log_filters(session_id),
                 deliver_policy,
                 ..Default::default()
             },

@@ -443,6 +443,8 @@ fn full_log(session_id: &str) -> (Vec<LogEntry>, Vec<&'static str>) {
             number: 1,
             orch_id: "o-1".into(),
             text: "Stone.".into(),
+            input_seq: None,
+            budget: None,
         }),
         LogBody::Summoned(SummonedEntry {
             member: None,

@@ -172,6 +172,8 @@ fn to_orch(text: &str) -> LogBody {
         number: 1,
         orch_id: ORCH.into(),
         text: text.into(),
+        input_seq: None,
+        budget: None,
     })
 }
 

@@ -223,7 +223,13 @@ impl Registry {
     async fn resume_unfinished(&mut self) {
         let mut delay = Duration::from_millis(100);
         let unfinished = loop {
-            match state::unfinished(&self.shared.steps, &self.shared.legacy_steps).await {
+            match state::unfinished(
+                &self.shared.steps,
+                &self.shared.legacy_steps,
+                &self.shared.sealer,
+            )
+            .await
+            {
                 Ok(ids) => break ids,
                 Err(e) if delay < SCAN_GIVE_UP => {
                     // A stream deleted under a coordinator that is starting:

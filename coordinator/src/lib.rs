@@ -194,6 +194,8 @@ pub(crate) struct Shared {
     pub archived: retention::Archived,
     /// The workspaces' memory (the bucket `arbiter_memory`).
     pub memory: async_nats::jetstream::kv::Store,
+    /// Seals the step records that ride on inputs (see `arbiter_bus::seal`).
+    pub sealer: arbiter_bus::seal::Sealer,
 }
 
 /// Runs the coordinator until `shutdown` completes.
@@ -252,7 +254,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         )
     })
     .await?;
+    let sealer = arbiter_bus::setup::riding_out("reading the sealing key", || {
+        arbiter_bus::setup::guarded(
+            &bus.alarms,
+            NatsRole::Coordinator,
+            arbiter_bus::seal::Sealer::load_or_create(&bus.js),
+        )
+    })
+    .await?;
     let shared = Arc::new(Shared {
+        sealer,
         memory,
         steps,
         legacy_steps,

@@ -216,6 +216,8 @@ impl Session {
             return;
         };
         active.outputs_seen = message.seq;
+        // Its worker reads inputs where v3 stores them: no copy on `.in` any more.
+        active.session_inputs |= message.session_inputs;
         let (number, member) = (active.number, active.member);
         if let Some(spend) = message.spend {
             self.state

@@ -155,22 +155,30 @@ impl Session {
             a.asked = false;
             a.reminded = false;
         }
+        let budget = self.allowance(&active.orch_id);
+        // The entry is the input (protocol v3): stored once, on the
+        // Orchestrator's own input subject (see `state::entry_subject`).
         self.log(LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
             number: active.number,
             member: active.member,
             orch_id: active.orch_id.clone(),
             text: text.clone(),
-        }));
-        let budget = self.allowance(&active.orch_id);
-        self.effect(Effect::Input(OrchestratorInput {
-            v: VERSION,
-            session_id: self.id.clone(),
-            orch_id: active.orch_id,
-            seq,
-            message: text,
-            sent_at: Utc::now(),
+            input_seq: Some(seq),
             budget,
         }));
+        if !active.session_inputs {
+            // A worker that has not said it reads the log (an older one,
+            // another language's, or one that has not output yet).
+            self.effect(Effect::Input(OrchestratorInput {
+                v: VERSION,
+                session_id: self.id.clone(),
+                orch_id: active.orch_id,
+                seq,
+                message: text,
+                sent_at: Utc::now(),
+                budget,
+            }));
+        }
     }
 
     /// Summons one Orchestrator (solo) or a whole team at once: a team is
@@ -318,6 +326,7 @@ impl Session {
             reported: false,
             inputs_sent: 0,
             outputs_seen: 0,
+            session_inputs: false,
             asked: false,
             reminded: false,
         });

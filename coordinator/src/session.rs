@@ -193,7 +193,7 @@ pub(crate) fn spawn(
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let shared_gap_wait = shared.config.output_gap_wait;
-    let writer = shared.steps.writer(subjects::session_log(&id), &id, 0);
+    let writer = state::writer(&shared.steps, &id, 0);
     let session = Session {
         shared,
         id,
@@ -252,7 +252,14 @@ impl Session {
         let bus = self.shared.bus.clone();
         let mut delay = Duration::from_millis(50);
         let loaded = loop {
-            match state::load(&self.shared.steps, &self.shared.legacy_steps, &self.id).await {
+            match state::load(
+                &self.shared.steps,
+                &self.shared.legacy_steps,
+                &self.shared.sealer,
+                &self.id,
+            )
+            .await
+            {
                 Ok(loaded) => break loaded,
                 Err(e) => {
                     tracing::warn!(session.id = %self.id, error = %e, ?delay, "could not read the session's state; retrying");
@@ -264,10 +271,7 @@ impl Session {
                 }
             }
         };
-        self.writer =
-            self.shared
-                .steps
-                .writer(subjects::session_log(&self.id), &self.id, loaded.last_seq);
+        self.writer = state::claim_writer(&self.shared.steps, &self.id, loaded.last_seq);
         match loaded.restored {
             Some(restored) => {
                 self.transcript = restored.transcript;
@@ -280,6 +284,7 @@ impl Session {
                 // A claim shows nothing: it stands at the log's last entry.
                 match state::persist(
                     &mut self.writer,
+                    &self.shared.sealer,
                     &claim,
                     None,
                     loaded.shown_seq,
@@ -295,6 +300,8 @@ impl Session {
                         return false;
                     }
                 }
+                // From the claim on, the session's writes are fenced on `.log`.
+                self.writer.fence_own();
                 // The last step may have died between storing and publishing.
                 if !state::replay(
                     &bus,
@@ -318,7 +325,9 @@ impl Session {
             }
             None => {
                 // A session without records (new, or from before they existed)
-                // continues its log after the last entry.
+                // continues its log after the last entry. It has no inputs
+                // (they come with records), so the last read is `.log`'s.
+                self.writer.fence_own();
                 self.state.log_seq = loaded.shown_seq;
             }
         }
@@ -526,6 +535,7 @@ impl Session {
             record.replace = replace;
             match state::persist(
                 &mut self.writer,
+                &self.shared.sealer,
                 &record,
                 carrier.as_ref(),
                 self.state.log_seq,

@@ -15,11 +15,12 @@
 
 use std::collections::VecDeque;
 
+use arbiter_bus::seal::Sealer;
 use arbiter_bus::steplog::{self, AppendError, StepLog, Writer};
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_protocol::{
-    Control, ControlAction, LogBody, LogEntry, OrchestratorInput, StepEntry, Summon, VERSION,
-    WireError, subjects,
+    ArbiterToOrchestratorEntry, Control, ControlAction, LogBody, LogEntry, OrchestratorInput,
+    StepEntry, Summon, VERSION, WireError, subjects,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -131,6 +132,12 @@ pub(crate) struct Active {
     pub inputs_sent: u64,
     /// The seq of the last output taken from it.
     pub outputs_seen: u64,
+    /// Its worker said (on an output) that it reads its inputs from the
+    /// session's log (protocol v3): inputs to it are stored once, there.
+    /// Until then each input also goes on `orch.<id>.in`, for a worker
+    /// that reads them there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_inputs: bool,
     /// Its last report asked a question the Arbiter has not answered yet.
     #[serde(default)]
     pub asked: bool,
@@ -263,10 +270,7 @@ impl Effect {
     /// it again is a no-op on the server.
     fn address(&self) -> (String, String) {
         match self {
-            Effect::Log(e) => (
-                subjects::session_log(&e.session_id),
-                format!("{}:log:{}", e.session_id, e.seq),
-            ),
+            Effect::Log(e) => (entry_subject(e), format!("{}:log:{}", e.session_id, e.seq)),
             Effect::Summon(s) if s.emergency => {
                 (subjects::summon_urgent(&s.pool), s.orch_id.clone())
             }
@@ -329,6 +333,20 @@ pub(crate) struct StepRecord<'a> {
     pub outbox: &'a [Effect],
 }
 
+/// Where a log entry is stored: an entry that is an Orchestrator's input
+/// (protocol v3) on that input's own subject, `session.<id>.in.<orch>.<n>`,
+/// where the worker reads it; every other one on `session.<id>.log`.
+pub(crate) fn entry_subject(entry: &LogEntry) -> String {
+    match &entry.body {
+        LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
+            orch_id,
+            input_seq: Some(n),
+            ..
+        }) => subjects::session_input(&entry.session_id, orch_id, *n),
+        _ => subjects::session_log(&entry.session_id),
+    }
+}
+
 /// A session as its records left it.
 pub(crate) struct Restored {
     pub transcript: Vec<Turn>,
@@ -364,16 +382,46 @@ pub(crate) struct Pointer {
 }
 
 /// A stored step as the session's log carries it: the entry the step shows
-/// (or an empty `step` entry when it shows nothing), its record beside it.
+/// (or an empty `step` entry when it shows nothing), its record beside it:
+/// in the clear on `.log`, sealed on an input, which its worker reads
+/// (see `arbiter_bus::seal`).
 #[derive(Serialize)]
 struct Carrier<'a> {
     #[serde(flatten)]
     entry: &'a LogEntry,
-    step: &'a StepRecord<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a StepRecord<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sealed: Option<String>,
 }
 
 mod restore;
 pub(crate) use restore::{load, unfinished};
+
+/// The writer of a session's log: its records and entries on `.log`, its
+/// inputs on `.in.<orch>.<n>`, every write fenced on the last message of
+/// `.log`, where every claim is written: once another coordinator has
+/// claimed the session, no entry, record or input of this one is stored.
+/// `last_seq` is the stream sequence of `.log`'s last message.
+pub(crate) fn writer(steps: &StepLog, session_id: &str, last_seq: u64) -> Writer {
+    steps.writer(subjects::session_log(session_id), session_id, last_seq)
+}
+
+/// The writer of a restored session, for its claim: fenced over the whole
+/// session (`session.<id>.>`) on `last_seq`, the last message of `.log` and
+/// its inputs as they were read, so that a step another coordinator stored
+/// after that read, an input included, refuses the claim (a claim built on a
+/// state without it would fork the session). The human's lines, which fall
+/// under the wildcard too, are stepped over. After the claim,
+/// [`Writer::fence_own`] fences the writer on `.log` alone.
+pub(crate) fn claim_writer(steps: &StepLog, session_id: &str, last_seq: u64) -> Writer {
+    writer(steps, session_id, last_seq)
+        .fenced_over(subjects::session_fence(session_id))
+        .stepping_over(
+            |subject| subjects::human_of(subject).is_some(),
+            subjects::session_log_filters(session_id),
+        )
+}
 
 /// Puts the log entries of an outbox after everything else, keeping order
 /// within each kind: once a step's last log entry is out, all of it is.
@@ -398,6 +446,7 @@ pub(crate) fn take_carrier(effects: &mut Vec<Effect>) -> Option<LogEntry> {
 /// whose `seq` is `shown_seq`, the log's last entry's.
 pub(crate) async fn persist(
     writer: &mut Writer,
+    sealer: &Sealer,
     record: &StepRecord<'_>,
     carrier: Option<&LogEntry>,
     shown_seq: u64,
@@ -418,10 +467,23 @@ pub(crate) async fn persist(
             &step_only
         }
     };
-    let bytes = match serde_json::to_vec(&Carrier {
-        entry,
-        step: record,
-    }) {
+    let subject = entry_subject(entry);
+    let carrier = if subject == writer.subject() {
+        serde_json::to_vec(&Carrier {
+            entry,
+            step: Some(record),
+            sealed: None,
+        })
+    } else {
+        serde_json::to_vec(record).and_then(|plain| {
+            serde_json::to_vec(&Carrier {
+                entry,
+                step: None,
+                sealed: Some(sealer.seal(record.session_id, &plain)),
+            })
+        })
+    };
+    let bytes = match carrier {
         Ok(bytes) => bytes::Bytes::from(bytes),
         Err(e) => {
             // Only a bug can get here (every field serialises); retrying cannot help.
@@ -444,7 +506,7 @@ pub(crate) async fn persist(
         blob: subjects::session_blob(record.session_id, record.rev, writer.lease()),
         trace: Some(trace),
     };
-    writer.append(step, cancel).await.map(|_| ())
+    writer.append_on(&subject, step, cancel).await.map(|_| ())
 }
 
 /// Publishes one effect, retrying until it is published or the session is
@@ -464,7 +526,7 @@ pub(crate) async fn publish(
         };
         let msg_id = format!("{msg_id}:{}", writer.lease());
         return match writer
-            .append_message(&msg_id, bytes.into(), Some(trace), cancel)
+            .append_message_on(&subject, &msg_id, bytes.into(), Some(trace), cancel)
             .await
         {
             Ok(_) => true,
@@ -503,13 +565,10 @@ pub(crate) async fn replay(
             // A seq the subject is known to hold is never published again:
             // the log must not show one twice. When the server cannot say,
             // it is asked again rather than guessed.
-            Effect::Log(e) => {
-                let subject = subjects::session_log(&e.session_id);
-                match read_last_seq(bus, subjects::SESSIONS_STREAM, &subject, cancel).await {
-                    Some(last) => last.is_some_and(|seq| seq >= e.seq),
-                    None => return false,
-                }
-            }
+            Effect::Log(e) => match entry_published(bus, e, cancel).await {
+                Some(published) => published,
+                None => return false,
+            },
             Effect::Input(i) => {
                 let subject = subjects::orch_in(&i.orch_id);
                 match read_last_seq(bus, subjects::ORCH_STREAM, &subject, cancel).await {
@@ -533,6 +592,19 @@ pub(crate) async fn replay(
         }
     }
     true
+}
+
+/// Whether a log entry is stored (`None`: the session was cancelled before
+/// the server could say). An input has a subject of its own; any other
+/// entry is on `.log`, where entries are stored in `seq` order.
+pub(crate) async fn entry_published(
+    bus: &Bus,
+    entry: &LogEntry,
+    cancel: &CancellationToken,
+) -> Option<bool> {
+    let subject = entry_subject(entry);
+    let last = read_last_seq(bus, subjects::SESSIONS_STREAM, &subject, cancel).await?;
+    Some(last.is_some_and(|seq| seq >= entry.seq))
 }
 
 /// The `seq` of the last message on a subject (`Some(None)`: it has none),

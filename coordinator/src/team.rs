@@ -347,6 +347,7 @@ mod tests {
             reported: false,
             inputs_sent: 0,
             outputs_seen: 0,
+            session_inputs: false,
             asked: false,
             reminded: false,
         }

@@ -45,10 +45,11 @@ pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 
 /// Version of the payloads this build writes: the revision of
 /// `docs/protocol.md` they follow (2: session records ride on the log,
-/// Orchestrator records are their outputs). Readers accept any version and
+/// Orchestrator records are their outputs; 3: an Orchestrator's input is
+/// stored once, as the log entry that shows it). Readers accept any version and
 /// ignore fields they do not know; a change a third-party worker would have
 /// to follow moves the subjects to `arbiter.v2`.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Serde default for the `v` field, so payloads without it still decode
 /// (as the first revision, which is what a writer that omits it followed).

@@ -117,6 +117,12 @@ pub struct OrchestratorMessage {
     /// cost since its summons, up to this message. Absent from older workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<crate::Spend>,
+    /// The worker reads this Orchestrator's inputs where protocol v3 stores
+    /// them, on `session.<id>.in.<orch_id>.<n>`: the coordinator then stops
+    /// sending them on `orch.<orch_id>.in` too. Absent (false): a worker
+    /// that reads `orch.<orch_id>.in`, which keeps getting them there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_inputs: bool,
     pub sent_at: DateTime<Utc>,
 }
 

@@ -244,6 +244,7 @@ pub fn streams_used(role: NatsRole) -> Vec<String> {
     match role {
         NatsRole::Admin | NatsRole::Coordinator => all_streams(),
         NatsRole::Worker => vec![
+            subjects::SESSIONS_STREAM.to_owned(),
             subjects::ORCH_STREAM.to_owned(),
             subjects::SUMMONS_STREAM.to_owned(),
             subjects::ORCH_STATE_STREAM.to_owned(),
@@ -297,8 +298,12 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     .publish(stream_info(streams.iter().map(String::as_str)))
                     .publish(streams.iter().map(|s| api(&format!("STREAM.CREATE.{s}"))))
                     .publish(streams.iter().map(|s| api(&format!("STREAM.UPDATE.{s}")))),
-                Grant::new("write the conversation log and its own step records (JetStream)")
-                    .publish([subjects::ALL_SESSION_LOG, subjects::ALL_SESSION_STATE]),
+                Grant::new("write the conversation log (its inputs included) and its own step records (JetStream)")
+                    .publish([
+                        subjects::ALL_SESSION_LOG,
+                        subjects::ALL_SESSION_IN,
+                        subjects::ALL_SESSION_STATE,
+                    ]),
                 Grant::new("session status and the Arbiter's streamed words (core NATS)")
                     .publish([
                         format!("{PREFIX}.session.*.status"),
@@ -402,7 +407,15 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::ALL_ORCH_STATE,
                         subjects::ALL_ORCH_STATUS,
                     ]),
-                Grant::new("read each Orchestrator's inputs and control from the stream by direct get, woken by core subscriptions on the two subjects")
+                Grant::new("read each Orchestrator's inputs (protocol v3: log entries on `session.<id>.in.<orch_id>.<n>`, one direct get of exactly that subject, which reaches no other message of the session) and its control, woken by core subscriptions")
+                    .publish(stream_info([subjects::SESSIONS_STREAM]))
+                    .publish([api(&format!(
+                        "DIRECT.GET.{}.{}",
+                        subjects::SESSIONS_STREAM,
+                        subjects::ALL_SESSION_IN
+                    ))])
+                    .subscribe([subjects::ALL_SESSION_IN]),
+                Grant::new("read control, and inputs as protocol v2 workers do, from `ARBITER_ORCH` by direct get, woken by core subscriptions on the two subjects")
                     .publish([
                         api(&format!("DIRECT.GET.{orch}")),
                         api(&format!("DIRECT.GET.{orch}.>")),
@@ -447,8 +460,9 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     .publish(stream_info([sessions, kv.as_str()])),
                 Grant::new("send the human's lines, under its own name")
                     .publish([subjects::session_human_from("*", who.name)]),
-                Grant::new("replay and follow a session's log (a named ordered consumer filtered on `session.*.log`); never the coordinator's durable")
+                Grant::new("replay and follow a session's log (a named ordered consumer filtered on `session.<id>.log` and `session.<id>.in.>`: two filters, so the server sees none in the create subject); never the coordinator's durable")
                     .publish([
+                        api(&format!("CONSUMER.CREATE.{sessions}.*")),
                         api(&format!("CONSUMER.CREATE.{sessions}.*.{}", subjects::ALL_SESSION_LOG)),
                         api(&format!("CONSUMER.DELETE.{sessions}.*")),
                         api(&format!("CONSUMER.INFO.{sessions}.*")),

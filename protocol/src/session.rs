@@ -260,6 +260,15 @@ pub struct ArbiterToOrchestratorEntry {
     pub member: Option<u32>,
     pub orch_id: String,
     pub text: String,
+    /// The input's number (1, 2, 3… per Orchestrator) when this entry is the
+    /// input itself, stored on `session.<id>.in.<orch_id>.<n>` (protocol v3);
+    /// absent on `.log` (older coordinators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_seq: Option<u64>,
+    /// The Orchestrator's allowance from this input on, as in the summons
+    /// (protocol v3; see `OrchestratorInput::budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Cap>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

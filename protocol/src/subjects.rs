@@ -166,6 +166,48 @@ pub fn human_of(subject: &str) -> Option<(&str, &str)> {
 pub fn session_log(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.log")
 }
+/// Input `n` (1, 2, 3…) of Orchestrator `orch_id` (protocol v3): a log entry
+/// of the session (an `arbiter_to_orchestrator` entry that carries the
+/// input) on a subject of its own, so that the worker reads exactly it by
+/// direct get and nothing else of the session.
+pub fn session_input(session_id: &str, orch_id: &str, n: u64) -> String {
+    format!("{PREFIX}.session.{session_id}.in.{orch_id}.{n}")
+}
+/// Every input of one Orchestrator: what its worker subscribes to, to wake.
+pub fn session_inputs_of(session_id: &str, orch_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.in.{orch_id}.*")
+}
+/// Every input of a session.
+pub fn session_inputs(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.in.>")
+}
+/// What a session's log is, read in full: its entries on `.log` and the
+/// ones that carry inputs on `.in.<orch_id>.<n>` (one ordered read of both).
+pub fn session_log_filters(session_id: &str) -> Vec<String> {
+    vec![session_log(session_id), session_inputs(session_id)]
+}
+/// The wildcard a coordinator fences its writes to a session's log on (its
+/// `.log` and its inputs; the human's lines fall under it too and are
+/// stepped over, see `steplog::Writer::fenced_over`).
+pub fn session_fence(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.>")
+}
+/// The Orchestrator and input number of an input subject ([`session_input`]).
+pub fn input_of(subject: &str) -> Option<(&str, &str, u64)> {
+    let rest = subject.strip_prefix(PREFIX)?.strip_prefix(".session.")?;
+    let mut tokens = rest.split('.');
+    let (session, kind, orch, n) = (
+        tokens.next()?,
+        tokens.next()?,
+        tokens.next()?,
+        tokens.next()?,
+    );
+    if kind != "in" || tokens.next().is_some() || !is_valid_token(session) || !is_valid_token(orch)
+    {
+        return None;
+    }
+    Some((session, orch, n.parse().ok()?))
+}
 pub fn session_status(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.status")
 }
@@ -179,6 +221,8 @@ pub fn session_delta(session_id: &str) -> String {
 }
 pub const ALL_SESSION_HUMAN: &str = "arbiter.v1.session.*.human";
 pub const ALL_SESSION_LOG: &str = "arbiter.v1.session.*.log";
+/// Every session's inputs ([`session_input`]).
+pub const ALL_SESSION_IN: &str = "arbiter.v1.session.*.in.*.*";
 /// Human lines sent under a console's name ([`session_human_from`]).
 pub const ALL_SESSION_HUMAN_FROM: &str = "arbiter.v1.session.*.human.*";
 

@@ -109,6 +109,7 @@ fn handoff_is_additive_on_the_wire() {
         evidence: None,
         handoff: Some(Box::new(packet.clone())),
         spend: None,
+        session_inputs: false,
         sent_at: chrono::DateTime::UNIX_EPOCH,
     };
     let json = serde_json::to_value(&message).unwrap();

@@ -57,7 +57,7 @@ async fn open_log(bus: &Bus, session: &str, after: Option<u64>) -> Option<pull::
         .create_consumer_on_stream(
             pull::OrderedConfig {
                 name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
-                filter_subject: subjects::session_log(session),
+                filter_subjects: subjects::session_log_filters(session),
                 deliver_policy: match after {
                     Some(seq) => DeliverPolicy::ByStartSequence {
                         start_sequence: seq + 1,
@@ -79,10 +79,13 @@ async fn stored_last(bus: &Bus, session: &str) -> u64 {
     let Ok(stream) = bus.js.get_stream(subjects::SESSIONS_STREAM).await else {
         return 0;
     };
-    stream
-        .get_last_raw_message_by_subject(&subjects::session_log(session))
-        .await
-        .map_or(0, |m| m.sequence)
+    let mut last = 0;
+    for subject in subjects::session_log_filters(session) {
+        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
+            last = last.max(m.sequence);
+        }
+    }
+    last
 }
 
 impl ConsoleView {
@@ -239,11 +242,11 @@ async fn check_log(admin: &Bus, view: &ConsoleView, session: &str, n: u64, sent:
     );
     // The stream holds each shown entry once (and the step entries that only
     // carry the coordinator's records, e.g. a claim after a failover).
-    let subject = subjects::session_log(session);
+    let subjects = subjects::session_log_filters(session);
     // Read with the cluster's own patience: a node was just killed.
     let (messages, _) = eventually(CLUSTER_WAIT, "the log read back", || async {
         admin
-            .replay_subject(subjects::SESSIONS_STREAM, &subject)
+            .replay_subjects(subjects::SESSIONS_STREAM, &subjects)
             .await
             .ok()
     })

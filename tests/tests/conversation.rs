@@ -260,4 +260,75 @@ async fn seed_flow(sys: System) {
         std::fs::read_to_string(ws.join("src/auth/rotation.ts")).unwrap(),
         "rotate refresh tokens\n"
     );
+
+    inputs_stored_once_and_sealed(&sys, s, &orch_id).await;
+}
+
+/// Protocol v3: each input to I is stored once, as the log entry that shows
+/// it, on its own subject; nothing went on `orch.<id>.in` (I's worker said
+/// with its first output, before any input, that it reads the log). The
+/// step record that rides on an input is sealed: what a worker reads there
+/// holds the input and an opaque `sealed` field, never the Arbiter's record,
+/// which the coordinators' key opens.
+async fn inputs_stored_once_and_sealed(sys: &System, s: &str, orch_id: &str) {
+    use arbiter_protocol::subjects;
+    let sessions = sys
+        .bus
+        .js
+        .get_stream(subjects::SESSIONS_STREAM)
+        .await
+        .unwrap();
+    let key = sys
+        .bus
+        .js
+        .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
+        .await
+        .unwrap()
+        .get(arbiter_bus::seal::KEY_NAME)
+        .await
+        .unwrap()
+        .expect("the coordinators' sealing key");
+    let sealer = arbiter_bus::seal::Sealer::from_stored(&key).unwrap();
+    let mut sealed = 0;
+    for (n, text) in [
+        (1, "Stateless."),
+        (2, "The mortal speaks. Heed: refresh tokens shall rotate."),
+    ] {
+        let msg = sessions
+            .direct_get_last_for_subject(subjects::session_input(s, orch_id, n))
+            .await
+            .unwrap_or_else(|e| panic!("input {n} is not on its subject: {e}"));
+        let carrier: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+        assert_eq!(carrier["body"]["type"], "arbiter_to_orchestrator");
+        assert_eq!(carrier["body"]["input_seq"], n);
+        assert_eq!(carrier["body"]["text"], text);
+        assert!(
+            carrier.get("step").is_none(),
+            "a record in the clear: {carrier}"
+        );
+        let raw = String::from_utf8_lossy(&msg.payload);
+        assert!(
+            !raw.contains("snapshot") && !raw.contains("Build me an auth system"),
+            "{raw}"
+        );
+        if let Some(record) = carrier["sealed"].as_str() {
+            sealed += 1;
+            let record: serde_json::Value =
+                serde_json::from_slice(&sealer.open(s, record).unwrap()).unwrap();
+            assert!(record["rev"].as_u64().unwrap() > 0 && record.get("snapshot").is_some());
+            assert!(
+                sealer
+                    .open("another-session", carrier["sealed"].as_str().unwrap())
+                    .is_err()
+            );
+        }
+    }
+    assert!(sealed > 0, "no input carried its step's record");
+    let orch = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+    assert!(
+        orch.get_last_raw_message_by_subject(&subjects::orch_in(orch_id))
+            .await
+            .is_err(),
+        "an input went on orch.<id>.in too"
+    );
 }

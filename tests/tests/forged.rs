@@ -79,6 +79,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
     // The attacker speaks first, as the active Orchestrator, far ahead.
     for seq in FORGED {
         let forged = OrchestratorMessage {
+            session_inputs: false,
             spend: Default::default(),
             v: VERSION,
             session_id: s.into(),

@@ -65,6 +65,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
     // coordinator reads Orchestrator output in stream order, so once II's
     // answer (published after it) is in the log, I's has been dealt with.
     let late = OrchestratorMessage {
+        session_inputs: false,
         spend: Default::default(),
         v: VERSION,
         session_id: s.into(),

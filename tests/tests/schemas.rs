@@ -131,7 +131,10 @@ fn check(example: &Example) -> Result<&'static str, String> {
     }
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let h = example.heading.as_str();
-    if h.contains(".summon.") {
+    if h.contains(".in.<orch_id>.<n>`") {
+        // An input as protocol v3 stores it: a log entry.
+        decode::<LogEntry>(&value).map(|()| "LogEntry")
+    } else if h.contains(".summon.") {
         decode::<Summon>(&value).map(|()| "Summon")
     } else if h.contains(".in`") {
         decode::<OrchestratorInput>(&value).map(|()| "OrchestratorInput")

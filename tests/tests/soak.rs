@@ -274,13 +274,19 @@ async fn last_entry_is(bus: &Bus, session: &str, text: &str, until: Instant) -> 
 /// A session's whole log, as a console replays it.
 async fn read_log(bus: &Bus, session: &str) -> Vec<LogEntry> {
     let stream = bus.js.get_stream(subjects::SESSIONS_STREAM).await.unwrap();
-    let subject = subjects::session_log(session);
-    let Ok(last) = stream.get_last_raw_message_by_subject(&subject).await else {
+    // The log's entries on `.log` and those that are inputs (protocol v3).
+    let mut last = 0;
+    for subject in subjects::session_log_filters(session) {
+        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
+            last = last.max(m.sequence);
+        }
+    }
+    if last == 0 {
         return Vec::new();
-    };
+    }
     let consumer = stream
         .create_consumer(pull::OrderedConfig {
-            filter_subject: subject,
+            filter_subjects: subjects::session_log_filters(session),
             deliver_policy: DeliverPolicy::All,
             ..Default::default()
         })
@@ -294,7 +300,7 @@ async fn read_log(bus: &Bus, session: &str) -> Vec<LogEntry> {
         if !matches!(entry.body, LogBody::Step(_)) {
             entries.push(entry);
         }
-        if msg.info().unwrap().stream_sequence >= last.sequence {
+        if msg.info().unwrap().stream_sequence >= last {
             break;
         }
     }

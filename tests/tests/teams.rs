@@ -493,6 +493,7 @@ async fn each_members_output_is_held_for_its_own_gap() {
     // member 1's out of the hold.
     for member in &members {
         let ahead = arbiter_protocol::OrchestratorMessage {
+            session_inputs: false,
             spend: Default::default(),
             v: arbiter_protocol::VERSION,
             session_id: s.into(),

@@ -1,23 +1,25 @@
-//! An Orchestrator's inputs (`orch.<id>.in`) and control (`orch.<id>.ctl`),
-//! read straight from the stream, with no consumer on the server.
+//! An Orchestrator's inputs and control, read straight from the streams,
+//! with no consumer on the server.
 //!
-//! The stream is the only source: messages are read in stream order by
-//! direct get (`next_by_subj` from the last one read), starting from the
-//! first input the stored state has not taken yet. Core subscriptions on
-//! the two subjects only wake the reader: a message they bring is read again
-//! from the stream (where it may appear a moment later, on a follower of a
-//! cluster even later), so nothing the server did not store is ever taken.
-//! A wake-up lost (a slow subscriber, a reconnect) is made good by the next
-//! wake-up, by a reconnect of the connection, or by a poll every
-//! [`POLL`]. Nothing is acknowledged: what the Orchestrator has taken is the
-//! `in_seq` of its stored state, and a worker that takes it over reads on
-//! from there. So claiming an Orchestrator creates and deletes nothing on
-//! the server (protocol.md, "Orchestrator inputs").
+//! Input `n` is the session's log entry that shows it, stored once on a
+//! subject of its own, `session.<id>.in.<orch_id>.<n>` (protocol v3), and
+//! read by direct get of exactly that subject: the worker reads input
+//! `in_seq + 1`, then the next, and nothing else of the session. Control
+//! is the last message on `orch.<id>.ctl`. Core subscriptions only wake the
+//! reader: a message they bring is read again from the stream (where it may
+//! appear a moment later, on a follower of a cluster even later), so
+//! nothing the server did not store is ever taken. A wake-up lost (a slow
+//! subscriber, a reconnect) is made good by the next wake-up, by a reconnect
+//! of the connection, or by a poll every [`POLL`]. Nothing is acknowledged:
+//! what the Orchestrator has taken is the `in_seq` of its stored state, and
+//! a worker that takes it over reads on from there. So claiming an
+//! Orchestrator creates and deletes nothing on the server (protocol.md,
+//! "Reading inputs and control").
 
 use std::time::Duration;
 
 use arbiter_bus::{Bus, TraceContext};
-use arbiter_protocol::{Control, OrchestratorInput, subjects};
+use arbiter_protocol::{Control, LogBody, LogEntry, subjects};
 use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use async_nats::{Subscriber, jetstream::message::StreamMessage};
 use futures::StreamExt;
@@ -46,7 +48,11 @@ pub(crate) struct Input {
 
 /// What reading an Orchestrator's inputs needs, opened before its first turn.
 pub(crate) struct Feed {
-    stream: Stream<()>,
+    /// `ARBITER_SESSIONS`, where the inputs are.
+    sessions: Stream<()>,
+    /// `ARBITER_ORCH`, where control is.
+    orch: Stream<()>,
+    session_id: String,
     orch_id: String,
     wake_in: Subscriber,
     wake_ctl: Subscriber,
@@ -54,15 +60,20 @@ pub(crate) struct Feed {
 }
 
 /// Subscribes to the wake-ups (before anything is read, so none is missed).
-pub(crate) async fn open(bus: &Bus, orch_id: &str) -> Result<Feed, String> {
-    let stream = bus
+pub(crate) async fn open(bus: &Bus, session_id: &str, orch_id: &str) -> Result<Feed, String> {
+    let sessions = bus
+        .js
+        .get_stream_no_info(subjects::SESSIONS_STREAM)
+        .await
+        .map_err(|e| format!("opening the sessions stream: {e}"))?;
+    let orch = bus
         .js
         .get_stream_no_info(subjects::ORCH_STREAM)
         .await
         .map_err(|e| format!("opening the Orchestrator stream: {e}"))?;
     let wake_in = bus
         .client
-        .subscribe(subjects::orch_in(orch_id))
+        .subscribe(subjects::session_inputs_of(session_id, orch_id))
         .await
         .map_err(|e| format!("subscribing to the inputs: {e}"))?;
     let wake_ctl = bus
@@ -71,7 +82,9 @@ pub(crate) async fn open(bus: &Bus, orch_id: &str) -> Result<Feed, String> {
         .await
         .map_err(|e| format!("subscribing to control: {e}"))?;
     Ok(Feed {
-        stream,
+        sessions,
+        orch,
+        session_id: session_id.to_owned(),
         orch_id: orch_id.to_owned(),
         wake_in,
         wake_ctl,
@@ -79,7 +92,7 @@ pub(crate) async fn open(bus: &Bus, orch_id: &str) -> Result<Feed, String> {
     })
 }
 
-/// Hands the agent every input past `taken` (the stored `in_seq`) in stream
+/// Hands the agent every input past `taken` (the stored `in_seq`) in
 /// order, and turns a release or cancel into a stop. Malformed messages are
 /// logged and passed over.
 pub(crate) async fn read(
@@ -90,32 +103,31 @@ pub(crate) async fn read(
 ) {
     let stop = stopper.token().clone();
     let mut reader = Reader::new(&feed, taken);
-    reader.skip_taken(&feed.stream).await;
-    // The highest input seq announced by a wake-up, and how long to wait
+    // The highest input number announced by a wake-up, and how long to wait
     // before looking for it again while the stream does not show it yet.
     let mut announced = 0;
     let mut retry = FIRST_RETRY;
     let mut check_control = true;
     loop {
-        if !reader.drain(&feed.stream, &inputs, &stop).await {
+        if !reader.drain(&feed.sessions, &inputs, &stop).await {
             return;
         }
         if check_control {
-            if let Some(action) = reader.control(&feed.stream).await {
+            if let Some(action) = reader.control(&feed.orch).await {
                 tracing::info!(?action, "control received");
                 stopper.stop(Cause::Control { action });
                 return;
             }
             check_control = false;
         }
-        let behind = announced > reader.last_input;
+        let behind = announced >= reader.next;
         let wait = if behind { retry } else { POLL };
         tokio::select! {
             () = stop.cancelled() => return,
             woke = feed.wake_in.next() => {
                 let Some(msg) = woke else { return };
-                if let Ok(input) = serde_json::from_slice::<OrchestratorInput>(&msg.payload) {
-                    announced = announced.max(input.seq);
+                if let Some((_, _, n)) = subjects::input_of(msg.subject.as_str()) {
+                    announced = announced.max(n);
                     retry = FIRST_RETRY;
                 }
             }
@@ -140,48 +152,31 @@ pub(crate) async fn read(
 
 /// Where reading stands.
 struct Reader {
-    in_subject: String,
+    session_id: String,
+    orch_id: String,
     ctl_subject: String,
-    /// Stored `in_seq`: inputs up to it were taken already.
-    taken: u64,
-    /// The stream sequence of the last input read.
-    cursor: u64,
-    /// The seq of the last input read (or taken).
-    last_input: u64,
+    /// The number of the next input to read: the stored `in_seq` + 1 at first.
+    next: u64,
     /// The stream sequence of a malformed control message already reported.
     bad_control: u64,
+    /// The stream sequence of the last input message looked at (a
+    /// malformed one is reported once).
+    bad_input: u64,
 }
 
 impl Reader {
     fn new(feed: &Feed, taken: u64) -> Self {
         Self {
-            in_subject: subjects::orch_in(&feed.orch_id),
+            session_id: feed.session_id.clone(),
+            orch_id: feed.orch_id.clone(),
             ctl_subject: subjects::orch_ctl(&feed.orch_id),
-            taken,
-            cursor: 0,
-            last_input: taken,
+            next: taken + 1,
             bad_control: 0,
+            bad_input: 0,
         }
     }
 
-    /// When the newest input was taken already (a takeover of an
-    /// Orchestrator that was waiting), reading starts after it rather than
-    /// from the first.
-    async fn skip_taken(&mut self, stream: &Stream<()>) {
-        if self.taken == 0 {
-            return;
-        }
-        if let Ok(last) = stream
-            .direct_get_last_for_subject(self.in_subject.as_str())
-            .await
-            && let Ok(input) = serde_json::from_slice::<OrchestratorInput>(&last.payload)
-            && input.seq <= self.taken
-        {
-            self.cursor = last.sequence;
-        }
-    }
-
-    /// Reads every input stored after the cursor. False when the reading is over.
+    /// Reads every input stored from `next` on. False when the reading is over.
     async fn drain(
         &mut self,
         stream: &Stream<()>,
@@ -192,10 +187,8 @@ impl Reader {
             if stop.is_cancelled() {
                 return false;
             }
-            let msg = match stream
-                .direct_get_next_for_subject(self.in_subject.as_str(), Some(self.cursor + 1))
-                .await
-            {
+            let subject = subjects::session_input(&self.session_id, &self.orch_id, self.next);
+            let msg = match stream.direct_get_last_for_subject(subject.as_str()).await {
                 Ok(msg) => msg,
                 Err(e) if e.kind() == DirectGetErrorKind::NotFound => return true,
                 Err(e) => {
@@ -206,35 +199,52 @@ impl Reader {
                     }
                 }
             };
-            self.cursor = msg.sequence;
+            // A message that is not input `next` is passed over, and the
+            // reader waits on the subject: only the coordinator writes it,
+            // and what it writes there next is the input itself (direct get
+            // reads the subject's newest message).
             let Some(input) = self.input(&msg) else {
-                continue;
+                return true;
             };
-            self.last_input = self.last_input.max(input.seq);
-            if input.seq <= self.taken {
-                continue;
-            }
+            self.next += 1;
             if inputs.send(input).await.is_err() {
                 return false;
             }
         }
     }
 
-    fn input(&self, msg: &StreamMessage) -> Option<Input> {
+    /// Input `next` from its stored log entry; `None` (logged once) when
+    /// the entry is not an input to this Orchestrator numbered `next`.
+    fn input(&mut self, msg: &StreamMessage) -> Option<Input> {
         let subject = msg.subject.as_str();
-        match arbiter_bus::decode::<OrchestratorInput>(subject, &msg.payload) {
-            Ok(input) => {
+        let first = self.bad_input != msg.sequence;
+        self.bad_input = msg.sequence;
+        let entry = match arbiter_bus::decode::<LogEntry>(subject, &msg.payload) {
+            Ok(entry) => entry,
+            Err(error) => {
+                if first {
+                    tracing::error!(%subject, stream_seq = msg.sequence, %error, "malformed input passed over");
+                }
+                return None;
+            }
+        };
+        match entry.body {
+            LogBody::ArbiterToOrchestrator(input)
+                if input.orch_id == self.orch_id && input.input_seq == Some(self.next) =>
+            {
                 arbiter_bus::metrics::hop_since(msg.time, "coordinator→orchestrator");
                 Some(Input {
-                    seq: input.seq,
-                    text: input.message,
+                    seq: self.next,
+                    text: input.text,
                     budget: input.budget,
                     stream_seq: msg.sequence,
                     trace: TraceContext::from_headers(Some(&msg.headers)),
                 })
             }
-            Err(error) => {
-                tracing::error!(%subject, stream_seq = msg.sequence, %error, "malformed input passed over");
+            _ => {
+                if first {
+                    tracing::error!(%subject, stream_seq = msg.sequence, "malformed input passed over: not an input to this Orchestrator with this number");
+                }
                 None
             }
         }

@@ -202,7 +202,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             baseline
         }
     };
-    let feed = match inputs::open(&shared.bus, &summon.orch_id).await {
+    let feed = match inputs::open(&shared.bus, &summon.session_id, &summon.orch_id).await {
         Ok(feed) => feed,
         Err(e) => {
             tracing::error!(error = %e, "cannot read the inputs; handing the summons back");

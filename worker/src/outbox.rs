@@ -35,6 +35,8 @@ impl Outbox {
             evidence,
             handoff: None,
             spend: None,
+            // It reads its inputs from the session's log (`inputs.rs`).
+            session_inputs: true,
             sent_at: Utc::now(),
         }
     }

@@ -4,12 +4,49 @@
 
 use super::*;
 
-/// Any message of a session's log, read for the record it may carry.
+/// Any message of a session's log, read for the record it may carry: in
+/// the clear (`step`) or, on an input, sealed.
 #[derive(Deserialize)]
 struct Carried {
     seq: u64,
     #[serde(default)]
     step: Option<Record>,
+    #[serde(default)]
+    sealed: Option<String>,
+}
+
+impl Carried {
+    /// Its record, opened when sealed.
+    fn record(
+        self,
+        sealer: &Sealer,
+        session_id: &str,
+        subject: &str,
+    ) -> Result<Option<Record>, WireError> {
+        let Some(sealed) = self.sealed else {
+            return Ok(self.step);
+        };
+        let unreadable = |detail: String| WireError::MalformedMessage {
+            subject: subject.to_owned(),
+            detail,
+        };
+        let plain = sealer
+            .open(session_id, &sealed)
+            .map_err(|e| unreadable(format!("log entry {}: {e}", self.seq)))?;
+        arbiter_bus::decode::<Record>(subject, &plain).map(Some)
+    }
+}
+
+/// A session's log message, decoded, its record opened.
+fn carried(
+    sealer: &Sealer,
+    session_id: &str,
+    subject: &str,
+    bytes: &[u8],
+) -> Result<(u64, Option<Record>), WireError> {
+    let carried = arbiter_bus::decode::<Carried>(subject, bytes)?;
+    let seq = carried.seq;
+    Ok((seq, carried.record(sealer, session_id, subject)?))
 }
 
 /// Reads a session's log back: its records in order, and where the log
@@ -21,10 +58,13 @@ struct Carried {
 pub(crate) async fn load(
     log: &StepLog,
     legacy: &StepLog,
+    sealer: &Sealer,
     session_id: &str,
 ) -> Result<Loaded, String> {
-    let subject = subjects::session_log(session_id);
-    let Some(replay) = log.replay(&subject).await? else {
+    let Some(replay) = log
+        .replay_all(&subjects::session_log_filters(session_id))
+        .await?
+    else {
         return Ok(Loaded {
             restored: legacy_load(legacy, session_id).await?,
             last_seq: 0,
@@ -34,10 +74,10 @@ pub(crate) async fn load(
     let mut state = Folded::default();
     let mut shown_seq = 0;
     for stored in replay.records {
-        match arbiter_bus::decode::<Carried>(&subject, &stored.bytes) {
-            Ok(carried) => {
-                shown_seq = carried.seq;
-                if let Some(record) = carried.step {
+        match carried(sealer, session_id, &stored.subject, &stored.bytes) {
+            Ok((seq, record)) => {
+                shown_seq = seq;
+                if let Some(record) = record {
                     state.fold(record);
                 }
             }
@@ -118,7 +158,11 @@ async fn legacy_load(legacy: &StepLog, session_id: &str) -> Result<Option<Restor
 /// input, or an outbox that may not have been published in full. Read from the
 /// logs themselves, the only place a step is known to have happened (and,
 /// for sessions untouched since protocol v2, from their state subjects).
-pub(crate) async fn unfinished(log: &StepLog, legacy: &StepLog) -> Result<Vec<String>, String> {
+pub(crate) async fn unfinished(
+    log: &StepLog,
+    legacy: &StepLog,
+    sealer: &Sealer,
+) -> Result<Vec<String>, String> {
     let bus = log.bus();
     let mut unfinished = Vec::new();
     let logs = subjects_of(bus, subjects::SESSIONS_STREAM, subjects::ALL_SESSION_LOG).await?;
@@ -129,7 +173,14 @@ pub(crate) async fn unfinished(log: &StepLog, legacy: &StepLog) -> Result<Vec<St
         };
         let id = id.to_owned();
         seen.insert(id.clone());
-        let last = match log.last(&subject).await {
+        // The last message over the whole session: on `.log`, an input, or
+        // a human line no step took yet (work undone).
+        let fence = subjects::session_fence(&id);
+        let last = match log.last(&fence).await {
+            Ok(Some(last)) if subjects::human_of(&last.subject).is_some() => {
+                unfinished.push(id);
+                continue;
+            }
             Ok(Some(last)) => last,
             Ok(None) => continue,
             Err(e) => {
@@ -143,16 +194,14 @@ pub(crate) async fn unfinished(log: &StepLog, legacy: &StepLog) -> Result<Vec<St
         let carried = log
             .resolve(&last.payload)
             .await
-            .map(|bytes| arbiter_bus::decode::<Carried>(&subject, &bytes));
+            .map(|bytes| carried(sealer, &id, &last.subject, &bytes));
         let done = match carried {
-            Ok(Ok(Carried {
-                step: Some(record), ..
-            })) => settled(bus, &record).await,
+            Ok(Ok((_, Some(record)))) => settled(bus, &record).await,
             // The last entry of a step's outbox: the rest of that step's
             // outbox is out, but whether its record left work undone is in
             // the record. A session untouched since protocol v2 is judged by
             // its state subject's last record, which stands where the log does.
-            Ok(Ok(Carried { step: None, seq })) => match legacy_last(legacy, &id).await {
+            Ok(Ok((seq, None))) => match legacy_last(legacy, &id).await {
                 Some(record) if record.snapshot.log_seq == seq => settled(bus, &record).await,
                 _ => false,
             },
@@ -230,13 +279,9 @@ async fn outbox_published(bus: &Bus, outbox: &[Effect]) -> bool {
         Effect::Log(entry) => Some(entry),
         _ => None,
     }) {
-        return last_seq(
-            bus,
-            subjects::SESSIONS_STREAM,
-            &subjects::session_log(&entry.session_id),
-        )
-        .await
-        .is_some_and(|seq| seq >= entry.seq);
+        return last_seq(bus, subjects::SESSIONS_STREAM, &entry_subject(entry))
+            .await
+            .is_some_and(|seq| seq >= entry.seq);
     }
     for effect in outbox {
         let Effect::Input(input) = effect else {

@@ -627,7 +627,7 @@ impl System {
             .unwrap();
         let consumer = stream
             .create_consumer(pull::OrderedConfig {
-                filter_subject: subjects::session_log(session),
+                filter_subjects: subjects::session_log_filters(session),
                 deliver_policy: DeliverPolicy::All,
                 ..Default::default()
             })

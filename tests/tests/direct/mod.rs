@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use arbiter_bus::TraceContext;
 use arbiter_protocol::{
-    Control, ControlAction, OrchestratorEvent, OrchestratorInput, OrchestratorMessage,
-    OrchestratorOutput, OrchestratorState, OrchestratorStatus, Summon, VERSION, subjects,
+    Control, ControlAction, OrchestratorEvent, OrchestratorMessage, OrchestratorOutput,
+    OrchestratorState, OrchestratorStatus, Summon, VERSION, subjects,
 };
 use arbiter_tests::eventually;
 use arbiter_worker::WorkerPresence;
@@ -75,23 +75,32 @@ pub async fn summon_as(
         .unwrap();
 }
 
-/// Sends the Arbiter's `seq`-th message to an Orchestrator.
+/// Sends the Arbiter's `seq`-th message to an Orchestrator, as a
+/// coordinator of protocol v3 does: the log entry that is the input, on its
+/// own subject (no record rides on it here).
 pub async fn input(sys: &System, session: &str, orch_id: &str, seq: u64, text: &str) {
-    let input = OrchestratorInput {
+    let entry = arbiter_protocol::LogEntry {
         v: VERSION,
         session_id: session.into(),
-        orch_id: orch_id.into(),
         seq,
-        message: text.into(),
-        sent_at: chrono::Utc::now(),
-        budget: None,
+        at: chrono::Utc::now(),
+        body: arbiter_protocol::LogBody::ArbiterToOrchestrator(
+            arbiter_protocol::ArbiterToOrchestratorEntry {
+                number: 1,
+                member: None,
+                orch_id: orch_id.into(),
+                text: text.into(),
+                input_seq: Some(seq),
+                budget: None,
+            },
+        ),
     };
     sys.bus
         .publish_js(
-            subjects::orch_in(orch_id),
-            &format!("{orch_id}:in:{seq}"),
+            subjects::session_input(session, orch_id, seq),
+            &format!("{session}:log:{orch_id}:{seq}"),
             &TraceContext::none(),
-            &input,
+            &entry,
         )
         .await
         .unwrap();

@@ -98,6 +98,45 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
             vec![C, K, A],
         ),
         (
+            "follow a session's log and its inputs (one consumer, two filters)",
+            req(
+                "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.probe2",
+                r#"{"stream_name":"ARBITER_SESSIONS","config":{"name":"probe2","filter_subjects":["arbiter.v1.session.s1.log","arbiter.v1.session.s1.in.>"],"deliver_policy":"all","ack_policy":"none","inactive_threshold":5000000000}}"#,
+            ),
+            vec![C, K, A],
+        ),
+        (
+            "store an input to an Orchestrator (a log entry on its own subject)",
+            js("arbiter.v1.session.s1.in.o1.1"),
+            vec![C],
+        ),
+        (
+            "read an input by direct get of its subject",
+            req(
+                "$JS.API.DIRECT.GET.ARBITER_SESSIONS.arbiter.v1.session.s1.in.o1.1",
+                "",
+            ),
+            vec![W, A],
+        ),
+        (
+            "read a session's log by direct get",
+            req(
+                "$JS.API.DIRECT.GET.ARBITER_SESSIONS.arbiter.v1.session.s1.log",
+                "",
+            ),
+            vec![A],
+        ),
+        (
+            "read any message of the sessions stream by direct get",
+            req("$JS.API.DIRECT.GET.ARBITER_SESSIONS", r#"{"seq":1}"#),
+            vec![A],
+        ),
+        (
+            "wake on an Orchestrator's inputs (core subscription)",
+            sub("arbiter.v1.session.s1.in.o1.*"),
+            vec![W],
+        ),
+        (
             "read any message of the sessions stream",
             req("$JS.API.STREAM.MSG.GET.ARBITER_SESSIONS", r#"{"seq":1}"#),
             vec![C, A],

@@ -279,6 +279,7 @@ fn output(orch_id: &str, seq: u64) -> OrchestratorMessage {
         evidence: None,
         handoff: None,
         spend: None,
+        session_inputs: true,
         sent_at: Utc::now(),
     }
 }

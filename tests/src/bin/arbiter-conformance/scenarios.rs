@@ -29,6 +29,8 @@ impl Rows {
 /// An Orchestrator the kit summoned.
 struct Orch {
     id: String,
+    /// Its session (the summons' `session_id`).
+    session: String,
     brief: String,
     summons_seq: u64,
     inputs: u64,
@@ -50,20 +52,34 @@ impl Kit {
     async fn summon(&self, name: &str) -> Orch {
         let id = uuid::Uuid::now_v7().to_string();
         let brief = format!("Conformance brief {name} ({id}).");
-        let summons = json!({"v":1,"session_id":format!("conf-{name}"),"orch_id":id,"number":1,
+        let session = format!("conf-{name}");
+        let summons = json!({"v":1,"session_id":session,"orch_id":id,"number":1,
             "brief":brief,"workspace":null,"pool":POOL,"summoned_at":now()});
         let summons_seq = self
             .publish(subjects::summon(POOL), &id, summons.to_string().into())
             .await;
         Orch {
             id,
+            session,
             brief,
             summons_seq,
             inputs: 0,
         }
     }
 
+    /// Input `seq`, both ways a coordinator sends one to an Orchestrator
+    /// whose worker has not said which it reads: the log entry that is the
+    /// input (protocol v3) and the bare input on `orch.<id>.in` (v2).
     async fn input(&self, orch: &Orch, seq: u64, message: &str) {
+        let entry = json!({"v":3,"session_id":orch.session,"seq":seq,"at":now(),
+            "body":{"type":"arbiter_to_orchestrator","number":1,"orch_id":orch.id,
+                "text":message,"input_seq":seq}});
+        self.publish(
+            subjects::session_input(&orch.session, &orch.id, seq),
+            &format!("{}:log:{}:{seq}", orch.session, orch.id),
+            entry.to_string().into(),
+        )
+        .await;
         let input = json!({"v":1,"session_id":"conf","orch_id":orch.id,"seq":seq,
             "message":message,"sent_at":now()});
         self.publish(
@@ -287,6 +303,15 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
     kit.publish(
         subjects::orch_in(&orch.id),
         &format!("{}:in:1:again", orch.id),
+        dup.to_string().into(),
+    )
+    .await;
+    let dup = json!({"v":3,"session_id":orch.session,"seq":1,"at":now(),
+        "body":{"type":"arbiter_to_orchestrator","number":1,"orch_id":orch.id,
+            "text":"DUPLICATE","input_seq":1}});
+    kit.publish(
+        subjects::session_input(&orch.session, &orch.id, 1),
+        &format!("{}:log:{}:1:again", orch.session, orch.id),
         dup.to_string().into(),
     )
     .await;
