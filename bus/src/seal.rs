@@ -178,4 +178,29 @@ mod tests {
         assert!(matches!(sealer.open("s1", "!!"), Err(SealError::Encoding)));
         assert!(matches!(sealer.open("s1", "AAAA"), Err(SealError::Short)));
     }
+
+    /// What sealing costs per record, beside encoding it: the figure in
+    /// docs/architecture.md (`cargo test --release -p arbiter-bus seal_cost
+    /// -- --ignored --nocapture`).
+    #[test]
+    #[ignore = "a measurement"]
+    fn seal_cost() {
+        let sealer = Sealer::random();
+        for size in [1024usize, 8 * 1024, 64 * 1024] {
+            let record = serde_json::json!({"rev": 1, "text": "x".repeat(size)});
+            let rounds = 2000;
+            let started = std::time::Instant::now();
+            let mut plain = Vec::new();
+            for _ in 0..rounds {
+                plain = serde_json::to_vec(&record).unwrap();
+            }
+            let encode = started.elapsed() / rounds;
+            let started = std::time::Instant::now();
+            for _ in 0..rounds {
+                std::hint::black_box(sealer.seal("s1", &plain));
+            }
+            let seal = started.elapsed() / rounds;
+            println!("{size} B: encode {encode:?}, seal {seal:?}");
+        }
+    }
 }
