@@ -184,6 +184,7 @@ mod tests {
     /// -- --ignored --nocapture`).
     #[test]
     #[ignore = "a measurement"]
+    #[allow(clippy::print_stdout, reason = "a measurement prints its figures")]
     fn seal_cost() {
         let sealer = Sealer::random();
         for size in [1024usize, 8 * 1024, 64 * 1024] {
