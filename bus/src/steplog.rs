@@ -387,6 +387,22 @@ impl Writer {
         self.step_over = None;
     }
 
+    /// For a claim over a wildcard fence: any message another writer stored
+    /// under the fence since `last_seq` refuses it ([`AppendError::Fenced`]),
+    /// so that the claimer reads again rather than stepping over a step it
+    /// has not read. [`Writer::stop_stepping_over`] ends it.
+    pub fn strict(&mut self) {
+        self.step_over = Some(StepOver {
+            foreign: |_| false,
+            owned: Vec::new(),
+        });
+    }
+
+    /// Back to the default handling of refusals (after a claim).
+    pub fn stop_stepping_over(&mut self) {
+        self.step_over = None;
+    }
+
     /// The subject (or wildcard) appends are fenced on.
     pub fn fence_subject(&self) -> &str {
         &self.fence

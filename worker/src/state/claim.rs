@@ -165,10 +165,15 @@ pub(crate) async fn claim(
                     restored.last_seq,
                 );
                 let outbox = std::mem::take(&mut restored.outbox);
-                store
+                // A step another writer stored after the read refuses the
+                // claim, which then reads again: never a claim on top of a
+                // step it has not read (a paused holder's output on `.out`).
+                store.writer.strict();
+                let written = store
                     .write_as(Vec::new(), &restored.snapshot, outbox, true, until)
-                    .await
-                    .map(|()| Claim::Resumed(store, Box::new(restored)))
+                    .await;
+                store.writer.stop_stepping_over();
+                written.map(|()| Claim::Resumed(store, Box::new(restored)))
             }
             None => fresh(backend, summon, worker_id, summons_seq, until).await,
         };

@@ -544,3 +544,42 @@ async fn a_reader_starts_at_the_rollup_that_left_outputs_behind() {
     assert_eq!(restored.transcript.len(), 2, "the brief and the replies");
     assert_eq!(restored.snapshot, read_before.snapshot);
 }
+
+/// A holder paused past its lease stores a step that outputs something (on
+/// `.out`) after the next worker read the records and before its claim: the
+/// claim is refused rather than stored on top of a step it has not read
+/// (its model call and tools would run again), and `claim` reads again and
+/// resumes with that step.
+#[tokio::test]
+async fn a_claim_never_lands_on_a_step_it_has_not_read() {
+    let nats = NatsServer::start().await;
+    let backend = backend(&nats).await;
+    let never = CancellationToken::new();
+    let s = summon("o-fork");
+    let (mut first, _) = claimed(claim(&backend, &s, 0, "w1", &never).await.unwrap());
+    // The second worker reads the records...
+    let mut read = claim::load(&backend, "o-fork").await.unwrap().unwrap();
+    // ...the first, not fenced yet, stores a step with an output...
+    first
+        .write(
+            vec![Message::assistant("asked")],
+            &Snapshot::new(),
+            vec![output("o-fork", 1)],
+            &never,
+        )
+        .await
+        .unwrap();
+    // ...and a claim built on that read is refused, as `claim` writes it.
+    let mut second = StateStore::new(&backend, &s, "w2", 0, read.rev, read.last_seq);
+    second.writer.strict();
+    let outbox = std::mem::take(&mut read.outbox);
+    let refused = second
+        .write_as(Vec::new(), &read.snapshot, outbox, true, &never)
+        .await;
+    assert_eq!(refused, Err(WriteError::Fenced));
+    assert_eq!(first.fence().holds().await, Some(true));
+    // Claiming reads again: the step is in what the second worker resumes.
+    let (_, transcript) = claimed(claim(&backend, &s, 0, "w2", &never).await.unwrap());
+    assert_eq!(transcript.last(), Some(&Message::assistant("asked")));
+    assert_eq!(first.fence().holds().await, Some(false));
+}
