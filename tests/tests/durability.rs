@@ -268,6 +268,80 @@ async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
     assert_eq!(requests[1].messages().len(), 3);
 }
 
+/// An input whose sealed record does not open (sealed under another key:
+/// the coordinators' key was replaced by hand, say) costs its step, not the
+/// session: the restarted coordinator logs the error, the input still shows,
+/// and the log goes on after it with no `seq` twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_record_that_does_not_open_costs_that_step_not_the_session() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-bad-seal";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("First");
+    sys.mock.push(&arb, arbiter("address_human", "One."));
+    sys.mock.push(&arb, arbiter("address_human", "Two."));
+
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "First").await;
+    sys.settled(s, 2).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    let subject = arbiter_protocol::subjects::session_input(s, "o-gone", 1);
+    let foreign = arbiter_bus::seal::Sealer::random();
+    let bad = serde_json::json!({
+        "v": arbiter_protocol::VERSION,
+        "session_id": s,
+        "seq": 3,
+        "at": "2026-01-01T00:00:00Z",
+        "body": {"type": "arbiter_to_orchestrator", "number": 1, "orch_id": "o-gone",
+                 "text": "Lost words.", "input_seq": 1},
+        "sealed": foreign.seal(s, br#"{"rev":3}"#),
+    });
+    sys.bus
+        .js
+        .publish(subject.clone(), bad.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let _coordinator = sys.coordinator_process();
+    log.wait_len(4).await;
+    sys.send(s, "Second").await;
+    sys.settled(s, 6).await;
+
+    // What the user sees: the input, the error that says its record did
+    // not open, then the conversation going on.
+    let bodies = log.bodies();
+    assert!(
+        matches!(&bodies[3], LogBody::Error(e) if matches!(
+            &e.error,
+            arbiter_protocol::WireError::MalformedMessage { subject: on, detail }
+                if *on == subject && detail.contains("did not open")
+        )),
+        "{:?}",
+        bodies[3]
+    );
+    assert_eq!(
+        briefs(&[&bodies[..3], &bodies[4..]].concat()),
+        vec![
+            pair("You", "First"),
+            pair("Arbiter", "One."),
+            pair("Arbiter → Orchestrator I", "Lost words."),
+            pair("You", "Second"),
+            pair("Arbiter", "Two."),
+        ]
+    );
+    assert_eq!(
+        log.entries().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5, 6]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_step_too_large_for_one_message_is_stored_and_restored() {
     let sys = System::start_with(Options {

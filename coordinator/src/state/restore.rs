@@ -37,6 +37,12 @@ impl Carried {
     }
 }
 
+/// The `seq` of a log message whose record could not be read.
+#[derive(Deserialize)]
+struct SeqOnly {
+    seq: u64,
+}
+
 /// A session's log message, decoded, its record opened.
 fn carried(
     sealer: &Sealer,
@@ -82,6 +88,11 @@ pub(crate) async fn load(
                 }
             }
             Err(error) => {
+                // Its entry may still show (a sealed record that does not
+                // open rides on a readable input): the log goes on after it.
+                if let Ok(entry) = serde_json::from_slice::<SeqOnly>(&stored.bytes) {
+                    shown_seq = entry.seq;
+                }
                 tracing::error!(session.id = %session_id, seq = stored.seq, %error, "a stored step is unreadable; skipped");
                 state.unreadable.push(error);
             }
