@@ -196,6 +196,35 @@ async fn a_nats_server_restart_mid_conversation_loses_nothing() {
     sys.settled(s, 9).await;
 }
 
+/// Session `s` answers "First" with "One." (and its next line with
+/// "Two."); its coordinator is killed, `bad` is stored on `subject`
+/// meanwhile, and a coordinator is started again: its log, the Arbiter's
+/// lane and the running coordinator.
+async fn stored_while_down(
+    sys: &System,
+    s: &str,
+    subject: &str,
+    bad: &serde_json::Value,
+) -> (LogWatch, String, tokio::process::Child) {
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("First");
+    sys.mock.push(&arb, arbiter("address_human", "One."));
+    sys.mock.push(&arb, arbiter("address_human", "Two."));
+    let mut coordinator = sys.coordinator_process();
+    sys.send(s, "First").await;
+    sys.settled(s, 2).await;
+    coordinator.start_kill().unwrap();
+    coordinator.wait().await.unwrap();
+    sys.bus
+        .js
+        .publish(subject.to_owned(), bad.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    (log, arb, sys.coordinator_process())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
     let sys = System::start_with(Options {
@@ -204,16 +233,6 @@ async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
     })
     .await;
     let s = "s-bad-record";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("First");
-    sys.mock.push(&arb, arbiter("address_human", "One."));
-    sys.mock.push(&arb, arbiter("address_human", "Two."));
-
-    let mut coordinator = sys.coordinator_process();
-    sys.send(s, "First").await;
-    sys.settled(s, 2).await;
-    coordinator.start_kill().unwrap();
-    coordinator.wait().await.unwrap();
     // A step record nobody can read lands on the session's log (a step
     // entry, which consoles skip, whose record is not one).
     let subject = arbiter_protocol::subjects::session_log(s);
@@ -225,15 +244,7 @@ async fn an_unreadable_stored_step_costs_that_step_not_the_session() {
         "body": {"type": "step"},
         "step": {"rev": 4, "append": 7},
     });
-    sys.bus
-        .js
-        .publish(subject.clone(), bad.to_string().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-
-    let _coordinator = sys.coordinator_process();
+    let (log, arb, _coordinator) = stored_while_down(&sys, s, &subject, &bad).await;
     // The restarted coordinator says so in the log at once.
     log.wait_len(3).await;
     sys.send(s, "Second").await;
@@ -280,16 +291,6 @@ async fn a_sealed_record_that_does_not_open_costs_that_step_not_the_session() {
     })
     .await;
     let s = "s-bad-seal";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("First");
-    sys.mock.push(&arb, arbiter("address_human", "One."));
-    sys.mock.push(&arb, arbiter("address_human", "Two."));
-
-    let mut coordinator = sys.coordinator_process();
-    sys.send(s, "First").await;
-    sys.settled(s, 2).await;
-    coordinator.start_kill().unwrap();
-    coordinator.wait().await.unwrap();
     let subject = arbiter_protocol::subjects::session_input(s, "o-gone", 1);
     let foreign = arbiter_bus::seal::Sealer::random();
     let bad = serde_json::json!({
@@ -301,15 +302,7 @@ async fn a_sealed_record_that_does_not_open_costs_that_step_not_the_session() {
                  "text": "Lost words.", "input_seq": 1},
         "sealed": foreign.seal(s, br#"{"rev":3}"#),
     });
-    sys.bus
-        .js
-        .publish(subject.clone(), bad.to_string().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-
-    let _coordinator = sys.coordinator_process();
+    let (log, _, _coordinator) = stored_while_down(&sys, s, &subject, &bad).await;
     log.wait_len(4).await;
     sys.send(s, "Second").await;
     sys.settled(s, 6).await;
