@@ -156,29 +156,30 @@ impl Session {
             a.reminded = false;
         }
         let budget = self.allowance(&active.orch_id);
+        if !active.session_inputs {
+            // A worker that has not said it reads the log (an older one,
+            // another language's, or one that has not output yet) also gets
+            // it on `orch.<id>.in`.
+            self.effect(Effect::Input(OrchestratorInput {
+                v: VERSION,
+                session_id: self.id.clone(),
+                orch_id: active.orch_id.clone(),
+                seq,
+                message: text.clone(),
+                sent_at: Utc::now(),
+                budget,
+            }));
+        }
         // The entry is the input (protocol v3): stored once, on the
         // Orchestrator's own input subject (see `state::entry_subject`).
         self.log(LogBody::ArbiterToOrchestrator(ArbiterToOrchestratorEntry {
             number: active.number,
             member: active.member,
-            orch_id: active.orch_id.clone(),
-            text: text.clone(),
+            orch_id: active.orch_id,
+            text,
             input_seq: Some(seq),
             budget,
         }));
-        if !active.session_inputs {
-            // A worker that has not said it reads the log (an older one,
-            // another language's, or one that has not output yet).
-            self.effect(Effect::Input(OrchestratorInput {
-                v: VERSION,
-                session_id: self.id.clone(),
-                orch_id: active.orch_id,
-                seq,
-                message: text,
-                sent_at: Utc::now(),
-                budget,
-            }));
-        }
     }
 
     /// Summons one Orchestrator (solo) or a whole team at once: a team is

@@ -597,11 +597,7 @@ pub(crate) async fn replay(
 /// Whether a log entry is stored (`None`: the session was cancelled before
 /// the server could say). An input has a subject of its own; any other
 /// entry is on `.log`, where entries are stored in `seq` order.
-pub(crate) async fn entry_published(
-    bus: &Bus,
-    entry: &LogEntry,
-    cancel: &CancellationToken,
-) -> Option<bool> {
+async fn entry_published(bus: &Bus, entry: &LogEntry, cancel: &CancellationToken) -> Option<bool> {
     let subject = entry_subject(entry);
     let last = read_last_seq(bus, subjects::SESSIONS_STREAM, &subject, cancel).await?;
     Some(last.is_some_and(|seq| seq >= entry.seq))

@@ -132,6 +132,14 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
             vec![A],
         ),
         (
+            "read the coordinators' sealing key (their leases bucket)",
+            req(
+                "$JS.API.DIRECT.GET.KV_arbiter_coordinator_leases.$KV.arbiter_coordinator_leases.sealing-key",
+                "",
+            ),
+            vec![C, A],
+        ),
+        (
             "wake on an Orchestrator's inputs (core subscription)",
             sub("arbiter.v1.session.s1.in.o1.*"),
             vec![W],
