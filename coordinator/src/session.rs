@@ -163,6 +163,8 @@ pub(crate) struct Session {
     stored_settled: bool,
     /// Its active Orchestrator, number summoned and budget (see `status.rs`).
     stored_shape: Option<(Option<String>, u32, String)>,
+    /// Puts the status in the bucket (started with the first put).
+    status_writer: Option<status::StatusWriter>,
     /// Orchestrator output that came ahead of its turn (see `outputs.rs`).
     pub held: HeldOutputs,
     cancel: CancellationToken,
@@ -214,6 +216,7 @@ pub(crate) fn spawn(
         status_stored_at: None,
         stored_settled: false,
         stored_shape: None,
+        status_writer: None,
         held: HeldOutputs::new(shared_gap_wait),
         cancel,
         abandon_turn: false,
@@ -352,6 +355,9 @@ impl Session {
         for delivery in pending {
             delivery.put_back(crate::forward::RETRY_DELAY).await;
         }
+        if let Some(writer) = self.status_writer.take() {
+            writer.finish().await;
+        }
     }
 
     #[tracing::instrument(name = "session", skip_all, fields(session.id = %self.id))]
@@ -411,11 +417,17 @@ impl Session {
                     self.state.turns += 1;
                     self.changed = true;
                 }
-                // Stored before the model is called: a restart re-runs this turn.
+                // The model call starts while the step that asks it is
+                // stored, and its reply is taken only once that step is
+                // (below, after `commit`): a restart re-runs this turn, and
+                // a step that is not stored drops the call (aborted with
+                // `started`). This keeps a store round trip off the way
+                // from an input to the model.
+                let started = RunningTurn::start(self.start_turn());
                 if !self.commit().await {
                     break;
                 }
-                turn = Some(RunningTurn::start(self.start_turn()));
+                turn = Some(started);
                 self.status_dirty = true;
             }
             // What an input left unstored because a turn looked due (a

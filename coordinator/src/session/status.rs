@@ -10,13 +10,71 @@
 //! so the bucket never shows a session settled that is not. A busy session thus costs the bucket at most
 //! one stored message per heartbeat, not several per turn, and the bucket
 //! is never more than a heartbeat behind.
+//!
+//! The bucket is written by a task of the session's own ([`StatusWriter`]),
+//! so the actor never waits for its ack: an Arbiter reply that comes while
+//! the status of the step before is being stored is routed at once.
 
 use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::watch;
 
 use super::*;
 
 /// How often status is republished while nothing changes (consoles use it as a heartbeat).
 pub(super) const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a put the bucket refused waits before it is tried again.
+const PUT_RETRY: Duration = Duration::from_millis(500);
+/// How long a stopping session waits for its last status to be stored.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// Puts a session's status in the bucket `arbiter_sessions`, one put at a
+/// time, always the newest value handed to it (an older one is never put
+/// after a newer one). A put that fails is tried again, with whatever is
+/// newest then.
+pub(super) struct StatusWriter {
+    newest: watch::Sender<Option<Bytes>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StatusWriter {
+    pub(super) fn start(kv: async_nats::jetstream::kv::Store, key: String) -> Self {
+        let (newest, mut rx) = watch::channel::<Option<Bytes>>(None);
+        let task = tokio::spawn(async move {
+            let mut retry = false;
+            loop {
+                if !retry && rx.changed().await.is_err() {
+                    return;
+                }
+                retry = false;
+                let Some(bytes) = rx.borrow_and_update().clone() else {
+                    continue;
+                };
+                if let Err(e) = kv.put(&key, bytes).await {
+                    tracing::warn!(session.id = %key, error = %e, "could not store the session status; trying again");
+                    tokio::time::sleep(PUT_RETRY).await;
+                    retry = true;
+                }
+            }
+        });
+        Self { newest, task }
+    }
+
+    fn put(&self, bytes: Bytes) {
+        self.newest.send_replace(Some(bytes));
+    }
+
+    /// Stores what was handed over last, waiting at most [`FLUSH_WAIT`]
+    /// (the next owner of the session puts its own soon after).
+    pub(super) async fn finish(self) {
+        let Self { newest, mut task } = self;
+        drop(newest);
+        if tokio::time::timeout(FLUSH_WAIT, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
+}
 
 impl Session {
     pub(super) async fn publish_status(&mut self, thinking: bool, changed: bool) {
@@ -81,14 +139,15 @@ impl Session {
         {
             match serde_json::to_vec(&status) {
                 Ok(bytes) => {
-                    if let Err(e) = bus.sessions_kv.put(&self.id, bytes.into()).await {
-                        tracing::warn!(error = %e, "could not store the session status");
-                    } else {
-                        self.status_unstored = false;
-                        self.status_stored_at = Some(Instant::now());
-                        self.stored_settled = settled;
-                        self.stored_shape = Some(shape);
-                    }
+                    self.status_writer
+                        .get_or_insert_with(|| {
+                            StatusWriter::start(bus.sessions_kv.clone(), self.id.clone())
+                        })
+                        .put(bytes.into());
+                    self.status_unstored = false;
+                    self.status_stored_at = Some(Instant::now());
+                    self.stored_settled = settled;
+                    self.stored_shape = Some(shape);
                 }
                 Err(e) => tracing::error!(error = %e, "could not encode the session status"),
             }
