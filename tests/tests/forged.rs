@@ -218,3 +218,104 @@ async fn forged_input_seqs_never_silence_the_real_arbiter() {
         "a forged input reached a model"
     );
 }
+
+/// An input the server refused to store (what a coordinator that another
+/// one fenced out sends: the server refuses it, yet core subscribers, the
+/// worker's wake-up among them, still get it) never becomes the
+/// Orchestrator's: the worker may start the model call it would make at
+/// once (so that reading the stream is not on the way to the model), but it
+/// takes only what it read from the stream. What the user sees: the
+/// Orchestrator answers the real input, and the refused text is in no log
+/// entry, no stored record and no output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_the_server_refused_to_store_never_becomes_the_orchestrators() {
+    let sys = start().await;
+    let s = "s-refused-in";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Paint the fence");
+    let brief = "Paint the fence; ask which colour.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    let answer = Gate::new();
+    sys.mock.push(
+        &arb,
+        arbiter("address_orchestrator", "Green.").gated(answer.clone()),
+    );
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Done."));
+    sys.mock.push(&lane, orch(true, "Which colour?"));
+    // The reply to a call started on the refused input (taken by nobody).
+    sys.mock.push(&lane, orch(true, "REFUSED ANSWER"));
+    sys.mock.push(&lane, orch(true, "Painted green."));
+    sys.send(s, "Paint the fence").await;
+    let orch_id = summoned_id(&log).await;
+    log.wait_for("the question", |b| matches!(b, LogBody::Orchestrator(_)))
+        .await;
+    sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+
+    // Input 1, as a fenced-out coordinator would publish it: refused.
+    let refused = arbiter_protocol::LogEntry {
+        v: VERSION,
+        session_id: s.into(),
+        seq: 99,
+        at: chrono::Utc::now(),
+        body: LogBody::ArbiterToOrchestrator(arbiter_protocol::ArbiterToOrchestratorEntry {
+            number: 1,
+            member: None,
+            orch_id: orch_id.clone(),
+            text: "REFUSED: paint it red.".into(),
+            input_seq: Some(1),
+            budget: None,
+        }),
+    };
+    let stored = sys
+        .bus
+        .js
+        .send_publish(
+            subjects::session_input(s, &orch_id, 1),
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(serde_json::to_vec(&refused).unwrap().into())
+                .expected_last_subject_sequence(1_000_000),
+        )
+        .await
+        .unwrap()
+        .await;
+    assert!(
+        stored.is_err(),
+        "the server stored the fenced input: {stored:?}"
+    );
+    // The worker saw it on its wake-up and started that call.
+    sys.mock.wait_for_requests(&lane, 2, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&lane)[1].last_user_text(),
+        "REFUSED: paint it red."
+    );
+
+    answer.open();
+    sys.settled(s, 7).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Paint the fence"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Which colour?"),
+            pair("Arbiter → Orchestrator I", "Green."),
+            pair("Orchestrator I", "Painted green."),
+            pair("Released", "I"),
+            pair("Arbiter", "Done."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&lane);
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2].last_user_text(), "Green.");
+    assert!(
+        !requests[2].all_text().contains("REFUSED"),
+        "the refused input is in the Orchestrator's transcript"
+    );
+    let records = direct::state_records(&sys, &orch_id).await;
+    assert!(!records.is_empty());
+    assert!(
+        records.iter().all(|r| !r.to_string().contains("REFUSED")),
+        "the refused input or its reply was stored: {records:?}"
+    );
+}

@@ -116,6 +116,37 @@ pub(crate) struct Agent {
     /// The model is to be told, with its next request, that it used 80 %
     /// of its allowance (see `agent/budget.rs`).
     budget_warning: Option<String>,
+    /// The model call started on an input's wake-up, before the input was
+    /// read from the stream (see `agent/waiting.rs`).
+    foreseen: Option<Foreseen>,
+}
+
+/// A model call started on an input seen only on its wake-up (a hint, see
+/// `inputs.rs`), so that the stream read is not on the way from the
+/// Arbiter's words to the model. The turn takes its reply only when the
+/// request it makes itself, from what it read from the stream, is this
+/// one; otherwise the call is aborted unanswered. So what the Orchestrator
+/// stores and does never rests on a message the server did not store.
+struct Foreseen {
+    request: Request,
+    call: tokio::task::JoinHandle<Result<Response, arbiter_llm::LlmError>>,
+}
+
+impl Foreseen {
+    async fn finish(mut self) -> Result<Response, arbiter_llm::LlmError> {
+        match (&mut self.call).await {
+            Ok(result) => result,
+            Err(e) => Err(arbiter_llm::LlmError::Stream(format!(
+                "the model call's task stopped: {e}"
+            ))),
+        }
+    }
+}
+
+impl Drop for Foreseen {
+    fn drop(&mut self) {
+        self.call.abort();
+    }
 }
 
 impl Agent {
@@ -158,6 +189,7 @@ impl Agent {
             cli: None,
             turn: tracing::Span::none(),
             budget_warning: None,
+            foreseen: None,
         }
     }
 
@@ -587,17 +619,71 @@ impl Agent {
         }
     }
 
-    /// One model call: `Err` when stopped, `Ok(Err(_))` when it failed for good.
-    async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
-        let request = Request {
+    /// The request of a model call on `messages`.
+    fn request(&self, messages: Arc<Vec<Message>>) -> Request {
+        Request {
             system: self.system.clone(),
-            messages: self.transcript.shared(),
+            messages,
             tools: self.shared.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: self.cap,
+        }
+    }
+
+    /// Starts the model call that taking `hint` (the next input, seen on
+    /// its wake-up) would make at once, when nothing else would come first:
+    /// the native runtime, seated, nothing in the inbox, and within its
+    /// allowance (the input's, when it carries one). See [`Foreseen`].
+    fn foresee(&mut self, hint: Input) {
+        let next = hint.seq == self.snap.in_seq.saturating_add(1);
+        if !next
+            || !matches!(self.shared.config.runtime, Runtime::Native)
+            || self.seat.is_parked()
+            || !self.snap.inbox.is_empty()
+            || hint
+                .budget
+                .or(self.snap.budget)
+                .is_some_and(|cap| cap.reached(&self.snap.spend).is_some())
+            || !self.transcript.unanswered().is_empty()
+        {
+            return;
+        }
+        let mut transcript = self.transcript.clone();
+        transcript.push_user(vec![Block::Text { text: hint.text }]);
+        let request = self.request(transcript.shared());
+        self.begin_turn(&hint.trace);
+        let model = self.shared.model.clone();
+        let call = {
+            let request = request.clone();
+            async move { model.complete(request).await }.instrument(self.turn.clone())
+        };
+        self.foreseen = Some(Foreseen {
+            request,
+            call: tokio::spawn(call),
+        });
+    }
+
+    /// One model call: `Err` when stopped, `Ok(Err(_))` when it failed for good.
+    async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
+        let request = self.request(self.transcript.shared());
+        let foreseen = match self.foreseen.take() {
+            Some(foreseen) if foreseen.request == request => Some(foreseen),
+            Some(_) => {
+                tracing::debug!(
+                    "a model call started on a wake-up was not this turn's: aborted unanswered"
+                );
+                None
+            }
+            None => None,
         };
         let model = self.shared.model.clone();
-        let call = async move { model.complete(request).await }.instrument(self.turn.clone());
+        let call = async move {
+            match foreseen {
+                Some(foreseen) => foreseen.finish().await,
+                None => model.complete(request).await,
+            }
+        }
+        .instrument(self.turn.clone());
         let response = self.during(call).await?;
         let response = match response {
             Ok(response) => response,
@@ -611,17 +697,21 @@ impl Agent {
             .charge(&mut self.snap.spend, model, response.usage.as_ref());
         self.note_budget(&before);
         let spend = self.snap.spend;
-        self.status.update(|s| s.spend = spend).await;
-        if let Some(tokens) = context::tokens_of(&response) {
+        let tokens = context::tokens_of(&response);
+        if let Some(tokens) = tokens {
             self.snap.context_tokens = tokens;
-            let budget = self.shared.config.context_budget;
-            self.status
-                .update(|s| {
+        }
+        let budget = self.shared.config.context_budget;
+        // One status for both changes: one publish on the way to the output.
+        self.status
+            .update(|s| {
+                s.spend = spend;
+                if let Some(tokens) = tokens {
                     s.context_tokens = tokens;
                     s.context_pct = context::percent(tokens, budget);
-                })
-                .await;
-        }
+                }
+            })
+            .await;
         Ok(Ok(response))
     }
 }

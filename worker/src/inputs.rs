@@ -30,7 +30,7 @@ use crate::stop::{Cause, Stopper};
 /// Longest time a stored input can go unseen when its wake-up was lost.
 pub(crate) const POLL: Duration = Duration::from_secs(5);
 /// First wait before looking again for an input announced but not readable yet.
-const FIRST_RETRY: Duration = Duration::from_millis(2);
+const FIRST_RETRY: Duration = Duration::from_millis(1);
 /// Wait after a failed read (the server restarting, an election).
 const READ_RETRY: Duration = Duration::from_millis(250);
 
@@ -44,6 +44,13 @@ pub(crate) struct Input {
     pub stream_seq: u64,
     /// The trace context it was published with.
     pub trace: TraceContext,
+    /// Seen on its wake-up only, not read from the stream yet: the server
+    /// may have refused to store it (a fenced-out coordinator's publish
+    /// still reaches core subscribers). The agent may start the model call
+    /// such an input would make, and takes that call's reply only if the
+    /// input read from the stream asks for the same request (see
+    /// `agent::Foreseen`); it never takes a hint itself.
+    pub hint: bool,
 }
 
 /// What reading an Orchestrator's inputs needs, opened before its first turn.
@@ -129,6 +136,11 @@ pub(crate) async fn read(
                 if let Some((_, _, n)) = subjects::input_of(msg.subject.as_str()) {
                     announced = announced.max(n);
                     retry = FIRST_RETRY;
+                    // The next input as its wake-up shows it goes ahead as
+                    // a hint (never waited for: the read below is what counts).
+                    if let Some(hint) = reader.hint(n, &msg) {
+                        let _ = inputs.try_send(hint);
+                    }
                 }
             }
             woke = feed.wake_ctl.next() => {
@@ -162,6 +174,8 @@ struct Reader {
     /// The stream sequence of the last input message looked at (a
     /// malformed one is reported once).
     bad_input: u64,
+    /// The input number last sent as a hint.
+    hinted: u64,
 }
 
 impl Reader {
@@ -173,6 +187,7 @@ impl Reader {
             next: taken + 1,
             bad_control: 0,
             bad_input: 0,
+            hinted: 0,
         }
     }
 
@@ -219,34 +234,60 @@ impl Reader {
         let subject = msg.subject.as_str();
         let first = self.bad_input != msg.sequence;
         self.bad_input = msg.sequence;
-        let entry = match arbiter_bus::decode::<LogEntry>(subject, &msg.payload) {
-            Ok(entry) => entry,
+        match self.parse(subject, &msg.payload) {
+            Ok((text, budget)) => {
+                arbiter_bus::metrics::hop_since(msg.time, "coordinator→orchestrator");
+                Some(Input {
+                    seq: self.next,
+                    text,
+                    budget,
+                    stream_seq: msg.sequence,
+                    trace: TraceContext::from_headers(Some(&msg.headers)),
+                    hint: false,
+                })
+            }
             Err(error) => {
                 if first {
                     tracing::error!(%subject, stream_seq = msg.sequence, %error, "malformed input passed over");
                 }
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// Input `n` as its wake-up message shows it, once, when it is the
+    /// next one to read; `None` otherwise (a malformed one is reported
+    /// when it is read from the stream).
+    fn hint(&mut self, n: u64, msg: &async_nats::Message) -> Option<Input> {
+        if n != self.next || self.hinted >= n {
+            return None;
+        }
+        self.hinted = n;
+        let (text, budget) = self.parse(msg.subject.as_str(), &msg.payload).ok()?;
+        Some(Input {
+            seq: n,
+            text,
+            budget,
+            stream_seq: 0,
+            trace: TraceContext::from_headers(msg.headers.as_ref()),
+            hint: true,
+        })
+    }
+
+    /// The text and allowance of input `next`, or why the entry is not it.
+    fn parse(
+        &self,
+        subject: &str,
+        payload: &[u8],
+    ) -> Result<(String, Option<arbiter_protocol::Cap>), String> {
+        let entry = arbiter_bus::decode::<LogEntry>(subject, payload).map_err(|e| e.to_string())?;
         match entry.body {
             LogBody::ArbiterToOrchestrator(input)
                 if input.orch_id == self.orch_id && input.input_seq == Some(self.next) =>
             {
-                arbiter_bus::metrics::hop_since(msg.time, "coordinator→orchestrator");
-                Some(Input {
-                    seq: self.next,
-                    text: input.text,
-                    budget: input.budget,
-                    stream_seq: msg.sequence,
-                    trace: TraceContext::from_headers(Some(&msg.headers)),
-                })
+                Ok((input.text, input.budget))
             }
-            _ => {
-                if first {
-                    tracing::error!(%subject, stream_seq = msg.sequence, "malformed input passed over: not an input to this Orchestrator with this number");
-                }
-                None
-            }
+            _ => Err("not an input to this Orchestrator with this number".to_owned()),
         }
     }
 

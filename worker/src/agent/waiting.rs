@@ -47,6 +47,10 @@ impl Agent {
                     continue;
                 }
             };
+            if input.hint {
+                self.foresee(input);
+                continue;
+            }
             // A parked Orchestrator stores what comes before it has a slot.
             let now = !self.seat.is_parked();
             if self.receive(input, now).await? {
@@ -110,6 +114,11 @@ impl Agent {
     /// was taken: a duplicate, or an input
     /// ahead of its turn, held until the one before it comes.
     pub(super) async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
+        // Only what is read from the stream is taken (a hint may start a
+        // model call while waiting, nothing more).
+        if input.hint {
+            return Ok(false);
+        }
         if input.seq <= self.stored.in_seq {
             tracing::info!(seq = input.seq, "duplicate input dropped");
             return Ok(false);
