@@ -128,6 +128,11 @@ pub(crate) struct Agent {
 /// one; otherwise the call is aborted unanswered. So what the Orchestrator
 /// stores and does never rests on a message the server did not store.
 struct Foreseen {
+    /// The input it was started on: its number and text.
+    seq: u64,
+    text: String,
+    /// It began the turn's span (parented on the wake-up's trace context).
+    began_turn: bool,
     request: Request,
     call: tokio::task::JoinHandle<Result<Response, arbiter_llm::LlmError>>,
 }
@@ -619,6 +624,26 @@ impl Agent {
         }
     }
 
+    /// Drops a call started on a wake-up that showed another input than
+    /// `input` (read from the stream), and the turn span it began, so that
+    /// the turn is traced under the input it takes.
+    pub(super) fn forget_foreseen_unless(&mut self, input: &Input) {
+        let Some(foreseen) = &self.foreseen else {
+            return;
+        };
+        if foreseen.seq == input.seq && foreseen.text == input.text {
+            return;
+        }
+        tracing::debug!(
+            seq = input.seq,
+            "a model call started on a wake-up showed another input: aborted unanswered"
+        );
+        if foreseen.began_turn {
+            self.end_turn();
+        }
+        self.foreseen = None;
+    }
+
     /// The request of a model call on `messages`.
     fn request(&self, messages: Arc<Vec<Message>>) -> Request {
         Request {
@@ -649,8 +674,11 @@ impl Agent {
             return;
         }
         let mut transcript = self.transcript.clone();
-        transcript.push_user(vec![Block::Text { text: hint.text }]);
+        transcript.push_user(vec![Block::Text {
+            text: hint.text.clone(),
+        }]);
         let request = self.request(transcript.shared());
+        let began_turn = self.turn.is_none();
         self.begin_turn(&hint.trace);
         let model = self.shared.model.clone();
         let call = {
@@ -658,6 +686,9 @@ impl Agent {
             async move { model.complete(request).await }.instrument(self.turn.clone())
         };
         self.foreseen = Some(Foreseen {
+            seq: hint.seq,
+            text: hint.text,
+            began_turn,
             request,
             call: tokio::spawn(call),
         });

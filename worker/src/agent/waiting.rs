@@ -184,6 +184,7 @@ impl Agent {
 
     /// Takes the next input in order.
     async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
+        self.forget_foreseen_unless(&input);
         self.begin_turn(&input.trace);
         self.snap.in_seq = input.seq;
         if let Some(budget) = input.budget {
