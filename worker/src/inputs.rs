@@ -137,8 +137,12 @@ pub(crate) async fn read(
                     announced = announced.max(n);
                     retry = FIRST_RETRY;
                     // The next input as its wake-up shows it goes ahead as
-                    // a hint (never waited for: the read below is what counts).
-                    if let Some(hint) = reader.hint(n, &msg) {
+                    // a hint (never waited for: the read below is what
+                    // counts), unless a later one was announced already: the
+                    // read would take both, and the hint's call be wasted.
+                    if n == announced
+                        && let Some(hint) = reader.hint(n, &msg)
+                    {
                         let _ = inputs.try_send(hint);
                     }
                 }
