@@ -134,23 +134,18 @@ struct Foreseen {
     /// It began the turn's span (parented on the wake-up's trace context).
     began_turn: bool,
     request: Request,
-    call: tokio::task::JoinHandle<Result<Response, arbiter_llm::LlmError>>,
+    /// Aborted when dropped.
+    call: tokio_util::task::AbortOnDropHandle<Result<Response, arbiter_llm::LlmError>>,
 }
 
 impl Foreseen {
-    async fn finish(mut self) -> Result<Response, arbiter_llm::LlmError> {
-        match (&mut self.call).await {
+    async fn finish(self) -> Result<Response, arbiter_llm::LlmError> {
+        match self.call.await {
             Ok(result) => result,
             Err(e) => Err(arbiter_llm::LlmError::Stream(format!(
                 "the model call's task stopped: {e}"
             ))),
         }
-    }
-}
-
-impl Drop for Foreseen {
-    fn drop(&mut self) {
-        self.call.abort();
     }
 }
 
@@ -690,7 +685,7 @@ impl Agent {
             text: hint.text,
             began_turn,
             request,
-            call: tokio::spawn(call),
+            call: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(call)),
         });
     }
 

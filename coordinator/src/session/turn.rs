@@ -11,13 +11,16 @@ const DIGEST_NOTE_CHARS: usize = 300;
 
 pub(super) type TurnFuture = BoxFuture<'static, Result<Structured<ArbiterOutput>, LlmError>>;
 
-/// A turn running as its own task, so the model call starts at once rather
-/// than after the status write; aborted if the session stops first.
-pub(super) struct RunningTurn(tokio::task::JoinHandle<Result<Structured<ArbiterOutput>, LlmError>>);
+/// A turn running as its own task, so the model call starts while its step
+/// is stored; aborted when dropped (the step was not stored, or the session
+/// stopped first).
+pub(super) struct RunningTurn(
+    tokio_util::task::AbortOnDropHandle<Result<Structured<ArbiterOutput>, LlmError>>,
+);
 
 impl RunningTurn {
     pub(super) fn start(turn: TurnFuture) -> Self {
-        Self(tokio::spawn(turn))
+        Self(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(turn)))
     }
 
     pub(super) async fn finish(&mut self) -> Result<Structured<ArbiterOutput>, LlmError> {
@@ -25,12 +28,6 @@ impl RunningTurn {
             Ok(result) => result,
             Err(e) => Err(LlmError::Stream(format!("the turn's task stopped: {e}"))),
         }
-    }
-}
-
-impl Drop for RunningTurn {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
