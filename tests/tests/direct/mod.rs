@@ -281,9 +281,16 @@ pub async fn srv(sys: &System, verb: &str) -> Value {
     .await
 }
 
-/// A worker's slots, from `$SRV.STATS` (one worker running).
+/// A worker's slots, from `$SRV.STATS` (one worker running). A service
+/// that answers before its endpoint is added (no endpoints yet) is asked
+/// again; a presence that does not decode fails the test.
 pub async fn presence(sys: &System) -> WorkerPresence {
-    let stats = srv(sys, "STATS").await;
+    let stats = eventually(WAIT, "a worker's presence endpoint", || async {
+        try_srv(sys, "STATS")
+            .await
+            .filter(|stats| stats["endpoints"].as_array().is_some_and(|e| !e.is_empty()))
+    })
+    .await;
     let data = stats["endpoints"][0]["data"].clone();
     serde_json::from_value(data).unwrap_or_else(|e| panic!("bad presence {stats}: {e}"))
 }
