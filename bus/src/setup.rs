@@ -62,11 +62,16 @@ pub fn stream_configs() -> Vec<stream::Config> {
         },
         stream(subjects::STATE_STREAM, &[subjects::ALL_SESSION_STATE]),
         // An Orchestrator's outputs beside its state records: a step that
-        // outputs something is one message on `.out`, fenced over both.
-        stream(
-            subjects::ORCH_STATE_STREAM,
-            &[subjects::ALL_ORCH_STATE, subjects::ALL_ORCH_OUT],
-        ),
+        // outputs something is one message on `.out`, fenced over both. A
+        // worker checks whose its last record is by direct get, between
+        // lease renewals.
+        stream::Config {
+            allow_direct: true,
+            ..stream(
+                subjects::ORCH_STATE_STREAM,
+                &[subjects::ALL_ORCH_STATE, subjects::ALL_ORCH_OUT],
+            )
+        },
     ]
 }
 

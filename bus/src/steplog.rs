@@ -133,7 +133,14 @@ pub struct StepLog {
     stream_name: String,
     blobs: object_store::ObjectStore,
     inline_limit: usize,
+    /// Until when [`StepLog::last_msg_id`] answers at once with an error
+    /// (a direct get failed: a stream without `allow_direct`, a credential
+    /// from before it, which costs a timeout each time), shared by clones.
+    direct_off_until: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// How long direct gets are left alone after one failed.
+const DIRECT_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 impl StepLog {
     /// Opens the stream and the object store (declared by the coordinator or
@@ -158,6 +165,7 @@ impl StepLog {
             bus: bus.clone(),
             stream: opened,
             stream_name: stream.to_owned(),
+            direct_off_until: Default::default(),
             blobs: store,
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
         })
@@ -193,6 +201,57 @@ impl StepLog {
             })),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(format!("reading the last record of {subject}: {e}")),
+        }
+    }
+
+    /// The message id of the last record on `subject` (a wildcard may name
+    /// several subjects), `None` if it has none: one direct get
+    /// (`{"last_by_subj": …}` in the request, since the subject form takes
+    /// no wildcard), which the server answers from the stream itself, not
+    /// through its JetStream API queue as [`StepLog::last`]'s. On a cluster
+    /// any replica may answer, a moment behind the leader: for a check
+    /// whether another writer took over, which the next check makes good
+    /// (writes stay fenced by the server), never for a fence itself.
+    /// After a failure it fails at once for a while ([`DIRECT_RETRY_AFTER`]):
+    /// the caller then asks the stream ([`StepLog::last`]).
+    pub async fn last_msg_id(&self, subject: &str) -> Result<Option<String>, String> {
+        let what = || format!("reading the last record id of {subject}");
+        let off = || {
+            self.direct_off_until
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if off().is_some_and(|until| std::time::Instant::now() < until) {
+            return Err(format!("{}: direct gets failed lately", what()));
+        }
+        let api = format!("$JS.API.DIRECT.GET.{}", self.stream_name);
+        let body = serde_json::json!({ "last_by_subj": subject }).to_string();
+        let answer = crate::answered(self.bus.client.request(api, body.into()), &what)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|reply| reply.map_err(|e| format!("{}: {e}", what())));
+        let reply = match answer {
+            Ok(reply) => reply,
+            Err(e) => {
+                *off() = Some(std::time::Instant::now() + DIRECT_RETRY_AFTER);
+                return Err(e);
+            }
+        };
+        match reply.status {
+            Some(status) if status == async_nats::StatusCode::NOT_FOUND => Ok(None),
+            Some(status) if status != async_nats::StatusCode::OK => Err(format!(
+                "{}: the server answered {status} {}",
+                what(),
+                reply.description.unwrap_or_default()
+            )),
+            _ => Ok(Some(
+                reply
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(MSG_ID_HEADER))
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default(),
+            )),
         }
     }
 

@@ -431,8 +431,8 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         msg_get(orch),
                     ])
                     .deny_publish(deny_durable(orch, subjects::COORDINATOR_ORCH_CONSUMER)),
-                Grant::new("claim and replay Orchestrator state records and outputs (fenced writes, last record, replay); never the coordinator's durable")
-                    .publish([msg_get(orch_state)])
+                Grant::new("claim and replay Orchestrator state records and outputs (fenced writes, last record, replay), and check between lease renewals whose the last record is (a direct get); never the coordinator's durable")
+                    .publish([msg_get(orch_state), api(&format!("DIRECT.GET.{orch_state}"))])
                     .publish(ordered(orch_state))
                     .deny_publish(deny_durable(
                         orch_state,

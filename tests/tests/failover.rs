@@ -475,3 +475,91 @@ async fn a_parked_orchestrator_whose_worker_is_killed_is_taken_over() {
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].last_user_text(), "Call it Mira.");
 }
+
+/// The check a worker makes between lease renewals, whose an Orchestrator's
+/// last record is, reads it by direct get over both its subjects (`.state`
+/// and `.out`): the newest message's id, none for an Orchestrator with no
+/// record. A stream made before direct gets were allowed on it answers
+/// nothing, which the worker sees as an error and then asks the stream
+/// (`STREAM.MSG.GET`) instead, as before, at once for the next while (a
+/// credential from before the change would cost a timeout on each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_check_reads_the_last_record_id_by_direct_get() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let log = arbiter_bus::steplog::StepLog::open(
+        &sys.bus,
+        arbiter_protocol::subjects::ORCH_STATE_STREAM,
+        arbiter_protocol::subjects::ORCH_BLOBS_BUCKET,
+    )
+    .await
+    .unwrap();
+    let records = arbiter_protocol::subjects::orch_records("o-check");
+    assert_eq!(log.last_msg_id(&records).await.unwrap(), None);
+    for (subject, id) in [
+        (
+            arbiter_protocol::subjects::orch_state("o-check"),
+            "o-check:1:lease-a",
+        ),
+        (
+            arbiter_protocol::subjects::orch_out("o-check"),
+            "o-check:2:lease-b",
+        ),
+    ] {
+        sys.bus
+            .js
+            .send_publish(
+                subject,
+                async_nats::jetstream::message::PublishMessage::build()
+                    .payload("{}".into())
+                    .message_id(id),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        log.last_msg_id(&records).await.unwrap().as_deref(),
+        Some("o-check:2:lease-b"),
+        "not the newest message over .state and .out"
+    );
+    assert_eq!(
+        log.last(&records)
+            .await
+            .unwrap()
+            .map(|l| l.msg_id)
+            .as_deref(),
+        Some("o-check:2:lease-b"),
+        "the direct get and the stream disagree"
+    );
+
+    // A stream from before the setting: no direct get is answered.
+    let mut stream = sys
+        .bus
+        .js
+        .get_stream(arbiter_protocol::subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.allow_direct = false;
+    sys.bus.js.update_stream(config).await.unwrap();
+    let refused = log.last_msg_id(&records).await;
+    assert!(refused.is_err(), "{refused:?}");
+    // And the next check does not wait on the server again.
+    let asked = Instant::now();
+    assert!(log.last_msg_id(&records).await.is_err());
+    assert!(asked.elapsed() < Duration::from_millis(100));
+    assert_eq!(
+        log.last(&records)
+            .await
+            .unwrap()
+            .map(|l| l.msg_id)
+            .as_deref(),
+        Some("o-check:2:lease-b")
+    );
+}

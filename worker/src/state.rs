@@ -323,8 +323,21 @@ pub(crate) struct Fence {
 impl Fence {
     /// `Some(false)` once another worker has written; `None` when it cannot tell.
     pub(crate) async fn holds(&self) -> Option<bool> {
-        match self.backend.log.last(&self.subject).await {
-            Ok(Some(last)) => Some(last.msg_id.ends_with(&self.suffix)),
+        let last = match self.backend.log.last_msg_id(&self.subject).await {
+            Ok(last) => Ok(last),
+            // A stream made before direct gets were allowed on it (until
+            // the coordinator's next start brings it up to date).
+            Err(e) => {
+                tracing::debug!(error = %e, "lease check by direct get failed; asking the stream");
+                self.backend
+                    .log
+                    .last(&self.subject)
+                    .await
+                    .map(|last| last.map(|last| last.msg_id))
+            }
+        };
+        match last {
+            Ok(Some(msg_id)) => Some(msg_id.ends_with(&self.suffix)),
             Ok(None) => Some(false),
             Err(e) => {
                 tracing::debug!(error = %e, "lease check skipped");

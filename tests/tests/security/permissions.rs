@@ -140,6 +140,14 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
             vec![C, A],
         ),
         (
+            "check whose an Orchestrator's last record is (direct get over its subjects)",
+            req(
+                "$JS.API.DIRECT.GET.ARBITER_ORCH_STATE",
+                r#"{"last_by_subj":"arbiter.v1.orch.o1.*"}"#,
+            ),
+            vec![W, A],
+        ),
+        (
             "wake on an Orchestrator's inputs (core subscription)",
             sub("arbiter.v1.session.s1.in.o1.*"),
             vec![W],
