@@ -178,8 +178,10 @@ impl Default for Alarms {
 }
 
 impl Alarms {
-    /// Changes each time the connection is made again: whatever a core
-    /// subscription missed while it was down is to be read from the streams.
+    /// Changes each time the connection is made again, and each time one of
+    /// its subscriptions could not keep up and lost messages (a slow
+    /// consumer): whatever a core subscription missed is to be read from
+    /// the streams.
     pub fn reconnects(&self) -> watch::Receiver<u64> {
         self.inner.connects.subscribe()
     }
@@ -267,6 +269,10 @@ impl Alarms {
                 tracing::debug!("NATS connection lost after the refusal")
             }
             Event::Disconnected => tracing::warn!("NATS connection lost; reconnecting"),
+            Event::SlowConsumer(sid) => {
+                tracing::warn!(subscription = sid, "a NATS subscription could not keep up and lost messages; what it missed is read from the streams");
+                self.inner.connects.send_modify(|n| *n += 1);
+            }
             Event::ServerError(ServerError::AuthorizationViolation) => {
                 self.refused("the server refused this process's credentials (authorization violation): they may have been revoked")
             }

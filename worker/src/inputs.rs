@@ -10,7 +10,7 @@
 //! appear a moment later, on a follower of a cluster even later), so
 //! nothing the server did not store is ever taken. A wake-up lost (a slow
 //! subscriber, a reconnect) is made good by the next wake-up, by a reconnect
-//! of the connection, or by a poll every [`POLL`]. Nothing is acknowledged:
+//! of the connection or a slow-consumer event, or by a poll every [`POLL`]. Nothing is acknowledged:
 //! what the Orchestrator has taken is the `in_seq` of its stored state, and
 //! a worker that takes it over reads on from there. So claiming an
 //! Orchestrator creates and deletes nothing on the server (protocol.md,
@@ -27,10 +27,15 @@ use tokio::sync::{mpsc, watch};
 
 use crate::stop::{Cause, Stopper};
 
-/// Longest time a stored input can go unseen when its wake-up was lost.
-pub(crate) const POLL: Duration = Duration::from_secs(5);
+/// Longest time a stored input can go unseen when its wake-up was lost
+/// with no sign: a reconnect and a subscription that lost messages (a slow
+/// consumer) have the streams read at once. Each poll is two direct gets
+/// per Orchestrator, so it is a backstop only.
+pub(crate) const POLL: Duration = Duration::from_secs(30);
 /// First wait before looking again for an input announced but not readable yet.
 const FIRST_RETRY: Duration = Duration::from_millis(1);
+/// Longest wait between those looks (the server may have refused it).
+const LAST_RETRY: Duration = Duration::from_secs(5);
 /// Wait after a failed read (the server restarting, an election).
 const READ_RETRY: Duration = Duration::from_millis(250);
 
@@ -157,7 +162,7 @@ pub(crate) async fn read(
             }
             () = tokio::time::sleep(wait) => {
                 if behind {
-                    retry = (retry * 2).min(POLL);
+                    retry = (retry * 2).min(LAST_RETRY);
                 } else {
                     check_control = true;
                 }
