@@ -154,7 +154,8 @@ struct AlarmsInner {
     fatal: watch::Sender<Option<String>>,
     denied: Mutex<Vec<String>>,
     denied_tx: watch::Sender<u64>,
-    /// Counts the connections made (the first and every reconnect).
+    /// Counts the connections made (the first and every reconnect), and
+    /// the subscriptions that lost messages (see [`Alarms::reconnects`]).
     connects: watch::Sender<u64>,
     connected_once: std::sync::atomic::AtomicBool,
     /// The stream the server has said is missing, and since when, with no

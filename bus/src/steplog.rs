@@ -141,6 +141,10 @@ pub struct StepLog {
 
 /// How long direct gets are left alone after one failed.
 const DIRECT_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// How long a direct get is waited for. Shorter than other reads: the caller
+/// can ask the stream instead, and a credential from before direct gets
+/// were allowed is refused with no answer, inside a lease renewal.
+const DIRECT_ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 impl StepLog {
     /// Opens the stream and the object store (declared by the coordinator or
@@ -226,10 +230,13 @@ impl StepLog {
         }
         let api = format!("$JS.API.DIRECT.GET.{}", self.stream_name);
         let body = serde_json::json!({ "last_by_subj": subject }).to_string();
-        let answer = crate::answered(self.bus.client.request(api, body.into()), &what)
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|reply| reply.map_err(|e| format!("{}: {e}", what())));
+        let answer = tokio::time::timeout(
+            DIRECT_ANSWER_WAIT,
+            self.bus.client.request(api, body.into()),
+        )
+        .await
+        .map_err(|_| format!("{}: no answer within {DIRECT_ANSWER_WAIT:?}", what()))
+        .and_then(|reply| reply.map_err(|e| format!("{}: {e}", what())));
         let reply = match answer {
             Ok(reply) => reply,
             Err(e) => {

@@ -10,8 +10,8 @@
 //! appear a moment later, on a follower of a cluster even later), so
 //! nothing the server did not store is ever taken. A wake-up lost (a slow
 //! subscriber, a reconnect) is made good by the next wake-up, by a reconnect
-//! of the connection or a slow-consumer event, or by a poll every [`POLL`]. Nothing is acknowledged:
-//! what the Orchestrator has taken is the `in_seq` of its stored state, and
+//! of the connection or a slow-consumer event, or by a poll every [`POLL`].
+//! Nothing is acknowledged: what the Orchestrator has taken is the `in_seq` of its stored state, and
 //! a worker that takes it over reads on from there. So claiming an
 //! Orchestrator creates and deletes nothing on the server (protocol.md,
 //! "Reading inputs and control").
