@@ -32,7 +32,14 @@ use crate::stop::{Cause, Stopper};
 /// consumer) have the streams read at once. Each poll is two direct gets
 /// per Orchestrator, so it is a backstop only.
 pub(crate) const POLL: Duration = Duration::from_secs(30);
-/// First wait before looking again for an input announced but not readable yet.
+/// Looks again at once, before any wait, for an input announced but not
+/// readable yet. A core subscriber gets a message before the server has
+/// stored it; the store usually lands within a direct get's round trip or
+/// two (0.1–0.5 ms), well under the timer's 1 ms grain, so these looks are
+/// paced by the round trip itself.
+const QUICK_LOOKS: u32 = 3;
+/// First wait, after the quick looks, before looking again for an input
+/// announced but not readable yet.
 const FIRST_RETRY: Duration = Duration::from_millis(1);
 /// Longest wait between those looks (the server may have refused it).
 const LAST_RETRY: Duration = Duration::from_secs(5);
@@ -119,6 +126,7 @@ pub(crate) async fn read(
     // before looking for it again while the stream does not show it yet.
     let mut announced = 0;
     let mut retry = FIRST_RETRY;
+    let mut quick_looks = QUICK_LOOKS;
     let mut check_control = true;
     loop {
         if !reader.drain(&feed.sessions, &inputs, &stop).await {
@@ -133,6 +141,10 @@ pub(crate) async fn read(
             check_control = false;
         }
         let behind = announced >= reader.next;
+        if behind && quick_looks > 0 {
+            quick_looks -= 1;
+            continue;
+        }
         let wait = if behind { retry } else { POLL };
         tokio::select! {
             () = stop.cancelled() => return,
@@ -141,6 +153,7 @@ pub(crate) async fn read(
                 if let Some((_, _, n)) = subjects::input_of(msg.subject.as_str()) {
                     announced = announced.max(n);
                     retry = FIRST_RETRY;
+                    quick_looks = QUICK_LOOKS;
                     // The next input as its wake-up shows it goes ahead as
                     // a hint (never waited for: the read below is what
                     // counts), unless a later one was announced already: the
