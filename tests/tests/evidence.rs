@@ -190,3 +190,66 @@ async fn the_files_written_and_the_commands_run_are_listed_with_exit_codes() {
         "{lines}"
     );
 }
+
+/// An output with no tool call since the Orchestrator's last one shows the
+/// files that one showed: the workspace is not walked again (no `stat` of
+/// thousands of files between a reply and its report). A file that appears
+/// meanwhile by no tool of the Orchestrator's (here the test writes it) is
+/// listed once the Orchestrator has made a tool call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_with_no_tool_call_since_the_last_shows_the_files_that_one_did() {
+    let sys = System::start().await;
+    let s = "s-evidence-again";
+    let arb = arbiter_lane("Write a.txt");
+    let brief = "Write a.txt, then answer questions.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("write", json!({"path": "a.txt", "content": "a\n"})),
+    );
+    sys.mock.push(&lane, orch(true, "Wrote a.txt."));
+    sys.send(s, "Write a.txt").await;
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    let first = "1 tool call (write 1), 1 file changed (created: a.txt)";
+    assert_eq!(
+        sys.mock.requests_for(&arb)[1].last_user_text(),
+        format!(
+            "Orchestrator I: Wrote a.txt.\n[Evidence from the worker, not written by Orchestrator I: {first}]"
+        )
+    );
+
+    // Written by someone else while the Orchestrator waits.
+    std::fs::write(
+        sys.workspace(s).join("outside.txt"),
+        "not the Orchestrator's\n",
+    )
+    .unwrap();
+    sys.mock.push(&lane, orch(true, "Nothing else to do."));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Anything else?"));
+    sys.mock.wait_for_requests(&arb, 3, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb)[2].last_user_text(),
+        format!(
+            "Orchestrator I: Nothing else to do.\n[Evidence from the worker, not written by Orchestrator I: {first}]"
+        ),
+        "no tool call since the last output: the same files, not walked again"
+    );
+
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("bash", json!({"command": "true"})),
+    );
+    sys.mock.push(&lane, orch(true, "Checked."));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Check once more."));
+    sys.mock.wait_for_requests(&arb, 4, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb)[3].last_user_text(),
+        "Orchestrator I: Checked.\n[Evidence from the worker, not written by Orchestrator I: 2 \
+         tool calls (bash 1; write 1), 2 files changed (created: a.txt, outside.txt); \
+         commands: `true` exit 0]",
+        "after a tool call the workspace is walked again"
+    );
+}

@@ -19,7 +19,7 @@ use arbiter_bus::seq::Gaps;
 use arbiter_llm::structured;
 use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason};
 use arbiter_protocol::{
-    OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
+    FileChanges, OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
     OrchestratorState, Role, WireError,
 };
 use serde_json::Value;
@@ -119,6 +119,10 @@ pub(crate) struct Agent {
     /// The model call started on an input's wake-up, before the input was
     /// read from the stream (see `agent/waiting.rs`).
     foreseen: Option<Foreseen>,
+    /// The files of the last output's evidence, and the tool calls made by
+    /// then: an output with no tool call since (native runtime) shows them
+    /// again instead of walking the workspace (see [`Agent::files_changed`]).
+    files_seen: Option<(u32, FileChanges)>,
 }
 
 /// A model call started on an input seen only on its wake-up (a hint, see
@@ -190,6 +194,7 @@ impl Agent {
             turn: tracing::Span::none(),
             budget_warning: None,
             foreseen: None,
+            files_seen: None,
         }
     }
 
@@ -462,8 +467,7 @@ impl Agent {
         }
         let waits = output.expects_response;
         self.snap.out_seq += 1;
-        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
-        let files = evidence::diff(&self.baseline, &now);
+        let files = self.files_changed().await;
         let evidence = self.snap.tally.evidence(files);
         // The packet rides on the message, beside the event (whose keys are fixed).
         let handoff = output.handoff.take();
@@ -503,6 +507,28 @@ impl Agent {
             self.transcript.push_user(content);
         }
         self.step(vec![message]).await
+    }
+
+    /// The workspace's files against the baseline, for an output's
+    /// evidence. Walking the workspace (up to 20,000 entries, each a `stat`)
+    /// is the only file-system work on the way from a reply to its output,
+    /// so it is done only when something may have changed the files: an
+    /// output with no tool call since the last one shows what that one
+    /// showed. Only the native runtime counts every tool call itself (the
+    /// CLIs run some of theirs unseen), so the others always walk.
+    async fn files_changed(&mut self) -> FileChanges {
+        let calls = self.snap.tool_count;
+        let native = matches!(self.shared.config.runtime, Runtime::Native);
+        if native
+            && let Some((seen_at, files)) = &self.files_seen
+            && *seen_at == calls
+        {
+            return files.clone();
+        }
+        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
+        let files = evidence::diff(&self.baseline, &now);
+        self.files_seen = Some((calls, files.clone()));
+        files
     }
 
     /// Ends the Orchestrator with `error`: stored, then published.
