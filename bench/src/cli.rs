@@ -85,6 +85,15 @@ pub struct RunOptions {
     /// Seconds of load before measuring starts.
     #[arg(long, env = "ARBITER_BENCH_WARMUP", default_value_t = 3)]
     pub warmup: u64,
+    /// Which tick the anatomy takes apart, as a quantile of each hop's
+    /// latency: 0.5 is the median tick, 0.99 one at the p99 (what the tail
+    /// is made of).
+    #[arg(long, env = "ARBITER_BENCH_ANATOMY_QUANTILE", default_value_t = 0.5)]
+    pub anatomy_quantile: f64,
+    /// Seconds the anatomy's one session is measured (longer gives more
+    /// ticks to pick a tail one from).
+    #[arg(long, env = "ARBITER_BENCH_ANATOMY_DURATION", default_value_t = 5)]
+    pub anatomy_duration: u64,
     /// Human messages per second offered at one session (each takes three
     /// turns in turn, so one session saturates far below the system).
     #[arg(long, env = "ARBITER_BENCH_SINGLE_RATE", default_value_t = 20.0)]

@@ -145,8 +145,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     }
     if ctx.opts.has(Phase::Anatomy) {
         let rate = (ctx.opts.single_rate / 2.0).max(1.0);
-        let level: Level = levels::run(&ctx, 1, rate, Duration::from_secs(5), true).await?;
-        report.anatomy = timeline::explain(&level.samples, &level.events);
+        let measure = Duration::from_secs(ctx.opts.anatomy_duration.max(1));
+        let level: Level = levels::run(&ctx, 1, rate, measure, true).await?;
+        report.anatomy =
+            timeline::explain(&level.samples, &level.events, ctx.opts.anatomy_quantile);
         report.print_anatomy();
     }
     if ctx.opts.has(Phase::Otel) {

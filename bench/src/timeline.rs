@@ -97,6 +97,26 @@ impl Tap {
     }
 }
 
+/// Which read a direct get is, from its subject or its `last_by_subj`:
+/// input `n`, control, or an Orchestrator's last record.
+fn direct_get_of(subject: &str, body: &str) -> String {
+    let asked = if body.contains("last_by_subj") {
+        body
+    } else {
+        subject
+    };
+    if asked.contains(".in.") {
+        let n = subject.rsplit('.').next().unwrap_or("?");
+        format!(" (input {n})")
+    } else if asked.contains(".ctl") {
+        " (control)".to_owned()
+    } else if asked.contains("arbiter.v1.orch.") {
+        " (the last record)".to_owned()
+    } else {
+        String::new()
+    }
+}
+
 /// What a message is, with ids replaced by `*`; `None` for the benchmark's
 /// own probe traffic and for bare status messages (heartbeats).
 fn label(subject: &str, reply: Option<&str>, payload: &[u8]) -> Option<String> {
@@ -123,8 +143,15 @@ fn label(subject: &str, reply: Option<&str>, payload: &[u8]) -> Option<String> {
     }
     if let Some(rest) = subject.strip_prefix("$JS.API.") {
         let mut parts = rest.split('.');
-        let what: Vec<&str> = parts.by_ref().take(2).collect();
-        return Some(format!("JS API {}", what.join(".")));
+        // A direct get names its stream (the third token), and says which
+        // read it is: of an input, of control, or of a record.
+        let what: Vec<&str> = parts.by_ref().take(3).collect();
+        let of = if what.starts_with(&["DIRECT", "GET"]) {
+            direct_get_of(subject, &text)
+        } else {
+            String::new()
+        };
+        return Some(format!("JS API {}{of}", what.join(".")));
     }
     if let Some(rest) = subject.strip_prefix("$JS.ACK.") {
         return Some(format!("ack by {}", consumer(rest.split('.').nth(1))));
@@ -190,8 +217,15 @@ const HOP_NAMES: [(&str, &str, &str); 4] = [
     ),
 ];
 
-/// For each hop, the steps of its median sample, one line each.
-pub fn explain(samples: &[HopSample], events: &[Event]) -> Vec<String> {
+/// For each hop, the steps of one sample, one line each: the one at
+/// `quantile` of the hop's latencies (0.5: the median).
+pub fn explain(samples: &[HopSample], events: &[Event], quantile: f64) -> Vec<String> {
+    let quantile = quantile.clamp(0.0, 1.0);
+    let which = if (quantile - 0.5).abs() < f64::EPSILON {
+        "the median".to_owned()
+    } else {
+        format!("the p{}", quantile * 100.0)
+    };
     let mut lines = Vec::new();
     for (hop, (name, first, last)) in HOP_NAMES.iter().enumerate() {
         let mut mine: Vec<&HopSample> = samples.iter().filter(|s| s.hop == hop).collect();
@@ -199,23 +233,34 @@ pub fn explain(samples: &[HopSample], events: &[Event]) -> Vec<String> {
             continue;
         }
         mine.sort_by_key(|s| s.to.saturating_duration_since(s.from));
-        let median = mine[mine.len() / 2];
-        let total = median.to.saturating_duration_since(median.from);
+        // As a percentile is taken: the sample at ⌈q·n⌉ in latency order.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let rank = ((quantile * mine.len() as f64).ceil() as usize).clamp(1, mine.len());
+        let picked = mine[if (quantile - 0.5).abs() < f64::EPSILON {
+            mine.len() / 2
+        } else {
+            rank - 1
+        }];
+        let total = picked.to.saturating_duration_since(picked.from);
         let what = if hop == START { "start" } else { "tick" };
         lines.push(format!(
-            "{name}: the median {what} of {} ({})",
+            "{name}: {which} {what} of {} ({})",
             mine.len(),
             micros(total)
         ));
-        let mut previous = median.from;
-        let mut steps = vec![(median.from, (*first).to_owned())];
+        let mut previous = picked.from;
+        let mut steps = vec![(picked.from, (*first).to_owned())];
         steps.extend(
             events
                 .iter()
-                .filter(|e| e.at >= median.from && e.at <= median.to)
+                .filter(|e| e.at >= picked.from && e.at <= picked.to)
                 .map(|e| (e.at, e.label.clone())),
         );
-        steps.push((median.to, (*last).to_owned()));
+        steps.push((picked.to, (*last).to_owned()));
         let acks = steps
             .iter()
             .filter(|(_, l)| l.starts_with("ack of the publish") || l.starts_with("JS API reply"))
@@ -223,7 +268,7 @@ pub fn explain(samples: &[HopSample], events: &[Event]) -> Vec<String> {
         for (at, label) in steps {
             lines.push(format!(
                 "  {:>9}  (+{:>8})  {label}",
-                micros(at.saturating_duration_since(median.from)),
+                micros(at.saturating_duration_since(picked.from)),
                 micros(at.saturating_duration_since(previous)),
             ));
             previous = at;
