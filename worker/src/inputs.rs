@@ -9,8 +9,9 @@
 //! reader: a message they bring is read again from the stream (where it may
 //! appear a moment later, on a follower of a cluster even later), so
 //! nothing the server did not store is ever taken. A wake-up lost (a slow
-//! subscriber, a reconnect) is made good by the next wake-up, by a reconnect
-//! of the connection or a slow-consumer event, or by a poll every [`POLL`].
+//! subscriber, a reconnect) is made good by the next wake-up, by reads at
+//! and after a reconnect of the connection or a slow-consumer event (see
+//! [`RECHECKS`]), or by a poll every [`POLL`].
 //! Nothing is acknowledged: what the Orchestrator has taken is the `in_seq` of its stored state, and
 //! a worker that takes it over reads on from there. So claiming an
 //! Orchestrator creates and deletes nothing on the server (protocol.md,
@@ -43,6 +44,15 @@ const QUICK_LOOKS: u32 = 3;
 const FIRST_RETRY: Duration = Duration::from_millis(1);
 /// Longest wait between those looks (the server may have refused it).
 const LAST_RETRY: Duration = Duration::from_secs(5);
+/// Reads after a reconnect or a slow-consumer event, beyond the one made at
+/// once, waiting [`FIRST_RECHECK`], then twice as long each time. A message
+/// stored around a reconnect may have reached the server before this
+/// connection's subscriptions were made again, and been stored only after
+/// the read made at once: its wake-up is lost, and without these reads it
+/// would wait for the next [`POLL`].
+const RECHECKS: u32 = 4;
+/// The wait before the first of those reads (then 2, 4, 8 s).
+const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// Wait after a failed read (the server restarting, an election).
 const READ_RETRY: Duration = Duration::from_millis(250);
 
@@ -127,6 +137,9 @@ pub(crate) async fn read(
     let mut announced = 0;
     let mut retry = FIRST_RETRY;
     let mut quick_looks = QUICK_LOOKS;
+    // Reads still due after a reconnect, and the wait before the next.
+    let mut rechecks = 0;
+    let mut recheck = FIRST_RECHECK;
     let mut check_control = true;
     loop {
         if !reader.drain(&feed.sessions, &inputs, &stop).await {
@@ -145,7 +158,13 @@ pub(crate) async fn read(
             quick_looks -= 1;
             continue;
         }
-        let wait = if behind { retry } else { POLL };
+        let wait = if behind {
+            retry
+        } else if rechecks > 0 {
+            recheck
+        } else {
+            POLL
+        };
         tokio::select! {
             () = stop.cancelled() => return,
             woke = feed.wake_in.next() => {
@@ -172,12 +191,18 @@ pub(crate) async fn read(
             changed = feed.reconnects.changed() => {
                 if changed.is_err() { return }
                 check_control = true;
+                rechecks = RECHECKS;
+                recheck = FIRST_RECHECK;
             }
             () = tokio::time::sleep(wait) => {
                 if behind {
                     retry = (retry * 2).min(LAST_RETRY);
                 } else {
                     check_control = true;
+                    if rechecks > 0 {
+                        rechecks -= 1;
+                        recheck *= 2;
+                    }
                 }
             }
         }
