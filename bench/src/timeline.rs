@@ -97,20 +97,18 @@ impl Tap {
     }
 }
 
-/// Which read a direct get is, from its subject or its `last_by_subj`:
-/// input `n`, control, or an Orchestrator's last record.
+/// Which read a direct get is: input `n` (protocol v3, named in the
+/// subject), control or a v2 input (`last_by_subj` / `next_by_subj` on
+/// `.ctl` / `.in`), or an Orchestrator's last record (`orch.<id>.*`).
 fn direct_get_of(subject: &str, body: &str) -> String {
-    let asked = if body.contains("last_by_subj") {
-        body
-    } else {
-        subject
-    };
-    if asked.contains(".in.") {
+    if subject.contains(".in.") {
         let n = subject.rsplit('.').next().unwrap_or("?");
         format!(" (input {n})")
-    } else if asked.contains(".ctl") {
+    } else if body.contains(".ctl\"") {
         " (control)".to_owned()
-    } else if asked.contains("arbiter.v1.orch.") {
+    } else if body.contains(".in\"") {
+        " (an input, v2)".to_owned()
+    } else if body.contains("arbiter.v1.orch.") {
         " (the last record)".to_owned()
     } else {
         String::new()
@@ -304,5 +302,31 @@ mod tests {
             Some("deliver to orch-*")
         );
         assert_eq!(label("bench.echo", None, b"xxx"), None);
+        let sessions = "$JS.API.DIRECT.GET.ARBITER_SESSIONS";
+        assert_eq!(
+            label(
+                &format!("{sessions}.arbiter.v1.session.l1-0.in.o-1.7"),
+                None,
+                b""
+            )
+            .as_deref(),
+            Some("JS API DIRECT.GET.ARBITER_SESSIONS (input 7)")
+        );
+        let orch = "$JS.API.DIRECT.GET.ARBITER_ORCH";
+        let ctl = br#"{"last_by_subj":"arbiter.v1.orch.o-1.ctl"}"#;
+        assert_eq!(
+            label(orch, None, ctl).as_deref(),
+            Some("JS API DIRECT.GET.ARBITER_ORCH (control)")
+        );
+        let v2 = br#"{"seq":4,"next_by_subj":"arbiter.v1.orch.o-1.in"}"#;
+        assert_eq!(
+            label(orch, None, v2).as_deref(),
+            Some("JS API DIRECT.GET.ARBITER_ORCH (an input, v2)")
+        );
+        let last = br#"{"last_by_subj":"arbiter.v1.orch.o-1.*"}"#;
+        assert_eq!(
+            label("$JS.API.DIRECT.GET.ARBITER_ORCH_STATE", None, last).as_deref(),
+            Some("JS API DIRECT.GET.ARBITER_ORCH_STATE (the last record)")
+        );
     }
 }
