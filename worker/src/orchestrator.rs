@@ -158,11 +158,11 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             "the summons names another workspace; ignored, the session's own is used"
         );
     }
-    let (opened, walk) = prepared
+    let opened = prepared
         .await
-        .unwrap_or_else(|e| (Err(format!("opening it failed: {e}")), None));
-    let workspace = match opened {
-        Ok(ws) => ws,
+        .unwrap_or_else(|e| Err(format!("opening it failed: {e}")));
+    let (workspace, walk) = match opened {
+        Ok(opened) => opened,
         Err(e) => {
             let message = format!("workspace: {e}");
             let stored =
@@ -189,10 +189,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         None => {
             // Walked before the agent runs, stored with its next record
             // (which comes before any tool runs).
-            let walk = match walk {
-                Some(walk) => walk,
-                None => evidence::walk_workspace(workspace.root()).await,
-            };
             let baseline = Baseline {
                 walk,
                 // Found none after work was done: count from here, and say so.
@@ -333,16 +329,13 @@ fn prepare_workspace(
     root: &std::path::Path,
     session: &str,
     member: Option<u32>,
-) -> (Result<Workspace, String>, Option<evidence::Walk>) {
+) -> Result<(Workspace, evidence::Walk), String> {
     let opened = match member {
         Some(member) => Workspace::open_member(root, session, member),
         None => Workspace::open(root, session),
-    };
-    let walk = match &opened {
-        Ok(ws) => Some(evidence::walk(ws.root(), evidence::MAX_WALK_ENTRIES)),
-        Err(_) => None,
-    };
-    (opened, walk)
+    }?;
+    let walk = evidence::walk(opened.root(), evidence::MAX_WALK_ENTRIES);
+    Ok((opened, walk))
 }
 
 /// How an Orchestrator's run ended on this worker.
