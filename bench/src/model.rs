@@ -22,7 +22,8 @@
 //! Hop 1 is a tick's intended send time → the Arbiter request that carries
 //! it; hop 2 is the `relay k` reply handed back → the Orchestrator request
 //! that carries it; hop 3 is the `done k` reply handed back → the Arbiter
-//! request that carries it.
+//! request that carries it. A request arrives when the mock has read its
+//! body, before the mock parses it (that is the model's time).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -257,10 +258,11 @@ impl Recorder {
         self.lock().summon_seen.insert(session_id, at);
     }
 
-    /// The mock's responder. It runs as soon as the mock has read and parsed
-    /// a request: that moment is the request's arrival.
+    /// The mock's responder. It runs once the mock has read and parsed a
+    /// request; the request arrived when its body had been read in full,
+    /// before the mock's own parsing, as a model server has it then.
     pub fn respond(&self, request: &RecordedRequest) -> Option<MockReply> {
-        let arrived = Instant::now();
+        let arrived = request.arrived;
         match request.model() {
             ARBITER_MODEL => Some(self.arbiter(request, arrived)),
             ORCH_MODEL => Some(self.orchestrator(request, arrived)),

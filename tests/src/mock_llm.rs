@@ -282,6 +282,7 @@ impl std::fmt::Debug for MockAnthropic {
 
 /// `POST /v1/messages`: record, pick the lane's next reply, render it.
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let arrived = std::time::Instant::now();
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -289,7 +290,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             return json_error(StatusCode::BAD_REQUEST, "invalid_request_error", &msg);
         }
     };
-    let (reply, n) = match decide(&shared, headers, &body).await {
+    let (reply, n) = match decide(&shared, headers, &body, arrived).await {
         Ok(decided) => decided,
         Err(response) => return response,
     };
@@ -306,6 +307,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
 /// `POST /v1/responses`: the request as a Messages body, the reply as
 /// Responses API events.
 async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let arrived = std::time::Instant::now();
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -340,7 +342,7 @@ async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
         .collect();
     let translated =
         json!({"model": body["model"], "messages": messages, "tools": tools, "stream": true});
-    let (reply, n) = match decide(&shared, headers, &translated).await {
+    let (reply, n) = match decide(&shared, headers, &translated, arrived).await {
         Ok(decided) => decided,
         Err(response) => return response,
     };
@@ -353,6 +355,7 @@ async fn decide(
     shared: &Arc<Shared>,
     headers: HeaderMap,
     body: &Value,
+    arrived: std::time::Instant,
 ) -> Result<(MockReply, u64), Response> {
     let n = shared.message_counter.fetch_add(1, Ordering::Relaxed) + 1;
     let (lane_fn, responder, wait, record) = {
@@ -377,6 +380,7 @@ async fn decide(
         body: body.clone(),
         headers,
         received_at: std::time::SystemTime::now(),
+        arrived,
     };
     if record {
         shared.lock().requests.push(recorded.clone());

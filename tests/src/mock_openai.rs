@@ -336,6 +336,7 @@ async fn answer(
     body: Bytes,
     responses_api: bool,
 ) -> Response {
+    let arrived = std::time::Instant::now();
     let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -363,6 +364,7 @@ async fn answer(
         body: body.clone(),
         headers,
         received_at: std::time::SystemTime::now(),
+        arrived,
     });
     shared.bump();
     let Some(reply) = shared.take_reply(&lane, wait).await else {

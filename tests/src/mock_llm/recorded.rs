@@ -13,6 +13,9 @@ pub struct RecordedRequest {
     pub headers: Vec<(String, String)>,
     /// When the mock received it (wall clock, to compare with log entries' `at`).
     pub received_at: std::time::SystemTime,
+    /// When its body had been read in full, before the mock parsed it: the
+    /// moment a model server has the request (monotonic, for timing).
+    pub arrived: std::time::Instant,
 }
 
 impl RecordedRequest {
@@ -116,6 +119,7 @@ mod tests {
             body,
             headers: vec![("x-api-key".into(), "k".into())],
             received_at: std::time::SystemTime::UNIX_EPOCH,
+            arrived: std::time::Instant::now(),
         }
     }
 
