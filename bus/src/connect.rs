@@ -152,7 +152,7 @@ pub struct Alarms {
 
 struct AlarmsInner {
     fatal: watch::Sender<Option<String>>,
-    denied: Mutex<Vec<String>>,
+    denied: Mutex<Denied>,
     denied_tx: watch::Sender<u64>,
     /// Counts the connections made (the first and every reconnect), and
     /// the subscriptions that lost messages (see [`Alarms::reconnects`]).
@@ -163,12 +163,42 @@ struct AlarmsInner {
     missing: Mutex<Option<(String, Instant)>>,
 }
 
+/// Permission violations kept to be named (the count goes on past them): a
+/// process denied something over and over (an older credential, say)
+/// must not grow without bound.
+pub const DENIALS_KEPT: usize = 64;
+
+/// The permission violations seen: how many were let go, then the last ones.
+#[derive(Default)]
+struct Denied {
+    dropped: usize,
+    texts: std::collections::VecDeque<String>,
+}
+
+impl Denied {
+    fn push(&mut self, text: String) {
+        self.texts.push_back(text);
+        if self.texts.len() > DENIALS_KEPT {
+            self.texts.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    /// The denial numbered `since` (from 0), or the oldest kept if it was let go.
+    fn after(&self, since: usize) -> Option<&String> {
+        match since.checked_sub(self.dropped) {
+            Some(i) => self.texts.get(i),
+            None => self.texts.front(),
+        }
+    }
+}
+
 impl Default for Alarms {
     fn default() -> Self {
         Self {
             inner: Arc::new(AlarmsInner {
                 fatal: watch::channel(None).0,
-                denied: Mutex::new(Vec::new()),
+                denied: Mutex::new(Denied::default()),
                 denied_tx: watch::channel(0).0,
                 connects: watch::channel(0).0,
                 connected_once: std::sync::atomic::AtomicBool::new(false),
@@ -206,7 +236,7 @@ impl Alarms {
     pub async fn denied_after(&self, since: usize) -> String {
         let mut rx = self.inner.denied_tx.subscribe();
         loop {
-            if let Some(subject) = self.lock().get(since).cloned() {
+            if let Some(subject) = self.lock().after(since).cloned() {
                 return subject;
             }
             if rx.changed().await.is_err() {
@@ -217,12 +247,13 @@ impl Alarms {
 
     /// How many permission violations the server has reported so far.
     pub fn denial_count(&self) -> usize {
-        self.lock().len()
+        let denied = self.lock();
+        denied.dropped + denied.texts.len()
     }
 
-    /// Every permission violation so far, as the server worded it.
+    /// The last [`DENIALS_KEPT`] permission violations, as the server worded them.
     pub fn denials(&self) -> Vec<String> {
-        self.lock().clone()
+        self.lock().texts.iter().cloned().collect()
     }
 
     /// Since when `stream` has been reported missing without an answer
@@ -249,7 +280,7 @@ impl Alarms {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Denied> {
         self.inner
             .denied
             .lock()
@@ -283,7 +314,7 @@ impl Alarms {
                     // The first denial is what ends a process at start (and
                     // is named in its last line); the ones its other checks
                     // meet a moment later would come after that last word.
-                    if self.lock().is_empty() {
+                    if self.denial_count() == 0 {
                         tracing::error!(denied = %text, "NATS denied an operation to this credential");
                     } else {
                         tracing::debug!(denied = %text, "NATS denied another operation to this credential");
@@ -718,6 +749,22 @@ fn tls_hint(cause: &str, options: &NatsOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn denials_are_counted_past_the_ones_kept() {
+        let alarms = Alarms::default();
+        for n in 0..DENIALS_KEPT + 10 {
+            alarms.lock().push(format!("denied {n}"));
+        }
+        assert_eq!(alarms.denial_count(), DENIALS_KEPT + 10);
+        let kept = alarms.denials();
+        assert_eq!(kept.len(), DENIALS_KEPT);
+        assert_eq!(kept[0], "denied 10");
+        // One asked for by number: itself when kept, the oldest kept when not.
+        assert_eq!(alarms.lock().after(DENIALS_KEPT + 9).unwrap(), "denied 73");
+        assert_eq!(alarms.lock().after(3).unwrap(), "denied 10");
+        assert!(alarms.lock().after(DENIALS_KEPT + 10).is_none());
+    }
 
     #[test]
     fn secrets_never_show_in_debug() {
