@@ -29,6 +29,7 @@ struct Instruments {
     hop: Histogram<f64>,
     tool_calls: Counter<u64>,
     summons_pending: Gauge<u64>,
+    early_calls: Counter<u64>,
 }
 
 fn instruments() -> &'static Instruments {
@@ -65,6 +66,13 @@ fn instruments() -> &'static Instruments {
                 .u64_gauge("arbiter.summons.pending")
                 .with_description("Summons of the pool waiting for a worker")
                 .with_unit("{summons}")
+                .build(),
+            early_calls: meter
+                .u64_counter("arbiter.model.early_calls")
+                .with_description(
+                    "Model calls started before what they rest on was read from the stream, by whether their turn took them",
+                )
+                .with_unit("{call}")
                 .build(),
         }
     })
@@ -114,4 +122,47 @@ pub fn summons_pending(pool: &str, pending: u64) {
     instruments()
         .summons_pending
         .record(pending, &[KeyValue::new("arbiter.pool", pool.to_owned())]);
+}
+
+/// A model call started early (on a message seen before the server's stored
+/// copy was read) ended: taken by its turn (`adopted`), or dropped unread.
+/// `agent` is `arbiter` or `orchestrator`.
+pub fn early_call(agent: &'static str, adopted: bool) {
+    instruments().early_calls.add(
+        1,
+        &[
+            KeyValue::new("gen_ai.agent.name", agent),
+            KeyValue::new(
+                "arbiter.outcome",
+                if adopted { "adopted" } else { "dropped" },
+            ),
+        ],
+    );
+}
+
+/// Counts a model call started early once it is taken or dropped (see
+/// [`early_call`]): dropping it counts it as dropped unless it was taken.
+pub struct EarlyCall {
+    agent: &'static str,
+    adopted: bool,
+}
+
+impl EarlyCall {
+    pub fn new(agent: &'static str) -> Self {
+        Self {
+            agent,
+            adopted: false,
+        }
+    }
+
+    /// Its turn took it.
+    pub fn adopt(&mut self) {
+        self.adopted = true;
+    }
+}
+
+impl Drop for EarlyCall {
+    fn drop(&mut self) {
+        early_call(self.agent, self.adopted);
+    }
 }

@@ -51,6 +51,42 @@ pub(crate) struct Exchange {
     pub stale_rounds: u32,
 }
 
+impl Exchange {
+    /// A round ends with `report`: true when it is the `limit`-th in a row
+    /// that made no progress (the count starts again).
+    pub(crate) fn round(&mut self, report: &str, tool_calls: Option<u64>, limit: u32) -> bool {
+        let report = clip(report);
+        let said = self.to_orchestrator.back();
+        let report_stale = self
+            .last_report
+            .as_deref()
+            .is_some_and(|r| same(r, &report))
+            || said.is_some_and(|s| same(s, &report));
+        let arbiter_stale = said.is_some_and(|s| {
+            self.to_orchestrator.len() == 2 && same(&self.to_orchestrator[0], s)
+                || self.last_report.as_deref().is_some_and(|r| same(r, s))
+        });
+        let no_tools = match (self.tool_calls, tool_calls) {
+            (Some(before), Some(now)) => now <= before,
+            _ => true,
+        };
+        self.stale_rounds = if report_stale && arbiter_stale && no_tools {
+            self.stale_rounds + 1
+        } else {
+            0
+        };
+        self.last_report = Some(report);
+        if tool_calls.is_some() {
+            self.tool_calls = tool_calls;
+        }
+        if limit > 0 && self.stale_rounds >= limit {
+            self.stale_rounds = 0;
+            return true;
+        }
+        false
+    }
+}
+
 impl Session {
     /// Puts something in line for the Arbiter: queued, or with the hold.
     pub(crate) fn enqueue(&mut self, pending: Pending) {
@@ -125,33 +161,7 @@ impl Session {
     /// as the worker's evidence tells; without evidence, words alone count).
     pub(crate) fn check_round(&mut self, number: u32, report: &str, tool_calls: Option<u64>) {
         let limit = self.shared.config.loop_rounds;
-        let exchange = &mut self.state.exchange;
-        let report = clip(report);
-        let said = exchange.to_orchestrator.back();
-        let report_stale = exchange
-            .last_report
-            .as_deref()
-            .is_some_and(|r| same(r, &report))
-            || said.is_some_and(|s| same(s, &report));
-        let arbiter_stale = said.is_some_and(|s| {
-            exchange.to_orchestrator.len() == 2 && same(&exchange.to_orchestrator[0], s)
-                || exchange.last_report.as_deref().is_some_and(|r| same(r, s))
-        });
-        let no_tools = match (exchange.tool_calls, tool_calls) {
-            (Some(before), Some(now)) => now <= before,
-            _ => true,
-        };
-        exchange.stale_rounds = if report_stale && arbiter_stale && no_tools {
-            exchange.stale_rounds + 1
-        } else {
-            0
-        };
-        exchange.last_report = Some(report);
-        if tool_calls.is_some() {
-            exchange.tool_calls = tool_calls;
-        }
-        if limit > 0 && exchange.stale_rounds >= limit {
-            exchange.stale_rounds = 0;
+        if self.state.exchange.round(report, tool_calls, limit) {
             let rounds = limit;
             self.hold(format!(
                 "Held: the Arbiter and {} have repeated themselves for {rounds} rounds with no \

@@ -599,7 +599,7 @@ impl Registry {
 /// worker's own and ignored here). Told apart by the `outbox` key. Each
 /// output must name the subject's Orchestrator, and all one session; they
 /// come in `seq` order, with their session's id.
-fn outputs_of(
+pub(crate) fn outputs_of(
     subject: &str,
     payload: &[u8],
 ) -> Result<(String, Vec<OrchestratorMessage>), WireError> {

@@ -27,6 +27,7 @@ use crate::delta::MessageExtractor;
 use crate::outputs::HeldOutputs;
 use crate::state::{self, Effect, Pending, Snapshot, Turn, TurnRole};
 
+mod foresee;
 mod status;
 mod turn;
 
@@ -177,6 +178,10 @@ pub(crate) struct Session {
     /// The transcript was replaced (an Arbiter handoff): the next record
     /// stores all of it, to replace what the records held.
     pub(crate) replace_transcript: bool,
+    /// Its solo Orchestrator's output, seen as it is published (see `foresee.rs`).
+    watch: foresee::OutputWatch,
+    /// The Arbiter call started on such an output, until its turn starts.
+    foreseen: Option<foresee::Foreseen>,
 }
 
 /// Starts a session actor whose lease this coordinator holds, restored from
@@ -223,6 +228,8 @@ pub(crate) fn spawn(
         put_back: put_back.clone(),
         idle: Arc::new(AtomicBool::new(false)),
         replace_transcript: false,
+        watch: foresee::OutputWatch::default(),
+        foreseen: None,
     };
     let idle = session.idle.clone();
     let stop = session.cancel.clone();
@@ -385,6 +392,7 @@ impl Session {
             if turn.is_none() && self.turn_due() {
                 if self.hold_at_cap() {
                     // At the session's budget cap (the log says so).
+                    self.foreseen = None;
                     self.changed = true;
                     if !self.commit().await {
                         break;
@@ -393,6 +401,7 @@ impl Session {
                 }
                 if !self.state.turn_in_flight && !self.may_start_turn() {
                     // Held: past the turn cap (the log says so).
+                    self.foreseen = None;
                     self.changed = true;
                     if !self.commit().await {
                         break;
@@ -422,8 +431,10 @@ impl Session {
                 // (below, after `commit`): a restart re-runs this turn, and
                 // a step that is not stored drops the call (aborted with
                 // `started`). This keeps a store round trip off the way
-                // from an input to the model.
-                let started = RunningTurn::start(self.start_turn());
+                // from an input to the model. It may have started even
+                // earlier, on an Orchestrator's output as it was published
+                // (`foresee.rs`).
+                let started = self.start_turn();
                 if !self.commit().await {
                     break;
                 }
@@ -441,10 +452,16 @@ impl Session {
                 self.publish_status(turn.is_some() || handoff.is_some(), true)
                     .await;
             }
+            self.watch_outputs().await;
             let gap_deadline = self.held.deadline();
             let team_deadline = self.gather_deadline();
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
+                Some(seen) = self.watch.next() => {
+                    if turn.is_none() && handoff.is_none() {
+                        self.foresee(&seen);
+                    }
+                }
                 input = inbox.recv() => match input {
                     Some(input) => {
                         self.on_input(input).await;
@@ -458,8 +475,12 @@ impl Session {
                         // loop (its ack waits for that record).
                         let starts_turn =
                             turn.is_none() && handoff.is_none() && self.turn_due();
-                        if !starts_turn && !self.commit().await {
-                            break;
+                        if !starts_turn {
+                            // What was foreseen was not what came.
+                            self.foreseen = None;
+                            if !self.commit().await {
+                                break;
+                            }
                         }
                     }
                     None => break,

@@ -209,19 +209,10 @@ impl Session {
             Pending::Orchestrator { text, .. } => Some(text.clone()),
             _ => None,
         };
-        let text = match pending {
-            Pending::Orchestrator {
-                number,
-                member,
-                text,
-                evidence,
-                handoff,
-            } => {
-                crate::outputs::report(number, member, &text, evidence.as_ref(), handoff.as_deref())
-            }
-            Pending::System { text } => format!("System: {text}"),
-            Pending::Human { text, .. } => text,
+        let text = match &pending {
             Pending::Team { .. } => return,
+            Pending::Human { text, .. } => text.clone(),
+            other => other.words(),
         };
         let Some(gather) = self.state.gather.as_mut() else {
             return;

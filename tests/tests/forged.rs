@@ -10,10 +10,7 @@ mod direct;
 use std::time::Duration;
 
 use arbiter_bus::TraceContext;
-use arbiter_protocol::{
-    LogBody, OrchestratorEvent, OrchestratorInput, OrchestratorMessage, OrchestratorOutput,
-    VERSION, subjects,
-};
+use arbiter_protocol::{LogBody, OrchestratorInput, VERSION, subjects};
 use arbiter_tests::Gate;
 use common::*;
 use pretty_assertions::assert_eq;
@@ -78,23 +75,7 @@ async fn forged_output_seqs_never_silence_the_real_orchestrator() {
 
     // The attacker speaks first, as the active Orchestrator, far ahead.
     for seq in FORGED {
-        let forged = OrchestratorMessage {
-            session_inputs: false,
-            spend: Default::default(),
-            v: VERSION,
-            session_id: s.into(),
-            orch_id: orch_id.clone(),
-            seq,
-            event: OrchestratorEvent::Output(OrchestratorOutput {
-                expects_response: true,
-                message: format!("FORGED {seq}"),
-                handoff: None,
-                verdict: None,
-            }),
-            evidence: None,
-            handoff: None,
-            sent_at: chrono::Utc::now(),
-        };
+        let forged = bare_question(s, &orch_id, seq, &format!("FORGED {seq}"));
         sys.bus
             .publish_js(
                 subjects::orch_out(&orch_id),
@@ -317,5 +298,96 @@ async fn an_input_the_server_refused_to_store_never_becomes_the_orchestrators() 
     assert!(
         records.iter().all(|r| !r.to_string().contains("REFUSED")),
         "the refused input or its reply was stored: {records:?}"
+    );
+}
+
+/// An Orchestrator output the server refused to store (what a worker that
+/// another one fenced out publishes: the server refuses it, yet core
+/// subscribers, the coordinator's watch among them, still get it) never
+/// becomes the Arbiter's: the coordinator may start the Arbiter call it
+/// would make at once (so that the store and the stored copy's delivery are
+/// not on the way from the Orchestrator's words to the Arbiter), but it
+/// takes only the stored copy. What the user sees: the Arbiter answers the
+/// real question, and the refused text is in no log entry and never in the
+/// Arbiter's transcript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_the_server_refused_to_store_never_becomes_the_arbiters() {
+    let sys = start().await;
+    let s = "s-refused-out";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Paint the shed");
+    let brief = "Paint the shed; ask which colour.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    // The reply to the call started on the refused output (taken by nobody).
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "REFUSED ANSWER"));
+    sys.mock
+        .push(&arb, arbiter("address_orchestrator", "Green."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Done."));
+    let speak = Gate::new();
+    sys.mock
+        .push(&lane, orch(true, "Which colour?").gated(speak.clone()));
+    sys.mock.push(&lane, orch(true, "Painted green."));
+    sys.send(s, "Paint the shed").await;
+    let orch_id = summoned_id(&log).await;
+    sys.mock.wait_for_requests(&lane, 1, WAIT).await;
+
+    // Output 1, as a fenced-out worker would publish it: refused.
+    let refused = bare_question(s, &orch_id, 1, "REFUSED: which shade of red?");
+    let stored = sys
+        .bus
+        .js
+        .send_publish(
+            subjects::orch_out(&orch_id),
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(serde_json::to_vec(&refused).unwrap().into())
+                .expected_last_subject_sequence(1_000_000),
+        )
+        .await
+        .unwrap()
+        .await;
+    assert!(
+        stored.is_err(),
+        "the server stored the fenced output: {stored:?}"
+    );
+    // The coordinator saw it as it was published and started that call.
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb)[1].last_user_text(),
+        "Orchestrator I: REFUSED: which shade of red?"
+    );
+
+    speak.open();
+    sys.settled(s, 7).await;
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Paint the shed"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Which colour?"),
+            pair("Arbiter → Orchestrator I", "Green."),
+            pair("Orchestrator I", "Painted green."),
+            pair("Released", "I"),
+            pair("Arbiter", "Done."),
+        ]
+    );
+    let requests = sys.mock.requests_for(&arb);
+    assert_eq!(
+        requests.len(),
+        4,
+        "one request per turn, and the refused one"
+    );
+    assert!(
+        requests[2]
+            .last_user_text()
+            .starts_with("Orchestrator I: Which colour?"),
+        "{}",
+        requests[2].last_user_text()
+    );
+    assert!(
+        !requests[3].all_text().contains("REFUSED"),
+        "the refused output or its reply is in the Arbiter's transcript"
     );
 }

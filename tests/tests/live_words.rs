@@ -6,8 +6,10 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use arbiter_protocol::{ArbiterDelta, ArbiterIntent, subjects};
+use arbiter_bus::TraceContext;
+use arbiter_protocol::{ArbiterDelta, ArbiterIntent, LogBody, subjects};
 use arbiter_tests::{MockReply, eventually};
 use common::*;
 use futures::StreamExt;
@@ -101,4 +103,117 @@ async fn a_repaired_reply_streams_as_a_new_attempt() {
             .then_some(())
     })
     .await;
+}
+
+/// The coordinator starts the Arbiter's call on an Orchestrator's output as
+/// the server takes it in (a core subscriber gets it before it is stored),
+/// and the turn that the stored copy starts adopts that call: one model
+/// request, not two. Until then nothing of it shows: no log entry, and none
+/// of the words it streams. The test plays the Orchestrator's worker, as a
+/// worker in another language would: it publishes the output once in a way
+/// the server does not store, then as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_starts_the_arbiters_call_as_it_is_published_and_shows_once_stored() {
+    let sys = System::start_with(Options {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let s = "s-early";
+    let deltas = collect_deltas(&sys, s).await;
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Sort the crates");
+    let brief = "Sort the crates; ask which goes first.";
+    let answer = "The red one first, then the blue.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(&arb, arbiter("address_orchestrator", answer));
+    sys.send(s, "Sort the crates").await;
+    let at = log
+        .wait_for("the summons", |b| matches!(b, LogBody::Summoned(_)))
+        .await;
+    let orch_id = match &log.bodies()[at] {
+        LogBody::Summoned(e) => e.orch_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let question = bare_question(s, &orch_id, 1, "Which crate goes first?");
+    // What core subscribers get of every publish, before the store; here
+    // without the store (any publish on a stream's subject is stored, so
+    // this one names a last sequence the subject does not have).
+    let mut unstored = async_nats::HeaderMap::new();
+    unstored.insert("Nats-Expected-Last-Subject-Sequence", "1000000");
+    sys.bus
+        .client
+        .publish_with_headers(
+            subjects::orch_out(&orch_id),
+            unstored,
+            serde_json::to_vec(&question).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb)[1].last_user_text(),
+        "Orchestrator I: Which crate goes first?"
+    );
+    // Not taken: nothing logged, none of its words shown (the mock
+    // answered at once, so they would be out by now).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !log.bodies().iter().any(|b| matches!(
+            b,
+            LogBody::Orchestrator(_) | LogBody::ArbiterToOrchestrator(_)
+        )),
+        "{:?}",
+        log.bodies()
+    );
+    assert!(
+        deltas.lock().unwrap().iter().all(|d| d.turn < 2),
+        "words of a turn not taken were shown: {:?}",
+        deltas.lock().unwrap()
+    );
+
+    // The stored copy: taken, and its turn is the call already made.
+    sys.bus
+        .publish_js(
+            subjects::orch_out(&orch_id),
+            &format!("{orch_id}-out-1"),
+            &TraceContext::none(),
+            &question,
+        )
+        .await
+        .unwrap();
+    log.wait_for("the answer", |b| {
+        matches!(b, LogBody::ArbiterToOrchestrator(_))
+    })
+    .await;
+    let words = eventually(WAIT, "the answer's words", || async {
+        let text: String = deltas
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|d| d.turn == 2)
+            .map(|d| d.text.as_str())
+            .collect();
+        (text == answer).then_some(text)
+    })
+    .await;
+    assert_eq!(words, answer);
+    assert_eq!(
+        sys.mock.requests_for(&arb).len(),
+        2,
+        "the stored copy's turn made a request of its own"
+    );
+    let shown: Vec<(String, String)> = briefs(&log.bodies())
+        .into_iter()
+        .filter(|(kind, _)| kind != "System")
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            pair("You", "Sort the crates"),
+            pair("Summoned Orchestrator I", brief),
+            pair("Orchestrator I", "Which crate goes first?"),
+            pair("Arbiter → Orchestrator I", answer),
+        ]
+    );
 }

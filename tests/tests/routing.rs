@@ -5,9 +5,7 @@
 mod common;
 
 use arbiter_bus::TraceContext;
-use arbiter_protocol::{
-    LogBody, OrchestratorEvent, OrchestratorMessage, OrchestratorOutput, VERSION, subjects,
-};
+use arbiter_protocol::{LogBody, subjects};
 use arbiter_tests::{Gate, MockReply};
 use common::*;
 use pretty_assertions::assert_eq;
@@ -64,23 +62,7 @@ async fn resummon_releases_the_active_orchestrator_and_ignores_its_late_output()
     // II is active is not routed: not to the log, not to the Arbiter. The
     // coordinator reads Orchestrator output in stream order, so once II's
     // answer (published after it) is in the log, I's has been dealt with.
-    let late = OrchestratorMessage {
-        session_inputs: false,
-        spend: Default::default(),
-        v: VERSION,
-        session_id: s.into(),
-        orch_id: orch_one.clone(),
-        seq: 1,
-        event: OrchestratorEvent::Output(OrchestratorOutput {
-            expects_response: true,
-            message: "Late words from I".into(),
-            handoff: None,
-            verdict: None,
-        }),
-        evidence: None,
-        handoff: None,
-        sent_at: chrono::Utc::now(),
-    };
+    let late = bare_question(s, &orch_one, 1, "Late words from I");
     sys.bus
         .publish_js(
             subjects::orch_out(&orch_one),

@@ -492,25 +492,7 @@ async fn each_members_output_is_held_for_its_own_gap() {
     // Output far ahead on both members' subjects: member 2's must not push
     // member 1's out of the hold.
     for member in &members {
-        let ahead = arbiter_protocol::OrchestratorMessage {
-            session_inputs: false,
-            spend: Default::default(),
-            v: arbiter_protocol::VERSION,
-            session_id: s.into(),
-            orch_id: member.orch_id.clone(),
-            seq: 1000,
-            event: arbiter_protocol::OrchestratorEvent::Output(
-                arbiter_protocol::OrchestratorOutput {
-                    expects_response: true,
-                    message: "AHEAD".into(),
-                    handoff: None,
-                    verdict: None,
-                },
-            ),
-            evidence: None,
-            handoff: None,
-            sent_at: chrono::Utc::now(),
-        };
+        let ahead = bare_question(s, &member.orch_id, 1000, "AHEAD");
         sys.bus
             .publish_js(
                 arbiter_protocol::subjects::orch_out(&member.orch_id),

@@ -436,6 +436,16 @@ async fn one_human_line_is_one_trace_across_the_three_binaries() {
         let hops = last(service, "arbiter.routing.duration", &[("arbiter.hop", hop)]);
         assert_eq!(hops.value, count, "{hop}");
     }
+    // A model call started early (on an output or input seen as it was
+    // published) is taken by its turn here: none was paid for and dropped.
+    let dropped: Vec<&ReceivedPoint> = points
+        .iter()
+        .filter(|p| {
+            p.metric == "arbiter.model.early_calls"
+                && p.attributes.get("arbiter.outcome").and_then(Attr::as_str) == Some("dropped")
+        })
+        .collect();
+    assert!(dropped.is_empty(), "early calls dropped: {dropped:#?}");
     // Live sessions and Orchestrators, and the summons queue.
     last("arbiter-coordinator", "arbiter.sessions.live", &[]);
     last("arbiter-worker", "arbiter.orchestrators.live", &[]);

@@ -140,10 +140,13 @@ struct Foreseen {
     request: Request,
     /// Aborted when dropped.
     call: tokio_util::task::AbortOnDropHandle<Result<Response, arbiter_llm::LlmError>>,
+    /// Counted as taken or dropped (`arbiter.model.early_calls`).
+    counted: arbiter_bus::metrics::EarlyCall,
 }
 
 impl Foreseen {
-    async fn finish(self) -> Result<Response, arbiter_llm::LlmError> {
+    async fn finish(mut self) -> Result<Response, arbiter_llm::LlmError> {
+        self.counted.adopt();
         match self.call.await {
             Ok(result) => result,
             Err(e) => Err(arbiter_llm::LlmError::Stream(format!(
@@ -712,6 +715,7 @@ impl Agent {
             began_turn,
             request,
             call: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(call)),
+            counted: arbiter_bus::metrics::EarlyCall::new("orchestrator"),
         });
     }
 

@@ -35,54 +35,16 @@ impl Session {
     /// Everything queued, in arrival order, as one user message; the notes
     /// gathered since the last delivery go first, as a digest.
     pub(super) fn take_queue(&mut self) -> String {
-        let mut parts = Vec::new();
-        if !self.state.notes.is_empty() {
-            parts.push(digest(&std::mem::take(&mut self.state.notes)));
-        }
-        parts.extend(self.take_budget_notes());
-        for pending in self.state.queue.drain(..) {
-            parts.push(match pending {
-                Pending::Human { text, tagged: true } => format!("Human: {text}"),
-                Pending::Human {
-                    text,
-                    tagged: false,
-                } => text,
-                Pending::Orchestrator {
-                    number,
-                    member,
-                    text,
-                    evidence,
-                    handoff,
-                } => crate::outputs::report(
-                    number,
-                    member,
-                    &text,
-                    evidence.as_ref(),
-                    handoff.as_deref(),
-                ),
-                Pending::System { text } => format!("System: {text}"),
-                Pending::Team {
-                    number,
-                    members,
-                    reports,
-                    waited_secs,
-                    sequential,
-                    consensus,
-                } => crate::team::team_input(
-                    number,
-                    members,
-                    &reports,
-                    waited_secs,
-                    sequential,
-                    consensus.as_deref(),
-                ),
-            });
-        }
-        parts.join("\n\n")
+        let notes = std::mem::take(&mut self.state.notes);
+        let budget = self.take_budget_notes();
+        let queue: Vec<Pending> = self.state.queue.drain(..).collect();
+        queue_text(&notes, budget, &queue)
     }
 
-    pub(super) fn start_turn(&mut self) -> TurnFuture {
-        let messages: Vec<Message> = self
+    /// The request of the Arbiter's turn: its transcript, and `next` (a
+    /// user message not in it yet) when given.
+    pub(super) fn turn_request(&self, next: Option<String>) -> Request {
+        let mut messages: Vec<Message> = self
             .transcript
             .iter()
             .map(|turn| match turn.role {
@@ -90,16 +52,40 @@ impl Session {
                 TurnRole::Assistant => Message::assistant(turn.text.clone()),
             })
             .collect();
-        let request = Request {
+        messages.extend(next.map(Message::user));
+        Request {
             system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
             messages: Arc::new(messages),
             tools: Arc::default(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: None,
-        };
+        }
+    }
+
+    /// Starts the turn in flight: its model call runs as a task of its own.
+    pub(super) fn start_turn(&mut self) -> RunningTurn {
+        let request = self.turn_request(None);
+        if let Some(running) = self.adopt_foreseen(&request) {
+            return running;
+        }
+        let (turn, span) = self.turn_call(request, self.state.turns, &self.trace.clone(), None);
+        self.turn_span = span;
+        RunningTurn::start(turn)
+    }
+
+    /// Turn `turn`'s model call on `request`, and its span (the child of
+    /// `parent`). Its streamed words go out once `go` fires (at once
+    /// without one): a call started early (see `foresee.rs`) shows nothing
+    /// until its turn is taken.
+    pub(super) fn turn_call(
+        &self,
+        request: Request,
+        turn: u64,
+        parent: &TraceContext,
+        go: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> (TurnFuture, tracing::Span) {
         let shared = self.shared.clone();
         let session_id = self.id.clone();
-        let turn = self.state.turns;
         // Every request of the turn is counted, repairs included.
         let model = arbiter_llm::meter::Metered::new(shared.model.clone(), self.meter.clone());
         // A turn is a span of its own, the child of what started it (in
@@ -113,15 +99,20 @@ impl Session {
             session.id = %self.id,
             arbiter.turn = i64::try_from(turn).unwrap_or(i64::MAX),
         );
-        self.trace.adopt(&span);
-        self.turn_span = span.clone();
-        Box::pin(
+        parent.adopt(&span);
+        let future = Box::pin(
             async move {
                 // The words go out as they are written; a forwarder publishes them
                 // so the model stream is never held up by NATS.
                 let (tx, mut rx) = mpsc::unbounded_channel::<ArbiterDelta>();
                 let subject = subjects::session_delta(&session_id);
                 let forward = async {
+                    if let Some(go) = go
+                        && go.await.is_err()
+                    {
+                        // Never taken: what it wrote is shown to nobody.
+                        return;
+                    }
                     while let Some(delta) = rx.recv().await {
                         if let Err(e) = shared.bus.publish_core(subject.clone(), &delta).await {
                             tracing::debug!(error = %e, "delta not published");
@@ -158,8 +149,9 @@ impl Session {
                 let (result, ()) = tokio::join!(call, forward);
                 result
             }
-            .instrument(span),
-        )
+            .instrument(span.clone()),
+        );
+        (future, span)
     }
 
     /// What the workers offer, asked only for a directed summons.
@@ -303,6 +295,64 @@ enum Ending {
     Musings,
     Rejected,
     Failed,
+}
+
+impl Pending {
+    /// What the Arbiter reads of it in its turn's user message.
+    pub(crate) fn words(&self) -> String {
+        match self {
+            Pending::Human { text, tagged: true } => format!("Human: {text}"),
+            Pending::Human {
+                text,
+                tagged: false,
+            } => text.clone(),
+            Pending::Orchestrator {
+                number,
+                member,
+                text,
+                evidence,
+                handoff,
+            } => crate::outputs::report(
+                *number,
+                *member,
+                text,
+                evidence.as_ref(),
+                handoff.as_deref(),
+            ),
+            Pending::System { text } => format!("System: {text}"),
+            Pending::Team {
+                number,
+                members,
+                reports,
+                waited_secs,
+                sequential,
+                consensus,
+            } => crate::team::team_input(
+                *number,
+                *members,
+                reports,
+                *waited_secs,
+                *sequential,
+                consensus.as_deref(),
+            ),
+        }
+    }
+}
+
+/// The user message of a turn: the notes' digest, the budget notes, then
+/// what is queued, in arrival order.
+pub(super) fn queue_text(
+    notes: &[(u32, String)],
+    budget: Vec<String>,
+    queue: &[Pending],
+) -> String {
+    let mut parts = Vec::new();
+    if !notes.is_empty() {
+        parts.push(digest(notes));
+    }
+    parts.extend(budget);
+    parts.extend(queue.iter().map(Pending::words));
+    parts.join("\n\n")
 }
 
 fn digest(notes: &[(u32, String)]) -> String {

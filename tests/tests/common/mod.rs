@@ -212,6 +212,34 @@ pub async fn summoned(log: &LogWatch, n: usize) -> Vec<arbiter_protocol::Summone
     .await
 }
 
+/// An Orchestrator output that asks a question (expects a response), bare,
+/// as a worker in another language publishes it on `orch.<id>.out`: no
+/// evidence, no spend, no handoff.
+pub fn bare_question(
+    session: &str,
+    orch_id: &str,
+    seq: u64,
+    text: &str,
+) -> arbiter_protocol::OrchestratorMessage {
+    arbiter_protocol::OrchestratorMessage {
+        session_inputs: false,
+        spend: Default::default(),
+        v: VERSION,
+        session_id: session.into(),
+        orch_id: orch_id.into(),
+        seq,
+        event: arbiter_protocol::OrchestratorEvent::Output(arbiter_protocol::OrchestratorOutput {
+            expects_response: true,
+            message: text.into(),
+            handoff: None,
+            verdict: None,
+        }),
+        evidence: None,
+        handoff: None,
+        sent_at: chrono::Utc::now(),
+    }
+}
+
 /// A scripted Orchestrator final reply.
 pub fn orch(expects_response: bool, message: &str) -> MockReply {
     MockReply::json(&json!({"expects_response": expects_response, "message": message}))

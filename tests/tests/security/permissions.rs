@@ -153,6 +153,11 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
             vec![W],
         ),
         (
+            "see Orchestrator output as it is published (core subscription)",
+            sub("arbiter.v1.orch.o1.out"),
+            vec![C],
+        ),
+        (
             "read any message of the sessions stream",
             req("$JS.API.STREAM.MSG.GET.ARBITER_SESSIONS", r#"{"seq":1}"#),
             vec![C, A],
