@@ -182,6 +182,8 @@ pub(crate) struct Session {
     watch: foresee::OutputWatch,
     /// The Arbiter call started on such an output, until its turn starts.
     foreseen: Option<foresee::Foreseen>,
+    /// The turn number an early call was last started for: one per turn.
+    foreseen_turn: u64,
 }
 
 /// Starts a session actor whose lease this coordinator holds, restored from
@@ -230,6 +232,7 @@ pub(crate) fn spawn(
         replace_transcript: false,
         watch: foresee::OutputWatch::default(),
         foreseen: None,
+        foreseen_turn: 0,
     };
     let idle = session.idle.clone();
     let stop = session.cancel.clone();

@@ -335,28 +335,42 @@ async fn an_output_the_server_refused_to_store_never_becomes_the_arbiters() {
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
 
     // Output 1, as a fenced-out worker would publish it: refused.
-    let refused = bare_question(s, &orch_id, 1, "REFUSED: which shade of red?");
-    let stored = sys
-        .bus
-        .js
-        .send_publish(
-            subjects::orch_out(&orch_id),
-            async_nats::jetstream::message::PublishMessage::build()
-                .payload(serde_json::to_vec(&refused).unwrap().into())
-                .expected_last_subject_sequence(1_000_000),
-        )
-        .await
-        .unwrap()
-        .await;
-    assert!(
-        stored.is_err(),
-        "the server stored the fenced output: {stored:?}"
-    );
-    // The coordinator saw it as it was published and started that call.
-    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    // Output 1 twice more, as a hostile worker credential could, each with
+    // other words: refused too, and no further call (one per turn at most).
+    for text in [
+        "REFUSED: which shade of red?",
+        "REFUSED AGAIN: blue?",
+        "REFUSED THRICE: green?",
+    ] {
+        let refused = bare_question(s, &orch_id, 1, text);
+        let stored = sys
+            .bus
+            .js
+            .send_publish(
+                subjects::orch_out(&orch_id),
+                async_nats::jetstream::message::PublishMessage::build()
+                    .payload(serde_json::to_vec(&refused).unwrap().into())
+                    .expected_last_subject_sequence(1_000_000),
+            )
+            .await
+            .unwrap()
+            .await;
+        assert!(
+            stored.is_err(),
+            "the server stored the fenced output: {stored:?}"
+        );
+        // The coordinator saw the first as it was published and started that call.
+        sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    }
     assert_eq!(
         sys.mock.requests_for(&arb)[1].last_user_text(),
         "Orchestrator I: REFUSED: which shade of red?"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb).len(),
+        2,
+        "one early call per turn"
     );
 
     speak.open();

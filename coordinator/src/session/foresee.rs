@@ -14,7 +14,9 @@
 //! adopted. So what the session stores and does never rests on a message the
 //! server did not store. The price of a wrong guess is one model request (an
 //! output the server refused, or one that raced another input); it is
-//! counted in the session's spend once known, like every request.
+//! counted in the session's spend once known, like every request. At most
+//! one is started per turn, so messages published there that are never
+//! stored (a fenced-out or hostile worker's) cannot multiply requests.
 
 use tokio_stream::{StreamExt as _, StreamMap};
 
@@ -107,19 +109,17 @@ impl Session {
         if session != self.id {
             return;
         }
+        let turn = self.state.turns + 1;
+        // One early call per turn at most, whatever else is published
+        // there (the same output again, or messages the server refused).
+        if self.foreseen_turn == turn {
+            return;
+        }
         let Some(text) = self.foreseen_text(&outputs) else {
             return;
         };
         let request = self.turn_request(Some(text));
-        let turn = self.state.turns + 1;
-        if self
-            .foreseen
-            .as_ref()
-            .is_some_and(|f| f.turn == turn && f.request == request)
-        {
-            // The same output again (its worker published it once more).
-            return;
-        }
+        self.foreseen_turn = turn;
         let trace = TraceContext::from_headers(message.headers.as_ref());
         let (go, gate) = tokio::sync::oneshot::channel();
         let (call, span) = self.turn_call(request.clone(), turn, &trace, Some(gate));
