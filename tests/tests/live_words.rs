@@ -217,3 +217,90 @@ async fn an_output_starts_the_arbiters_call_as_it_is_published_and_shows_once_st
         ]
     );
 }
+
+/// A human line starts the Arbiter's call the same way: on the line as the
+/// server takes it in, adopted by the turn that the stored copy starts (one
+/// request), and nothing of it shown before. Sent as a console sends it,
+/// under its identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_line_starts_the_arbiters_call_as_it_is_published_and_shows_once_stored() {
+    let sys = System::start().await;
+    let s = "s-early-human";
+    let deltas = collect_deltas(&sys, s).await;
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Hello");
+    let answer = "Both, in that order.";
+    sys.mock
+        .push(&arb, arbiter("address_human", "Hello. What next?"));
+    sys.mock.push(&arb, arbiter("address_human", answer));
+    sys.send_as("alice", s, "Hello").await;
+    log.wait_len(2).await;
+
+    let line = arbiter_protocol::HumanMessage {
+        v: arbiter_protocol::VERSION,
+        session_id: s.into(),
+        message_id: "line-2".into(),
+        text: "Tests first, or docs?".into(),
+        sent_at: chrono::Utc::now(),
+        command: None,
+        budget: None,
+        workspace: None,
+    };
+    let subject = subjects::session_human_from(s, "alice");
+    // What core subscribers get of every publish, here without the store.
+    let mut unstored = async_nats::HeaderMap::new();
+    unstored.insert("Nats-Expected-Last-Subject-Sequence", "1000000");
+    sys.bus
+        .client
+        .publish_with_headers(
+            subject.clone(),
+            unstored,
+            serde_json::to_vec(&line).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert_eq!(
+        sys.mock.requests_for(&arb)[1].last_user_text(),
+        "Tests first, or docs?"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(log.bodies().len(), 2, "{:?}", log.bodies());
+    assert!(
+        deltas.lock().unwrap().iter().all(|d| d.turn < 2),
+        "words of a turn not taken were shown: {:?}",
+        deltas.lock().unwrap()
+    );
+
+    sys.bus
+        .publish_js(subject, "line-2", &TraceContext::none(), &line)
+        .await
+        .unwrap();
+    sys.settled(s, 4).await;
+    let words = eventually(WAIT, "the answer's words", || async {
+        let text: String = deltas
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|d| d.turn == 2)
+            .map(|d| d.text.as_str())
+            .collect();
+        (text == answer).then_some(text)
+    })
+    .await;
+    assert_eq!(words, answer);
+    assert_eq!(
+        sys.mock.requests_for(&arb).len(),
+        2,
+        "the stored copy's turn made a request of its own"
+    );
+    assert_eq!(
+        briefs(&log.bodies()),
+        vec![
+            pair("You", "Hello"),
+            pair("Arbiter", "Hello. What next?"),
+            pair("You", "Tests first, or docs?"),
+            pair("Arbiter", answer),
+        ]
+    );
+}
