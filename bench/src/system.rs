@@ -223,12 +223,7 @@ pub fn human_message(
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());
     TraceContext::none().inject(&mut headers);
     let payload = serde_json::to_vec(&message)?;
-    // As a console sends it: under its identity, not on the bare subject.
-    Ok((
-        subjects::session_human_from(session, "bench"),
-        headers,
-        payload.into(),
-    ))
+    Ok((subjects::session_human(session), headers, payload.into()))
 }
 
 /// Pull requests waiting on a durable consumer (0 if it does not exist yet).

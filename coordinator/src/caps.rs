@@ -225,29 +225,6 @@ impl Caps {
         Ok(())
     }
 
-    /// Whether [`Caps::admit`] would let a message through now, changing
-    /// nothing (for a call started before the message is taken).
-    pub(crate) fn would_admit(&self, console: &str, session: &str, now: Instant) -> bool {
-        let counts = self.lock();
-        if let Some(rate) = self.limits.rate {
-            let tokens = counts
-                .buckets
-                .get(console)
-                .map_or(f64::from(rate.burst), |b| {
-                    let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-                    (b.tokens + elapsed * rate.per_second()).min(f64::from(rate.burst))
-                });
-            if tokens < 1.0 {
-                return false;
-            }
-        }
-        counts.sessions.contains_key(session)
-            || self
-                .limits
-                .max_sessions
-                .is_none_or(|max| counts.by_console.get(console).map_or(0, HashSet::len) < max)
-    }
-
     /// A session has taken a message [`Caps::admit`] let through.
     pub(crate) fn taken(&self, session: &str) {
         if let Some(counted) = self.lock().sessions.get_mut(session) {
@@ -357,20 +334,6 @@ mod tests {
         );
     }
 
-    /// `admit`, after checking that `would_admit` (which changes nothing)
-    /// says the same of it.
-    fn checked(caps: &Caps, console: &str, session: &str, t: Instant) -> Result<(), Refusal> {
-        let would = caps.would_admit(console, session, t);
-        assert_eq!(
-            would,
-            caps.would_admit(console, session, t),
-            "it changed something"
-        );
-        let got = caps.admit(console, session, t);
-        assert_eq!(would, got.is_ok(), "{console} to {session}: {got:?}");
-        got
-    }
-
     #[test]
     fn a_console_has_at_most_so_many_sessions_at_work() {
         let caps = Caps::new(ConsoleCaps {
@@ -378,22 +341,22 @@ mod tests {
             rate: None,
         });
         let t = Instant::now();
-        assert_eq!(checked(&caps, "alice", "s1", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s1", t), Ok(()));
         // Admitted, not taken yet: a step of s1 before it does not uncount it.
         caps.settle("s1", None);
         assert_eq!(caps.at_work("alice"), 1);
-        assert_eq!(checked(&caps, "alice", "s2", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s2", t), Ok(()));
         // A session already counted takes more messages.
-        assert_eq!(checked(&caps, "alice", "s1", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s1", t), Ok(()));
         assert_eq!(
-            checked(&caps, "alice", "s3", t),
+            caps.admit("alice", "s3", t),
             Err(Refusal::Sessions {
                 console: "alice".into(),
                 max: 2
             })
         );
         // Another console is not affected.
-        assert_eq!(checked(&caps, "bob", "s4", t), Ok(()));
+        assert_eq!(caps.admit("bob", "s4", t), Ok(()));
         // s1 takes its messages, works, and goes idle: room for another.
         caps.taken("s1");
         caps.settle("s1", Some("alice"));
@@ -401,7 +364,7 @@ mod tests {
         assert_eq!(caps.at_work("alice"), 2);
         caps.settle("s1", None);
         assert_eq!(caps.at_work("alice"), 1);
-        assert_eq!(checked(&caps, "alice", "s3", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s3", t), Ok(()));
         // A session at work counts against the console that put it to work.
         caps.settle("s5", Some("carol"));
         caps.settle("s5", Some("alice"));
@@ -416,27 +379,30 @@ mod tests {
         });
         let t = Instant::now();
         for _ in 0..3 {
-            assert_eq!(checked(&caps, "alice", "s1", t), Ok(()));
+            assert_eq!(caps.admit("alice", "s1", t), Ok(()));
         }
-        let refused = checked(&caps, "alice", "s1", t).unwrap_err();
+        let refused = caps.admit("alice", "s1", t).unwrap_err();
         assert_eq!(
             refused.to_string(),
             "Message refused: console \"alice\" is sending faster than 60/min,burst=3 \
              messages. Wait a moment and send it again, or raise the limit \
              (arbiter-coordinator --console-rate, or ARBITER_CONSOLE_RATE)."
         );
-        assert_eq!(checked(&caps, "bob", "s2", t), Ok(()));
+        assert_eq!(caps.admit("bob", "s2", t), Ok(()));
         // One a second comes back.
-        assert!(checked(&caps, "alice", "s1", t + Duration::from_millis(500)).is_err());
+        assert!(
+            caps.admit("alice", "s1", t + Duration::from_millis(500))
+                .is_err()
+        );
         assert_eq!(
-            checked(&caps, "alice", "s1", t + Duration::from_secs(1)),
+            caps.admit("alice", "s1", t + Duration::from_secs(1)),
             Ok(())
         );
         // Never more than the burst, however long it waited.
         let later = t + Duration::from_secs(3600);
         for _ in 0..3 {
-            assert_eq!(checked(&caps, "alice", "s1", later), Ok(()));
+            assert_eq!(caps.admit("alice", "s1", later), Ok(()));
         }
-        assert!(checked(&caps, "alice", "s1", later).is_err());
+        assert!(caps.admit("alice", "s1", later).is_err());
     }
 }

@@ -321,8 +321,8 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::COORDINATOR_ORCH_CONSUMER,
                         Some(subjects::ALL_ORCH_OUT),
                     )),
-                Grant::new("see Orchestrator output and human lines as they are published, to start the Arbiter's model call early (core; each is taken only from the stored copy)")
-                    .subscribe([subjects::ALL_ORCH_OUT, subjects::ALL_SESSION_HUMAN_FROM]),
+                Grant::new("see Orchestrator output as it is published, to start the Arbiter's model call early (core; the output is taken only from the stored copy)")
+                    .subscribe([subjects::ALL_ORCH_OUT]),
                 Grant::new("make each pool's shared summons consumer `pool-<pool>` before any worker runs (scale from zero)")
                     .publish([
                         api(&format!("CONSUMER.CREATE.{summons}.*.{PREFIX}.summon.*")),

@@ -1,16 +1,14 @@
-//! An Arbiter turn started on a message as it is published, before the
-//! server's stored copy reaches the session: an output of its solo
-//! Orchestrator, or a human line.
+//! An Arbiter turn started on an Orchestrator's output as it is published,
+//! before the server's stored copy reaches the session.
 //!
-//! The session holds core subscriptions on `orch.<orch_id>.out` of its solo
+//! The session holds a core subscription on `orch.<orch_id>.out` of its solo
 //! Orchestrator (members of a team gather their reports first, so none is
-//! kept for them) and on its own `session.<id>.human.*`. A core subscriber
-//! gets a message as the server takes it in, before the server has stored
-//! it and long before the stored copy comes back through the coordinator's
-//! durable. When the message would start a turn at once, the session starts
-//! the turn's model call then, on the request taking it would make. The
-//! message is still taken only from the stored copy: the turn that copy
-//! starts adopts the call only when the
+//! kept for them). A core subscriber gets a message as the server takes it
+//! in, before the server has stored it and long before the stored copy comes
+//! back through `coordinator-orch-out`. When that output is the next one and
+//! would start a turn at once, the session starts the turn's model call then,
+//! on the request taking it would make. The output is still taken only from
+//! the stored copy: the turn that copy starts adopts the call only when the
 //! request it makes itself is the same one; otherwise the call is aborted and
 //! its reply never read. Its streamed words are shown only once it is
 //! adopted. So what the session stores and does never rests on a message the
@@ -18,15 +16,12 @@
 //! output the server refused, or one that raced another input); it is
 //! counted in the session's spend once known, like every request. At most
 //! one is started per turn, so messages published there that are never
-//! stored or never taken (a fenced-out or hostile worker's, a console's over
-//! its limits) cannot multiply requests.
+//! stored (a fenced-out or hostile worker's) cannot multiply requests.
 
 use tokio_stream::{StreamExt as _, StreamMap};
 
 use super::*;
 use arbiter_protocol::{Evidence, OrchestratorEvent};
-
-use crate::intake::MAX_HUMAN_BYTES;
 use turn::queue_text;
 
 /// The model call of a turn that is not stored yet (see the module).
@@ -43,15 +38,15 @@ pub(super) struct Foreseen {
     counted: arbiter_bus::metrics::EarlyCall,
 }
 
-/// Core subscriptions on the outputs of the session's solo Orchestrator and
-/// on its human lines, by subject (unsubscribed when dropped).
+/// Core subscriptions on the outputs of the session's solo Orchestrator, by
+/// orch_id (unsubscribed when dropped).
 #[derive(Default)]
 pub(super) struct OutputWatch {
     subs: StreamMap<String, async_nats::Subscriber>,
 }
 
 impl OutputWatch {
-    /// The next message seen, once one is watched.
+    /// The next output seen, once one is watched.
     pub(super) async fn next(&mut self) -> Option<async_nats::Message> {
         if self.subs.is_empty() {
             return std::future::pending().await;
@@ -61,56 +56,66 @@ impl OutputWatch {
 }
 
 impl Session {
-    /// Watches the session's human lines and the output of its solo
-    /// Orchestrator, and no other Orchestrator's. The summons is stored and
-    /// published before this runs, so the watch is in place long before the
-    /// Orchestrator's first output.
+    /// Watches the output of the session's solo Orchestrator, and no other.
+    /// The summons is stored and published before this runs, so the watch is
+    /// in place long before the Orchestrator's first output.
     pub(super) async fn watch_outputs(&mut self) {
-        let mut want: Vec<String> = self
+        let want: Vec<&str> = self
             .state
             .team
             .iter()
             .filter(|a| a.member.is_none())
-            .map(|a| subjects::orch_out(&a.orch_id))
+            .map(|a| a.orch_id.as_str())
             .collect();
-        want.push(subjects::session_human_from(&self.id, "*"));
         let gone: Vec<String> = self
             .watch
             .subs
             .keys()
-            .filter(|subject| !want.contains(subject))
+            .filter(|id| !want.contains(&id.as_str()))
             .cloned()
             .collect();
-        for subject in gone {
-            self.watch.subs.remove(&subject);
+        for id in gone {
+            self.watch.subs.remove(&id);
         }
-        for subject in want {
-            if self.watch.subs.contains_key(&subject) {
+        for id in want {
+            if self.watch.subs.contains_key(id) {
                 continue;
             }
-            match self.shared.bus.client.subscribe(subject.clone()).await {
+            match self
+                .shared
+                .bus
+                .client
+                .subscribe(subjects::orch_out(id))
+                .await
+            {
                 Ok(sub) => {
-                    self.watch.subs.insert(subject, sub);
+                    self.watch.subs.insert(id.to_owned(), sub);
                 }
-                // Only the early start is lost: the message comes all the same.
-                Err(e) => tracing::debug!(subject, error = %e, "not watching for an early start"),
+                // Only the early start is lost: the output comes all the same.
+                Err(e) => {
+                    tracing::debug!(orch.id = %id, error = %e, "not watching the Orchestrator's output")
+                }
             }
         }
     }
 
-    /// A message seen as it was published: a human line or an output.
+    /// An output seen as it was published: starts the turn taking it would
+    /// start, when it would start one at once (see the module).
     pub(super) fn foresee(&mut self, message: &async_nats::Message) {
+        let Ok((session, outputs)) = crate::intake::outputs_of(&message.subject, &message.payload)
+        else {
+            return;
+        };
+        if session != self.id {
+            return;
+        }
         let turn = self.state.turns + 1;
         // One early call per turn at most, whatever else is published
-        // there (the same message again, or messages the server refused).
+        // there (the same output again, or messages the server refused).
         if self.foreseen_turn == turn {
             return;
         }
-        let text = match subjects::human_of(&message.subject) {
-            Some((_, console)) => self.foreseen_human(message, console),
-            None => self.foreseen_output(message),
-        };
-        let Some(text) = text else {
+        let Some(text) = self.foreseen_text(&outputs) else {
             return;
         };
         let request = self.turn_request(Some(text));
@@ -126,73 +131,6 @@ impl Session {
             running: RunningTurn::start(call),
             counted: arbiter_bus::metrics::EarlyCall::new("arbiter"),
         });
-    }
-
-    /// The user message of the turn that taking a human line would start at
-    /// once; `None` when it would start none or anything could differ: a
-    /// command, a budget change, a line too large, one taken already, one
-    /// its console's limits would refuse, or the session's state (see
-    /// [`Session::quiet`]).
-    fn foreseen_human(&self, message: &async_nats::Message, console: &str) -> Option<String> {
-        let line: arbiter_protocol::HumanMessage = serde_json::from_slice(&message.payload).ok()?;
-        if line.session_id != self.id
-            || line.command.is_some()
-            || line.budget.is_some()
-            || line.text.len() > MAX_HUMAN_BYTES
-            || self.state.seen_ids.contains(&line.message_id)
-            || !self.quiet()
-            || !self
-                .shared
-                .caps
-                .would_admit(console, &self.id, tokio::time::Instant::now())
-        {
-            return None;
-        }
-        let pending = Pending::Human {
-            text: line.text,
-            tagged: !self.state.team.is_empty(),
-        };
-        Some(queue_text(
-            &self.state.notes,
-            self.budget_notes(),
-            &[pending],
-        ))
-    }
-
-    /// Nothing running, due, held or pending, and the next turn neither the
-    /// first of an Arbiter generation (it opens with the workspace's memory,
-    /// read when the turn starts) nor past the session's budget cap.
-    fn quiet(&self) -> bool {
-        let state = &self.state;
-        let budget = self.budget();
-        !(state.turn_in_flight
-            || !state.queue.is_empty()
-            || state.hold.is_some()
-            || state.arbiter.pending.is_some()
-            || state.turns == state.arbiter.since_turn
-            || budget.held
-            || budget.session.reached(&state.spend.total).is_some())
-    }
-
-    /// The budget notes the next turn carries.
-    fn budget_notes(&self) -> Vec<String> {
-        self.state
-            .budget
-            .notes
-            .iter()
-            .map(|text| format!("System: {text}"))
-            .collect()
-    }
-
-    /// The user message of the turn that taking an output (a message on
-    /// `orch.<id>.out`) would start at once.
-    fn foreseen_output(&self, message: &async_nats::Message) -> Option<String> {
-        let (session, outputs) =
-            crate::intake::outputs_of(&message.subject, &message.payload).ok()?;
-        if session != self.id {
-            return None;
-        }
-        self.foreseen_text(&outputs)
     }
 
     /// The call started early for `request`, if it is this turn's: adopted
@@ -222,7 +160,13 @@ impl Session {
     fn foreseen_text(&self, outputs: &[OrchestratorMessage]) -> Option<String> {
         let state = &self.state;
         let cap = self.shared.config.max_turns_per_message;
-        if !self.quiet() || (cap != 0 && state.turns_since_human >= cap) {
+        if state.turn_in_flight
+            || !state.queue.is_empty()
+            || state.hold.is_some()
+            || state.arbiter.pending.is_some()
+            || state.turns == state.arbiter.since_turn
+            || (cap != 0 && state.turns_since_human >= cap)
+        {
             return None;
         }
         let active = state.member(&outputs.first()?.orch_id)?;
@@ -268,7 +212,8 @@ impl Session {
         }
         let budget = self.budget();
         let at = arbiter_protocol::budget::NOTE_AT_PERCENT;
-        if !budget.session.past(&spend.total, at).is_empty()
+        if budget.held
+            || !budget.session.past(&spend.total, at).is_empty()
             || state.team.iter().any(|a| {
                 let spent = spend.orchestrator(&a.orch_id).copied().unwrap_or_default();
                 !budget.orchestrator.past(&spent, at).is_empty()
@@ -276,6 +221,12 @@ impl Session {
         {
             return None;
         }
-        Some(queue_text(&notes, self.budget_notes(), &queue))
+        let budget_notes = state
+            .budget
+            .notes
+            .iter()
+            .map(|text| format!("System: {text}"))
+            .collect();
+        Some(queue_text(&notes, budget_notes, &queue))
     }
 }

@@ -158,11 +158,6 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
             vec![C],
         ),
         (
-            "see human lines as they are published (core subscription)",
-            sub("arbiter.v1.session.s1.human.*"),
-            vec![C],
-        ),
-        (
             "read any message of the sessions stream",
             req("$JS.API.STREAM.MSG.GET.ARBITER_SESSIONS", r#"{"seq":1}"#),
             vec![C, A],
