@@ -603,24 +603,20 @@ pub(crate) fn outputs_of(
     subject: &str,
     payload: &[u8],
 ) -> Result<(String, Vec<OrchestratorMessage>), WireError> {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        #[serde(default)]
-        outbox: Option<serde::de::IgnoredAny>,
-    }
+    // One pass for a record (what the native worker sends); a second, as
+    // the message itself, only when there is no `outbox`.
     #[derive(serde::Deserialize)]
     struct Record {
-        outbox: Vec<OrchestratorMessage>,
+        #[serde(default)]
+        outbox: Option<Vec<OrchestratorMessage>>,
     }
     let malformed = |detail: &str| WireError::MalformedMessage {
         subject: subject.to_owned(),
         detail: detail.to_owned(),
     };
-    let is_record = serde_json::from_slice::<Probe>(payload).is_ok_and(|p| p.outbox.is_some());
-    let mut messages = if is_record {
-        decode::<Record>(subject, payload)?.outbox
-    } else {
-        vec![decode::<OrchestratorMessage>(subject, payload)?]
+    let mut messages = match decode::<Record>(subject, payload)?.outbox {
+        Some(outbox) => outbox,
+        None => vec![decode::<OrchestratorMessage>(subject, payload)?],
     };
     let Some(first) = messages.first() else {
         return Err(malformed("a state record with no outputs"));
@@ -831,6 +827,9 @@ mod tests {
             json!({"rev":1,"outbox":[message(1), elsewhere]}),
             json!({"rev":1,"outbox":[{"seq":"x"}]}),
             json!({"rev":1,"outbox":7}),
+            // No outbox: the message itself, malformed.
+            json!({"v":1,"session_id":"s-1","orch_id":"o-1","seq":"x"}),
+            json!([1, 2]),
             other,
         ] {
             let err = seqs(&bad).unwrap_err();
