@@ -240,12 +240,21 @@ impl Session {
         self.effect(Effect::Summon(summon));
     }
 
-    /// The notes for the Arbiter's next turn, taken.
-    pub(crate) fn take_budget_notes(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.state.budget.notes)
-            .into_iter()
+    /// The notes for the Arbiter's next turn, as it reads them.
+    pub(crate) fn budget_notes(&self) -> Vec<String> {
+        self.state
+            .budget
+            .notes
+            .iter()
             .map(|text| format!("System: {text}"))
             .collect()
+    }
+
+    /// The same, taken.
+    pub(crate) fn take_budget_notes(&mut self) -> Vec<String> {
+        let notes = self.budget_notes();
+        self.state.budget.notes.clear();
+        notes
     }
 
     /// False when the cap under `key` was told already.

@@ -249,22 +249,7 @@ async fn an_input_the_server_refused_to_store_never_becomes_the_orchestrators() 
             budget: None,
         }),
     };
-    let stored = sys
-        .bus
-        .js
-        .send_publish(
-            subjects::session_input(s, &orch_id, 1),
-            async_nats::jetstream::message::PublishMessage::build()
-                .payload(serde_json::to_vec(&refused).unwrap().into())
-                .expected_last_subject_sequence(1_000_000),
-        )
-        .await
-        .unwrap()
-        .await;
-    assert!(
-        stored.is_err(),
-        "the server stored the fenced input: {stored:?}"
-    );
+    publish_refused(&sys, subjects::session_input(s, &orch_id, 1), &refused).await;
     // The worker saw it on its wake-up and started that call.
     sys.mock.wait_for_requests(&lane, 2, WAIT).await;
     assert_eq!(
@@ -334,31 +319,16 @@ async fn an_output_the_server_refused_to_store_never_becomes_the_arbiters() {
     let orch_id = summoned_id(&log).await;
     sys.mock.wait_for_requests(&lane, 1, WAIT).await;
 
-    // Output 1, as a fenced-out worker would publish it: refused.
-    // Output 1 twice more, as a hostile worker credential could, each with
-    // other words: refused too, and no further call (one per turn at most).
+    // Output 1, as a fenced-out worker would publish it: refused. Then
+    // twice more, as a hostile worker credential could, each with other
+    // words: refused too, and no further call (one per turn at most).
     for text in [
         "REFUSED: which shade of red?",
         "REFUSED AGAIN: blue?",
         "REFUSED THRICE: green?",
     ] {
         let refused = bare_question(s, &orch_id, 1, text);
-        let stored = sys
-            .bus
-            .js
-            .send_publish(
-                subjects::orch_out(&orch_id),
-                async_nats::jetstream::message::PublishMessage::build()
-                    .payload(serde_json::to_vec(&refused).unwrap().into())
-                    .expected_last_subject_sequence(1_000_000),
-            )
-            .await
-            .unwrap()
-            .await;
-        assert!(
-            stored.is_err(),
-            "the server stored the fenced output: {stored:?}"
-        );
+        publish_refused(&sys, subjects::orch_out(&orch_id), &refused).await;
         // The coordinator saw the first as it was published and started that call.
         sys.mock.wait_for_requests(&arb, 2, WAIT).await;
     }

@@ -111,7 +111,7 @@ async fn a_repaired_reply_streams_as_a_new_attempt() {
 /// request, not two. Until then nothing of it shows: no log entry, and none
 /// of the words it streams. The test plays the Orchestrator's worker, as a
 /// worker in another language would: it publishes the output once in a way
-/// the server does not store, then as usual.
+/// the server refuses to store, then as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_starts_the_arbiters_call_as_it_is_published_and_shows_once_stored() {
     let sys = System::start_with(Options {
@@ -137,19 +137,8 @@ async fn an_output_starts_the_arbiters_call_as_it_is_published_and_shows_once_st
     };
     let question = bare_question(s, &orch_id, 1, "Which crate goes first?");
     // What core subscribers get of every publish, before the store; here
-    // without the store (any publish on a stream's subject is stored, so
-    // this one names a last sequence the subject does not have).
-    let mut unstored = async_nats::HeaderMap::new();
-    unstored.insert("Nats-Expected-Last-Subject-Sequence", "1000000");
-    sys.bus
-        .client
-        .publish_with_headers(
-            subjects::orch_out(&orch_id),
-            unstored,
-            serde_json::to_vec(&question).unwrap().into(),
-        )
-        .await
-        .unwrap();
+    // without the store.
+    publish_refused(&sys, subjects::orch_out(&orch_id), &question).await;
     sys.mock.wait_for_requests(&arb, 2, WAIT).await;
     assert_eq!(
         sys.mock.requests_for(&arb)[1].last_user_text(),

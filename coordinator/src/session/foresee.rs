@@ -60,6 +60,13 @@ impl Session {
     /// The summons is stored and published before this runs, so the watch is
     /// in place long before the Orchestrator's first output.
     pub(super) async fn watch_outputs(&mut self) {
+        // Run after every step: when nothing changed, it allocates nothing.
+        let solo = || self.state.team.iter().filter(|a| a.member.is_none());
+        if solo().count() == self.watch.subs.len()
+            && solo().all(|a| self.watch.subs.contains_key(&a.orch_id))
+        {
+            return;
+        }
         let want: Vec<&str> = self
             .state
             .team
@@ -102,17 +109,18 @@ impl Session {
     /// An output seen as it was published: starts the turn taking it would
     /// start, when it would start one at once (see the module).
     pub(super) fn foresee(&mut self, message: &async_nats::Message) {
+        let turn = self.state.turns + 1;
+        // One early call per turn at most, whatever else is published
+        // there (the same output again, or messages the server refused).
+        // Checked before the message is read: it costs nothing.
+        if self.foreseen_turn == turn {
+            return;
+        }
         let Ok((session, outputs)) = crate::intake::outputs_of(&message.subject, &message.payload)
         else {
             return;
         };
         if session != self.id {
-            return;
-        }
-        let turn = self.state.turns + 1;
-        // One early call per turn at most, whatever else is published
-        // there (the same output again, or messages the server refused).
-        if self.foreseen_turn == turn {
             return;
         }
         let Some(text) = self.foreseen_text(&outputs) else {
@@ -221,12 +229,6 @@ impl Session {
         {
             return None;
         }
-        let budget_notes = state
-            .budget
-            .notes
-            .iter()
-            .map(|text| format!("System: {text}"))
-            .collect();
-        Some(queue_text(&notes, budget_notes, &queue))
+        Some(queue_text(&notes, self.budget_notes(), &queue))
     }
 }

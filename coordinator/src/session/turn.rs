@@ -68,7 +68,7 @@ impl Session {
         if let Some(running) = self.adopt_foreseen(&request) {
             return running;
         }
-        let (turn, span) = self.turn_call(request, self.state.turns, &self.trace.clone(), None);
+        let (turn, span) = self.turn_call(request, self.state.turns, &self.trace, None);
         self.turn_span = span;
         RunningTurn::start(turn)
     }

@@ -240,6 +240,29 @@ pub fn bare_question(
     }
 }
 
+/// Publishes `payload` on `subject` as a writer that another one fenced out
+/// does: JetStream refuses to store it (it names a last sequence the subject
+/// does not have), yet core subscribers get it all the same. Asserts the
+/// refusal.
+pub async fn publish_refused(sys: &System, subject: String, payload: &impl serde::Serialize) {
+    let stored = sys
+        .bus
+        .js
+        .send_publish(
+            subject.clone(),
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(serde_json::to_vec(payload).unwrap().into())
+                .expected_last_subject_sequence(1_000_000),
+        )
+        .await
+        .unwrap()
+        .await;
+    assert!(
+        stored.is_err(),
+        "the server stored what a fenced-out writer sent on {subject}: {stored:?}"
+    );
+}
+
 /// A scripted Orchestrator final reply.
 pub fn orch(expects_response: bool, message: &str) -> MockReply {
     MockReply::json(&json!({"expects_response": expects_response, "message": message}))
