@@ -101,6 +101,19 @@ async fn warnings_follow_the_tool_call_that_crosses_70_and_85_percent() {
             seen
         });
     assert_eq!(measured, [0, 500, 720, 800, 860, 900]);
+    // A reply's context is not a message of its own: it goes out with the
+    // change of state or tool that follows (a heartbeat repeats what was
+    // last sent, so it never changes the context alone either).
+    let statuses = watch.statuses_of("o-ctx");
+    for pair in statuses.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let same_step =
+            (a.state, &a.current_tool, a.tool_count) == (b.state, &b.current_tool, b.tool_count);
+        assert!(
+            !same_step || a.context_tokens == b.context_tokens,
+            "a status published for the context alone: {a:?} then {b:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

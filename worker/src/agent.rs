@@ -758,16 +758,17 @@ impl Agent {
             self.snap.context_tokens = tokens;
         }
         let budget = self.shared.config.context_budget;
-        // One status for both changes: one publish on the way to the output.
-        self.status
-            .update(|s| {
-                s.spend = spend;
-                if let Some(tokens) = tokens {
-                    s.context_tokens = tokens;
-                    s.context_pct = context::percent(tokens, budget);
-                }
-            })
-            .await;
+        // Not published on its own: what the reply leads to (a tool, an
+        // output and the wait, a repair) changes the state at once and
+        // publishes it with these, one message fewer on the way to the
+        // output.
+        self.status.note(|s| {
+            s.spend = spend;
+            if let Some(tokens) = tokens {
+                s.context_tokens = tokens;
+                s.context_pct = context::percent(tokens, budget);
+            }
+        });
         Ok(Ok(response))
     }
 }

@@ -1,6 +1,7 @@
 //! An Orchestrator's status (context %, tokens, current tool, tool count,
 //! state): kept by its agent loop, published on core NATS after every change
-//! and, while nothing changes, as a heartbeat.
+//! of state or tool (a reply's spend and context go with the next one) and,
+//! while nothing changes, as a heartbeat.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -47,16 +48,21 @@ impl StatusHandle {
 
     /// Changes the status and publishes it.
     pub(crate) async fn update(&self, f: impl FnOnce(&mut OrchestratorStatus)) {
-        {
-            let mut current = self
-                .inner
-                .current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            f(&mut current);
-            current.at = Utc::now();
-        }
+        self.note(f);
         self.publish().await;
+    }
+
+    /// Changes the status without publishing it: the change goes out with
+    /// the next publish (a change of state or tool, which follows a model
+    /// reply at once, or else the heartbeat).
+    pub(crate) fn note(&self, f: impl FnOnce(&mut OrchestratorStatus)) {
+        let mut current = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(&mut current);
+        current.at = Utc::now();
     }
 
     /// Publishes the latest status.
