@@ -108,6 +108,21 @@ impl SecureCluster {
         }
     }
 
+    /// The last lines of every node's log, for a failure's message.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        self.nodes
+            .iter()
+            .zip(&self.names)
+            .map(|(node, name)| {
+                let log = node.log();
+                let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- node {name} ({}):\n{}", node.url(), tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// The environment a binary connects with as credential `name`.
     pub fn env(&self, name: &str) -> Vec<(&'static str, String)> {
         let bundle = self.bundle(name);
