@@ -94,6 +94,14 @@ pub struct RunOptions {
     /// ticks to pick a tail one from).
     #[arg(long, env = "ARBITER_BENCH_ANATOMY_DURATION", default_value_t = 5)]
     pub anatomy_duration: u64,
+    /// Milliseconds every model reply waits before it leaves, in the levels,
+    /// anatomy and otel parts; 0 (the default) is the zero-latency model the
+    /// targets are stated for. A hop starts when a reply leaves, so with a
+    /// delay the step that asked for the reply is stored before the next
+    /// hop begins, as with any real model; with none, the rest of that store
+    /// falls inside the next hop.
+    #[arg(long, env = "ARBITER_BENCH_MODEL_DELAY_MS", default_value_t = 0.0)]
+    pub model_delay_ms: f64,
     /// Human messages per second offered at one session (each takes three
     /// turns in turn, so one session saturates far below the system).
     #[arg(long, env = "ARBITER_BENCH_SINGLE_RATE", default_value_t = 20.0)]

@@ -16,8 +16,29 @@ const IDLE: Duration = Duration::from_secs(3);
 /// How often the probe measures the server while a level runs.
 const PROBE_EVERY: Duration = Duration::from_millis(10);
 
+/// The model delay of `--model-delay-ms` while a level runs; the other
+/// parts run with a zero-latency model.
+struct ModelDelay<'a>(&'a Ctx);
+
+impl<'a> ModelDelay<'a> {
+    fn set(ctx: &'a Ctx) -> Self {
+        let ms = ctx.opts.model_delay_ms.max(0.0);
+        ctx.recorder
+            .set_model_delay(Duration::from_secs_f64(ms / 1000.0));
+        Self(ctx)
+    }
+}
+
+impl Drop for ModelDelay<'_> {
+    fn drop(&mut self) {
+        self.0.recorder.set_model_delay(Duration::ZERO);
+    }
+}
+
 pub struct Level {
     pub sessions: u32,
+    /// How long each model reply was held (`--model-delay-ms`).
+    pub model_delay_ms: f64,
     /// Human messages offered per second, all sessions together.
     pub rate: f64,
     pub hops: [Latency; 3],
@@ -48,6 +69,7 @@ pub async fn run(
     tap: bool,
 ) -> anyhow::Result<Level> {
     let period = Duration::from_secs_f64(f64::from(sessions) / rate);
+    let _delayed = ModelDelay::set(ctx);
     let warmup = Duration::from_secs(ctx.opts.warmup);
     let plan = |t0: Instant| Schedule {
         t0,
@@ -127,6 +149,7 @@ pub async fn run(
     system.stop().await;
     Ok(Level {
         sessions,
+        model_delay_ms: ctx.opts.model_delay_ms.max(0.0),
         rate,
         hops: measured.hops,
         probe: probed,

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arbiter_tests::{Gate, MockReply, RecordedRequest};
@@ -152,7 +152,10 @@ struct State {
 
 /// Shared by the mock's responder and the benchmark phases.
 pub struct Recorder {
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
+    /// How long every model reply waits before it leaves (µs; 0: none),
+    /// as a real model takes time; hops then start when the reply leaves.
+    model_delay_us: AtomicU64,
     gate: Mutex<Gate>,
     pub arbiter_requests: AtomicU64,
     pub orch_requests: AtomicU64,
@@ -173,7 +176,8 @@ pub struct Recorder {
 impl Recorder {
     pub fn new() -> anyhow::Result<Self> {
         Ok(Self {
-            state: Mutex::new(State {
+            model_delay_us: AtomicU64::new(0),
+            state: Arc::new(Mutex::new(State {
                 schedule: None,
                 keep_samples: false,
                 relayed: HashMap::new(),
@@ -184,7 +188,7 @@ impl Recorder {
                 teams: HashMap::new(),
                 team_relayed: HashMap::new(),
                 measured: Measured::new()?,
-            }),
+            })),
             gate: Mutex::new(Gate::new()),
             arbiter_requests: AtomicU64::new(0),
             orch_requests: AtomicU64::new(0),
@@ -199,6 +203,41 @@ impl Recorder {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every model reply from now on waits `delay` before it leaves.
+    pub fn set_model_delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.model_delay_us.store(us, Ordering::SeqCst);
+    }
+
+    fn model_delay(&self) -> Option<Duration> {
+        match self.model_delay_us.load(Ordering::SeqCst) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// `reply`, with `stamp` run on the recorder's state when it is handed
+    /// back: now, or (with a model delay) when the mock lets it go after the
+    /// delay, so that the next hop starts then and not before the delay.
+    fn stamped(
+        &self,
+        reply: MockReply,
+        stamp: impl Fn(&mut State, Instant) + Send + Sync + 'static,
+    ) -> MockReply {
+        if self.model_delay().is_none() {
+            stamp(&mut self.lock(), Instant::now());
+            return reply;
+        }
+        let state = self.state.clone();
+        reply.on_release(move || {
+            let now = Instant::now();
+            stamp(
+                &mut state.lock().unwrap_or_else(PoisonError::into_inner),
+                now,
+            );
+        })
     }
 
     /// Forgets everything: a new phase begins. Held replies are let go.
@@ -263,11 +302,15 @@ impl Recorder {
     /// before the mock's own parsing, as a model server has it then.
     pub fn respond(&self, request: &RecordedRequest) -> Option<MockReply> {
         let arrived = request.arrived;
-        match request.model() {
-            ARBITER_MODEL => Some(self.arbiter(request, arrived)),
-            ORCH_MODEL => Some(self.orchestrator(request, arrived)),
-            _ => None,
-        }
+        let reply = match request.model() {
+            ARBITER_MODEL => self.arbiter(request, arrived),
+            ORCH_MODEL => self.orchestrator(request, arrived),
+            _ => return None,
+        };
+        Some(match self.model_delay() {
+            Some(delay) => reply.delay(delay),
+            None => reply,
+        })
     }
 
     fn arbiter(&self, request: &RecordedRequest, arrived: Instant) -> MockReply {
@@ -285,10 +328,10 @@ impl Recorder {
         }
         if request.messages().len() == 1 {
             let reply = arbiter("summon_orchestrator", &format!("brief {session}"));
-            self.lock()
-                .summon_replied
-                .insert(session.to_owned(), Instant::now());
-            return reply;
+            let session = session.to_owned();
+            return self.stamped(reply, move |st, now| {
+                st.summon_replied.insert(session.clone(), now);
+            });
         }
         let index = session_index(session);
         let last = request.last_user_text();
@@ -316,11 +359,11 @@ impl Recorder {
         }
         if let Some(&k) = ticks.iter().max() {
             let reply = arbiter("address_orchestrator", &format!("relay {k}"));
-            let mut st = self.lock();
-            if st.schedule.is_some_and(|s| s.measured(index, k)) {
-                st.relayed.insert((index, k), Instant::now());
-            }
-            return reply;
+            return self.stamped(reply, move |st, now| {
+                if st.schedule.is_some_and(|s| s.measured(index, k)) {
+                    st.relayed.insert((index, k), now);
+                }
+            });
         }
         if last.contains("Human: work") {
             return arbiter("address_orchestrator", "work");
@@ -387,17 +430,20 @@ impl Recorder {
         let relays: Vec<u64> = numbers_after(&last, "relay ").collect();
         if let Some(&k) = relays.iter().max() {
             let reply = orchestrator(cli, &format!("done {k}"));
-            let mut st = self.lock();
-            let st = &mut *st;
-            for &k in &relays {
-                if let Some(from) = st.relayed.remove(&(index, k)) {
-                    record(&mut st.measured, st.keep_samples, 1, from, arrived);
+            {
+                let mut st = self.lock();
+                let st = &mut *st;
+                for &k in &relays {
+                    if let Some(from) = st.relayed.remove(&(index, k)) {
+                        record(&mut st.measured, st.keep_samples, 1, from, arrived);
+                    }
                 }
             }
-            if st.schedule.is_some_and(|s| s.measured(index, k)) {
-                st.done.insert((index, k), Instant::now());
-            }
-            return reply;
+            return self.stamped(reply, move |st, now| {
+                if st.schedule.is_some_and(|s| s.measured(index, k)) {
+                    st.done.insert((index, k), now);
+                }
+            });
         }
         if last.contains("work") {
             self.held.fetch_add(1, Ordering::SeqCst);

@@ -201,8 +201,10 @@ impl Report {
             if level.sessions == 1 { "" } else { "s" }
         ));
         println!(
-            "  offered (open loop): {:.0} human msgs/s = {:.0} model turns/s{share}",
-            level.rate, turns
+            "  offered (open loop): {:.0} human msgs/s = {:.0} model turns/s{share}{}",
+            level.rate,
+            turns,
+            delayed(level)
         );
         for (name, hop) in HOPS.iter().zip(&level.hops) {
             row(name, hop);
@@ -415,6 +417,18 @@ impl Report {
     }
 }
 
+/// What a level's model delay was, when it had one.
+fn delayed(level: &Level) -> String {
+    if level.model_delay_ms > 0.0 {
+        format!(
+            "; each model reply held {} ms (hops start when it leaves)",
+            level.model_delay_ms
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// Each target with what was measured and whether it was met.
 pub fn targets(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
@@ -424,7 +438,14 @@ pub fn targets(report: &Report) -> Vec<String> {
     if let Some(level) = report.levels.iter().find(|l| l.sessions == TARGET_SESSIONS) {
         for (name, hop) in HOPS.iter().zip(&level.hops) {
             lines.push(line(
-                &format!("p99 at 1,000 sessions, {name}"),
+                &format!(
+                    "p99 at 1,000 sessions, {name}{}",
+                    if level.model_delay_ms > 0.0 {
+                        " (delayed model)"
+                    } else {
+                        ""
+                    }
+                ),
                 micros(hop.p99()),
                 "≤ 1 ms",
                 hop.len() > 0 && hop.p99() <= HOP_P99,
@@ -436,7 +457,14 @@ pub fn targets(report: &Report) -> Vec<String> {
         for (name, hop) in HOPS.iter().zip(&level.hops) {
             let ratio = hop.p99().as_secs_f64() / ack.as_secs_f64().max(1e-9);
             lines.push(line(
-                &format!("p99 at 1,000 sessions ÷ publish-ack p99, {name}"),
+                &format!(
+                    "p99 at 1,000 sessions ÷ publish-ack p99, {name}{}",
+                    if level.model_delay_ms > 0.0 {
+                        " (delayed model)"
+                    } else {
+                        ""
+                    }
+                ),
                 format!("{ratio:.1}×"),
                 "≤ 2×",
                 hop.len() > 0 && level.probe.js_ack.len() > 0 && ratio <= HOP_OVER_ACK,

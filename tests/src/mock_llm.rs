@@ -420,6 +420,9 @@ async fn decide(
             () = shared.shutdown.cancelled() => return Err(shutting_down()),
         }
     }
+    if let Some(released) = &reply.released {
+        (released.0)();
+    }
     Ok((reply, n))
 }
 
@@ -490,5 +493,36 @@ mod tests {
         mock.set_recording(false);
         assert_eq!(ask().await, "decided");
         assert_eq!(mock.requests().len(), 1);
+    }
+
+    /// What the benchmark's `--model-delay-ms` relies on: a delayed reply
+    /// is stamped when it leaves, after its delay, not when it was chosen.
+    #[tokio::test]
+    async fn a_delayed_reply_is_stamped_when_it_leaves() {
+        use std::sync::{Arc, Mutex};
+        use std::time::{Duration, Instant};
+        let mock = MockAnthropic::start().await;
+        let left: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let stamp = left.clone();
+        mock.set_responder(move |_| {
+            let stamp = stamp.clone();
+            Some(
+                MockReply::text("late")
+                    .delay(Duration::from_millis(40))
+                    .on_release(move || *stamp.lock().unwrap() = Some(Instant::now())),
+            )
+        });
+        let asked = Instant::now();
+        let resp = reqwest::Client::new()
+            .post(format!("{}/v1/messages", mock.base_url()))
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        let answered = Instant::now();
+        assert!(resp.status().is_success());
+        let left = left.lock().unwrap().expect("the reply was never released");
+        assert!(left.duration_since(asked) >= Duration::from_millis(40));
+        assert!(left <= answered);
     }
 }

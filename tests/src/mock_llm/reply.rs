@@ -67,6 +67,17 @@ pub struct MockReply {
     pub(super) delay: Option<Duration>,
     pub(super) gate: Option<Gate>,
     event_delay: Option<Duration>,
+    pub(super) released: Option<Released>,
+}
+
+/// Called when a reply leaves the mock, after its delay and gate.
+#[derive(Clone)]
+pub(super) struct Released(pub(super) std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Released {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Released(..)")
+    }
 }
 
 impl MockReply {
@@ -122,6 +133,7 @@ impl MockReply {
             delay: None,
             gate: None,
             event_delay: None,
+            released: None,
         }
     }
 
@@ -236,6 +248,13 @@ impl MockReply {
     /// Waits this long before answering.
     pub fn delay(mut self, delay: Duration) -> MockReply {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Calls `f` when the answer leaves, after any `delay` and gate: the
+    /// moment a model server would hand it back.
+    pub fn on_release(mut self, f: impl Fn() + Send + Sync + 'static) -> MockReply {
+        self.released = Some(Released(std::sync::Arc::new(f)));
         self
     }
 
