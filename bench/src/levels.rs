@@ -18,14 +18,14 @@ const PROBE_EVERY: Duration = Duration::from_millis(10);
 
 /// The model delay of `--model-delay-ms` while a level runs; the other
 /// parts run with a zero-latency model.
-struct ModelDelay<'a>(&'a Ctx);
+struct ModelDelay<'a>(&'a Ctx, f64);
 
 impl<'a> ModelDelay<'a> {
     fn set(ctx: &'a Ctx) -> Self {
         let ms = ctx.opts.model_delay_ms.max(0.0);
         ctx.recorder
             .set_model_delay(Duration::from_secs_f64(ms / 1000.0));
-        Self(ctx)
+        Self(ctx, ms)
     }
 }
 
@@ -69,7 +69,7 @@ pub async fn run(
     tap: bool,
 ) -> anyhow::Result<Level> {
     let period = Duration::from_secs_f64(f64::from(sessions) / rate);
-    let _delayed = ModelDelay::set(ctx);
+    let delayed = ModelDelay::set(ctx);
     let warmup = Duration::from_secs(ctx.opts.warmup);
     let plan = |t0: Instant| Schedule {
         t0,
@@ -149,7 +149,7 @@ pub async fn run(
     system.stop().await;
     Ok(Level {
         sessions,
-        model_delay_ms: ctx.opts.model_delay_ms.max(0.0),
+        model_delay_ms: delayed.1,
         rate,
         hops: measured.hops,
         probe: probed,

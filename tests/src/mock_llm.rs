@@ -475,17 +475,22 @@ mod tests {
     use super::{MockAnthropic, MockReply};
     use serde_json::json;
 
+    /// One plain (not streamed) request saying "hi".
+    async fn say_hi(mock: &MockAnthropic) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/messages", mock.base_url()))
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn recording_can_be_turned_off() {
         let mock = MockAnthropic::start().await;
         mock.set_responder(|_| Some(MockReply::text("decided")));
         let ask = || async {
-            let resp = reqwest::Client::new()
-                .post(format!("{}/v1/messages", mock.base_url()))
-                .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-                .send()
-                .await
-                .unwrap();
+            let resp = say_hi(&mock).await;
             let body: serde_json::Value = resp.json().await.unwrap();
             body["content"][0]["text"].as_str().unwrap().to_owned()
         };
@@ -513,12 +518,7 @@ mod tests {
             )
         });
         let asked = Instant::now();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/v1/messages", mock.base_url()))
-            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-            .send()
-            .await
-            .unwrap();
+        let resp = say_hi(&mock).await;
         let answered = Instant::now();
         assert!(resp.status().is_success());
         let left = left.lock().unwrap().expect("the reply was never released");
