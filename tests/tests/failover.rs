@@ -209,13 +209,7 @@ async fn a_worker_paused_past_its_lease_is_fenced_off_when_it_wakes() {
     // w1 wakes up with the stale reply in hand.
     late.open();
     signal(w1_pid, "CONT");
-    let freed = eventually(WAIT, "w1 to free its slot", || async {
-        worker_presence(&sys, "w1")
-            .await
-            .filter(|p| p.slots_used == 0)
-            .map(|_| paused.elapsed())
-    })
-    .await;
+    let freed = slot_freed(&sys, "w1", paused).await;
     // Give a misbehaving w1 time to do harm.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -254,6 +248,169 @@ async fn a_worker_paused_past_its_lease_is_fenced_off_when_it_wakes() {
     eprintln!(
         "worker paused: taken over and answered after {taken:?}; the paused worker freed its slot {freed:?} after the pause"
     );
+}
+
+/// How long after `since` the worker `id` has no slot in use.
+async fn slot_freed(sys: &System, id: &str, since: Instant) -> Duration {
+    eventually(WAIT, &format!("{id} to free its slot"), || async {
+        worker_presence(sys, id)
+            .await
+            .filter(|p| p.slots_used == 0)
+            .map(|_| since.elapsed())
+    })
+    .await
+}
+
+/// Starts `w1` with one Orchestrator that asked the Arbiter a question and
+/// waits for the answer; returns the worker's process.
+async fn waiting_on_w1(
+    sys: &System,
+    watch: &Watch,
+    session: &str,
+    id: &str,
+) -> tokio::process::Child {
+    let brief = format!("Ask about {id}.");
+    sys.mock
+        .push(&orch_lane(&brief), orch(true, "Which branch?"));
+    let w1 = sys.worker_process("w1", 1);
+    worker_ready(sys, "w1").await;
+    summon(sys, "default", session, id, &brief).await;
+    assert_eq!(watch.wait_output(id, 1).await.message, "Which branch?");
+    watch
+        .wait_status(id, "w1 to wait for the Arbiter", |s| {
+            s.worker_id == "w1" && s.state == OrchestratorState::Waiting
+        })
+        .await;
+    w1
+}
+
+/// A waiting Orchestrator checks its fence far less often than a working
+/// one; a worker paused past its lease still finds out at once when it
+/// wakes (its renewal is late), frees its slot, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_past_its_lease_while_its_orchestrator_waits_stops_it_when_it_wakes() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let (session, id) = ("s-wait-fence", "o-wait-fence");
+    let w1 = waiting_on_w1(&sys, &watch, session, id).await;
+    let _w2 = sys.worker_process("w2", 1);
+    worker_ready(&sys, "w2").await;
+    let w1_pid = w1.id().unwrap();
+    signal(w1_pid, "STOP");
+    watch
+        .wait_status(id, "w2 to take the waiting Orchestrator over", |s| {
+            s.worker_id == "w2" && s.state == OrchestratorState::Waiting
+        })
+        .await;
+
+    signal(w1_pid, "CONT");
+    let woke = Instant::now();
+    let freed = slot_freed(&sys, "w1", woke).await;
+    // The late renewal, not the 10 s backstop, finds it.
+    assert!(
+        freed < Duration::from_secs(3),
+        "w1 held the Orchestrator {freed:?} after it woke"
+    );
+    let writers = state_writers(&sys, id).await;
+    let first_w2 = writers.iter().position(|(_, w)| w == "w2").unwrap();
+    assert!(
+        writers[first_w2..].iter().all(|(_, w)| w == "w2"),
+        "w1 wrote after losing its lease: {writers:?}"
+    );
+
+    // The answer reaches w2, and only w2 replies.
+    let lane = orch_lane(&format!("Ask about {id}."));
+    sys.mock.push(&lane, orch(true, "main, then."));
+    input(&sys, session, id, 1, "main").await;
+    assert_eq!(watch.wait_output(id, 2).await.message, "main, then.");
+    assert_eq!(
+        watch.events(id).len(),
+        2,
+        "one output per question, none from w1"
+    );
+    assert_eq!(leases_held(&sys, "default").await, Some(1));
+    let mut w1 = w1;
+    assert!(w1.try_wait().unwrap().is_none(), "w1 died");
+    eprintln!("waiting Orchestrator, worker paused: its slot freed {freed:?} after it woke");
+}
+
+/// A takeover the holder's renewals cannot reveal (another writer claims
+/// while the holder renews on time): a waiting holder still finds it, by
+/// its periodic check, and stops without writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_orchestrator_claimed_by_another_writer_is_stopped_by_the_periodic_check() {
+    use async_nats::HeaderMap;
+    let sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let (session, id) = ("s-claimed", "o-claimed");
+    let mut w1 = waiting_on_w1(&sys, &watch, session, id).await;
+
+    // A claim on top of the last record, as a worker that got the summons would write it.
+    let stream = sys
+        .bus
+        .js
+        .get_stream(subjects::ORCH_STATE_STREAM)
+        .await
+        .unwrap();
+    let last = stream
+        .get_last_raw_message_by_subject(&subjects::orch_records(id))
+        .await
+        .unwrap();
+    let mut record: serde_json::Value = serde_json::from_slice(&last.payload).unwrap();
+    let rev = record["rev"].as_u64().unwrap() + 1;
+    record["rev"] = json!(rev);
+    record["worker_id"] = json!("w-other");
+    record["outbox"] = json!([]);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "Nats-Msg-Id",
+        format!("{id}:state:{rev}:{}", "ab".repeat(16)).as_str(),
+    );
+    headers.insert(
+        "Nats-Expected-Last-Subject-Sequence",
+        last.sequence.to_string().as_str(),
+    );
+    headers.insert(
+        "Nats-Expected-Last-Subject-Sequence-Subject",
+        subjects::orch_records(id).as_str(),
+    );
+    let claimed = Instant::now();
+    sys.bus
+        .js
+        .publish_with_headers(
+            subjects::orch_state(id),
+            headers,
+            serde_json::to_vec(&record).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let freed = slot_freed(&sys, "w1", claimed).await;
+    // The backstop (10 s) plus one renewal period, with room for a loaded machine.
+    assert!(
+        freed < Duration::from_secs(14),
+        "w1 held the Orchestrator {freed:?} after the claim"
+    );
+    let writers = state_writers(&sys, id).await;
+    assert_eq!(
+        writers.last().map(|(_, w)| w.as_str()),
+        Some("w-other"),
+        "w1 wrote after the claim: {writers:?}"
+    );
+    assert!(w1.try_wait().unwrap().is_none(), "w1 died");
+    eprintln!("waiting Orchestrator claimed by another writer: stopped {freed:?} after the claim");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

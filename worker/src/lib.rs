@@ -531,7 +531,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
         arbiter_bus::metrics::hop(&msg, "coordinator→worker");
         let trace = arbiter_bus::TraceContext::from_headers(msg.headers.as_ref());
-        let held = lease::Lease::start(msg, shared.lease / 3);
+        let held = lease::Lease::start(msg, shared.lease / 3, shared.bus.alarms.reconnects());
         let summoned = orchestrator::Summoned {
             trace,
             registered: leases.register(&summon.orch_id, held.clone()),

@@ -137,11 +137,11 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         // Stored with its next record; an input may change it later.
         snapshot.budget = summon.budget;
     }
-    lease.watch(store.fence(), stopper.clone());
     let status = StatusHandle::new(
         initial_status(&shared, &summon, &snapshot),
         Some(shared.bus.clone()),
     );
+    lease.watch(store.fence(), stopper.clone(), status.clone());
     status.publish().await;
     let heartbeat = status.spawn_heartbeat();
     let outbox = Outbox::new(&summon.session_id, &summon.orch_id);

@@ -46,6 +46,15 @@ impl StatusHandle {
             .clone()
     }
 
+    /// What the Orchestrator is doing now.
+    pub(crate) fn state(&self) -> OrchestratorState {
+        self.inner
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .state
+    }
+
     /// Changes the status and publishes it.
     pub(crate) async fn update(&self, f: impl FnOnce(&mut OrchestratorStatus)) {
         self.note(f);
