@@ -24,6 +24,16 @@ use futures::TryStreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+/// A system with no coordinator and no worker: each test starts its workers.
+async fn workers_only() -> System {
+    System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await
+}
+
 fn append(line: &str) -> MockReply {
     MockReply::tool_use(
         "bash",
@@ -169,12 +179,7 @@ async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_paused_past_its_lease_is_fenced_off_when_it_wakes() {
-    let sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let brief = "Append one and two.";
     let lane = orch_lane(brief);
@@ -289,12 +294,7 @@ async fn waiting_on_w1(
 /// wakes (its renewal is late), frees its slot, and writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_paused_past_its_lease_while_its_orchestrator_waits_stops_it_when_it_wakes() {
-    let sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let (session, id) = ("s-wait-fence", "o-wait-fence");
     let w1 = waiting_on_w1(&sys, &watch, session, id).await;
@@ -345,12 +345,7 @@ async fn a_worker_paused_past_its_lease_while_its_orchestrator_waits_stops_it_wh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_orchestrator_claimed_by_another_writer_is_stopped_by_the_periodic_check() {
     use async_nats::HeaderMap;
-    let sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let (session, id) = ("s-claimed", "o-claimed");
     let mut w1 = waiting_on_w1(&sys, &watch, session, id).await;
@@ -413,15 +408,69 @@ async fn a_waiting_orchestrator_claimed_by_another_writer_is_stopped_by_the_peri
     eprintln!("waiting Orchestrator claimed by another writer: stopped {freed:?} after the claim");
 }
 
+/// A core subscriber gets a message before the server has stored it, so a
+/// worker woken by a release may read `.ctl` a moment too early and find
+/// nothing. It looks again, as it does for an input, and stops the
+/// Orchestrator at once, not at the next 30 s poll (once in CI, a release
+/// waited so). Here the wake-up is a control the server refused, and the
+/// release lands in the stream a moment later without a wake-up of its
+/// own: the stream stores `test.late-ctl.<id>` as `orch.<id>.ctl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stored_just_after_its_wake_up_still_stops_the_orchestrator_at_once() {
+    use arbiter_protocol::Control;
+    use async_nats::jetstream::stream::SubjectTransform;
+    let sys = workers_only().await;
+    let watch = Watch::start(&sys).await;
+    let (session, id) = ("s-late-ctl", "o-late-ctl");
+    let _w1 = waiting_on_w1(&sys, &watch, session, id).await;
+    let mut stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.subjects.push("test.late-ctl.*".into());
+    config.subject_transform = Some(SubjectTransform {
+        source: "test.late-ctl.*".into(),
+        destination: format!("{}.orch.{{{{wildcard(1)}}}}.ctl", subjects::PREFIX),
+    });
+    sys.bus.js.update_stream(&config).await.unwrap();
+
+    let release = Control {
+        v: arbiter_protocol::VERSION,
+        orch_id: id.into(),
+        action: ControlAction::Release,
+        sent_at: chrono::Utc::now(),
+    };
+    publish_refused(&sys, subjects::orch_ctl(id), &release).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stored = Instant::now();
+    sys.bus
+        .js
+        .publish(
+            format!("test.late-ctl.{id}"),
+            serde_json::to_vec(&release).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let last = stream
+        .get_last_raw_message_by_subject(&subjects::orch_ctl(id))
+        .await
+        .unwrap();
+    assert_eq!(last.subject.as_str(), subjects::orch_ctl(id));
+
+    watch.wait_stopped(id).await;
+    let stopped = stored.elapsed();
+    // The looks go 1, 2, 4 … ms apart: the 50 ms wait ends within about 0.1 s of them.
+    assert!(
+        stopped < Duration::from_secs(3),
+        "the release was taken {stopped:?} after it was stored"
+    );
+    eprintln!("a release stored after its wake-up: taken {stopped:?} after the store");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_consumer_made_by_an_older_worker_gets_the_lease_as_its_ack_wait() {
     use async_nats::jetstream::consumer::{AckPolicy, pull};
-    let mut sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let mut sys = workers_only().await;
     // The consumer as workers made it before leases: ack wait 30 s.
     let stream = sys
         .bus
@@ -458,12 +507,7 @@ async fn a_pool_consumer_made_by_an_older_worker_gets_the_lease_as_its_ack_wait(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_too_large_for_one_message_is_stored_and_resumed_from_the_object_store() {
-    let sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let brief = "Write the big file.";
     let lane = orch_lane(brief);
@@ -505,12 +549,7 @@ async fn a_step_too_large_for_one_message_is_stored_and_resumed_from_the_object_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summons_published_again_never_takes_a_live_orchestrator_over() {
-    let mut sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let mut sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let lease = Duration::from_secs(1);
     let (session, id, brief) = ("s-dup", "o-dup", "Think it over.");
@@ -642,12 +681,7 @@ async fn a_parked_orchestrator_whose_worker_is_killed_is_taken_over() {
 /// credential from before the change would cost a timeout on each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_check_reads_the_last_record_id_by_direct_get() {
-    let sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let sys = workers_only().await;
     let log = arbiter_bus::steplog::StepLog::open(
         &sys.bus,
         arbiter_protocol::subjects::ORCH_STATE_STREAM,

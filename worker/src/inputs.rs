@@ -7,7 +7,8 @@
 //! `in_seq + 1`, then the next, and nothing else of the session. Control
 //! is the last message on `orch.<id>.ctl`. Core subscriptions only wake the
 //! reader: a message they bring is read again from the stream (where it may
-//! appear a moment later, on a follower of a cluster even later), so
+//! appear a moment later, on a follower of a cluster even later, so an input
+//! or a control announced and not there yet is looked for again), so
 //! nothing the server did not store is ever taken. A wake-up lost (a slow
 //! subscriber, a reconnect) is made good by the next wake-up, by reads at
 //! and after a reconnect of the connection or a slow-consumer event (see
@@ -141,17 +142,23 @@ pub(crate) async fn read(
     let mut rechecks = 0;
     let mut recheck = FIRST_RECHECK;
     let mut check_control = true;
+    // A control wake-up whose message the stream did not show yet.
+    let mut control = ControlLooks::default();
     loop {
         if !reader.drain(&feed.sessions, &inputs, &stop).await {
             return;
         }
-        if check_control {
+        if check_control || control.due() {
             if let Some(action) = reader.control(&feed.orch).await {
                 tracing::info!(?action, "control received");
                 stopper.stop(Cause::Control { action });
                 return;
             }
-            check_control = false;
+            // Looked for at once again while quick looks are owed.
+            check_control = control.looked();
+            if check_control {
+                continue;
+            }
         }
         let behind = announced >= reader.next;
         if behind && quick_looks > 0 {
@@ -165,6 +172,8 @@ pub(crate) async fn read(
         } else {
             POLL
         };
+        // A look for control owed sooner wakes the loop, which makes it at the top.
+        let for_control = control.wait().filter(|next| *next < wait);
         tokio::select! {
             () = stop.cancelled() => return,
             woke = feed.wake_in.next() => {
@@ -187,6 +196,7 @@ pub(crate) async fn read(
             woke = feed.wake_ctl.next() => {
                 if woke.is_none() { return }
                 check_control = true;
+                control = ControlLooks::announced();
             }
             changed = feed.reconnects.changed() => {
                 if changed.is_err() { return }
@@ -194,7 +204,10 @@ pub(crate) async fn read(
                 rechecks = RECHECKS;
                 recheck = FIRST_RECHECK;
             }
-            () = tokio::time::sleep(wait) => {
+            () = tokio::time::sleep(for_control.unwrap_or(wait)) => {
+                if for_control.is_some() {
+                    continue;
+                }
                 if behind {
                     retry = (retry * 2).min(LAST_RETRY);
                 } else {
@@ -206,6 +219,65 @@ pub(crate) async fn read(
                 }
             }
         }
+    }
+}
+
+/// The looks for a control message that a wake-up announced and the
+/// stream did not show yet: as for an input, 3 at once, then after 1, 2,
+/// 4 … ms, at most [`LAST_RETRY`] apart, for [`POLL`] at most (the server
+/// may have refused it; the poll goes on after that). Without them, a
+/// release or cancel read a moment before it was stored waited for the
+/// next poll, 30 s.
+#[derive(Default)]
+struct ControlLooks {
+    /// When the wake-up came; `None`: no look is owed.
+    since: Option<tokio::time::Instant>,
+    quick: u32,
+    next: Option<tokio::time::Instant>,
+    step: Duration,
+}
+
+impl ControlLooks {
+    fn announced() -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            since: Some(now),
+            quick: QUICK_LOOKS,
+            next: Some(now + FIRST_RETRY),
+            step: FIRST_RETRY,
+        }
+    }
+
+    /// A look is owed now.
+    fn due(&self) -> bool {
+        self.next
+            .is_some_and(|next| next <= tokio::time::Instant::now())
+    }
+
+    /// A look found nothing: true when the next is to be made at once.
+    fn looked(&mut self) -> bool {
+        let Some(since) = self.since else {
+            return false;
+        };
+        if self.quick > 0 {
+            self.quick -= 1;
+            return true;
+        }
+        let now = tokio::time::Instant::now();
+        if self.next.is_some_and(|next| next <= now) {
+            self.step = (self.step * 2).min(LAST_RETRY);
+            self.next = Some(now + self.step);
+        }
+        if now.duration_since(since) >= POLL {
+            *self = Self::default();
+        }
+        false
+    }
+
+    /// How long until the next look, if one is owed.
+    fn wait(&self) -> Option<Duration> {
+        self.next
+            .map(|next| next.saturating_duration_since(tokio::time::Instant::now()))
     }
 }
 
@@ -362,5 +434,51 @@ impl Reader {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    fn past() -> Instant {
+        Instant::now() - Duration::from_millis(1)
+    }
+
+    #[test]
+    fn no_look_for_control_is_owed_without_a_wake_up() {
+        let mut looks = ControlLooks::default();
+        assert!(!looks.due());
+        assert!(!looks.looked());
+        assert_eq!(looks.wait(), None);
+    }
+
+    #[test]
+    fn control_announced_is_looked_for_at_once_then_further_apart_until_the_poll() {
+        let mut looks = ControlLooks::announced();
+        for _ in 0..QUICK_LOOKS {
+            assert!(looks.looked(), "a quick look");
+        }
+        assert!(!looks.looked());
+        assert!(looks.wait().is_some_and(|wait| wait <= FIRST_RETRY * 2));
+        // Each look once due finds nothing: the next waits twice as long.
+        let step = looks.step;
+        looks.next = Some(past());
+        assert!(looks.due());
+        assert!(!looks.looked());
+        assert_eq!(looks.step, step * 2);
+        assert!(!looks.due());
+        for _ in 0..20 {
+            looks.next = Some(past());
+            looks.looked();
+        }
+        assert_eq!(looks.step, LAST_RETRY);
+        // Given up after the poll's time: the poll goes on.
+        looks.since = Some(Instant::now() - POLL);
+        looks.next = Some(past());
+        looks.looked();
+        assert!(!looks.due());
+        assert_eq!(looks.wait(), None);
     }
 }
