@@ -129,3 +129,70 @@ async fn an_emergency_goes_ahead_of_the_summonses_queued_in_its_pool() {
     );
     assert!(said(human), "the human's words verbatim: {bodies:?}");
 }
+
+/// A core subscriber gets a message before the server has stored it, so a
+/// worker woken by an emergency may look in the lane a moment too early and
+/// find it empty. Its look waits for the store, so the emergency starts at
+/// once, not when the worker's pool fetch next ends (up to 5 s). Here the
+/// wake-up is a summons the server refused, and the emergency lands in the
+/// lane a moment later without a wake-up of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emergency_stored_just_after_its_wake_up_still_starts_at_once() {
+    use arbiter_protocol::{Summon, VERSION};
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    sys.spawn_worker("worker-idle", 1, 200_000);
+    sys.worker_up("worker-idle").await;
+    store_quietly(
+        &sys,
+        subjects::SUMMONS_STREAM,
+        "test.late-urgent.*",
+        &format!("{}.summon.{{{{wildcard(1)}}}}.urgent", subjects::PREFIX),
+    )
+    .await;
+    // Let the worker settle into its pool fetch.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let brief = "Brief: roll back now.";
+    sys.mock.push(&orch_lane(brief), orch(true, "Rolled back."));
+    let summon = Summon {
+        member: None,
+        v: VERSION,
+        session_id: "s-late-urgent".into(),
+        orch_id: "o-late-urgent".into(),
+        number: 1,
+        brief: brief.into(),
+        workspace: None,
+        pool: "default".into(),
+        summoned_at: chrono::Utc::now(),
+        runtime: None,
+        handoff: None,
+        budget: None,
+        emergency: true,
+    };
+    publish_refused(&sys, subjects::summon_urgent("default"), &summon).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let stored = std::time::Instant::now();
+    sys.bus
+        .js
+        .publish(
+            "test.late-urgent.default",
+            serde_json::to_vec(&summon).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    sys.mock.wait_for_requests(&orch_lane(brief), 1, WAIT).await;
+    let started = stored.elapsed();
+    assert!(
+        started < std::time::Duration::from_secs(2),
+        "the emergency started {started:?} after it was stored"
+    );
+    eprintln!("an emergency stored after its wake-up: started {started:?} after the store");
+}

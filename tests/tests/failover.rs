@@ -418,19 +418,17 @@ async fn a_waiting_orchestrator_claimed_by_another_writer_is_stopped_by_the_peri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_stored_just_after_its_wake_up_still_stops_the_orchestrator_at_once() {
     use arbiter_protocol::Control;
-    use async_nats::jetstream::stream::SubjectTransform;
     let sys = workers_only().await;
     let watch = Watch::start(&sys).await;
     let (session, id) = ("s-late-ctl", "o-late-ctl");
     let _w1 = waiting_on_w1(&sys, &watch, session, id).await;
-    let mut stream = sys.bus.js.get_stream(subjects::ORCH_STREAM).await.unwrap();
-    let mut config = stream.info().await.unwrap().config.clone();
-    config.subjects.push("test.late-ctl.*".into());
-    config.subject_transform = Some(SubjectTransform {
-        source: "test.late-ctl.*".into(),
-        destination: format!("{}.orch.{{{{wildcard(1)}}}}.ctl", subjects::PREFIX),
-    });
-    sys.bus.js.update_stream(&config).await.unwrap();
+    store_quietly(
+        &sys,
+        subjects::ORCH_STREAM,
+        "test.late-ctl.*",
+        &format!("{}.orch.{{{{wildcard(1)}}}}.ctl", subjects::PREFIX),
+    )
+    .await;
 
     let release = Control {
         v: arbiter_protocol::VERSION,
@@ -451,7 +449,12 @@ async fn a_release_stored_just_after_its_wake_up_still_stops_the_orchestrator_at
         .unwrap()
         .await
         .unwrap();
-    let last = stream
+    let last = sys
+        .bus
+        .js
+        .get_stream(subjects::ORCH_STREAM)
+        .await
+        .unwrap()
         .get_last_raw_message_by_subject(&subjects::orch_ctl(id))
         .await
         .unwrap();

@@ -222,6 +222,12 @@ pub(crate) struct Shared {
 
 /// How long a fetch waits for a summons before asking again.
 const FETCH_EXPIRY: Duration = Duration::from_secs(5);
+/// How long a look in the emergency lane made on a wake-up waits for the
+/// emergency to be stored: a core subscriber gets a message before the
+/// server has stored it, and a look that asks for no wait may find the lane
+/// empty and leave the emergency to the next pool fetch's end (up to
+/// [`FETCH_EXPIRY`]). The wait ends as soon as the emergency is there.
+const URGENT_STORE_WAIT: Duration = Duration::from_millis(250);
 
 /// Runs the worker until `shutdown` completes; running Orchestrators are
 /// cancelled and awaited before it returns.
@@ -330,6 +336,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // wake-up or a quiet fetch; not after the lane was found empty, so that a
     // claim costs no extra round trip.
     let mut urgent_maybe = true;
+    // Whether that look follows a wake-up (it then waits for the store).
+    let mut urgent_woken = false;
     let max_parked = config
         .max_parked
         .unwrap_or(config.max_orchestrators.saturating_mul(PARKED_PER_SLOT));
@@ -397,7 +405,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         // Holding a free slot: ask for exactly one summons, an emergency first.
         let (summon, msg) = loop {
             let lane_first = match &urgent {
-                Some(urgent) if urgent_maybe => fetch_one(urgent, None).await,
+                Some(urgent) if urgent_maybe => {
+                    let wait = std::mem::take(&mut urgent_woken).then_some(URGENT_STORE_WAIT);
+                    fetch_one(urgent, wait).await
+                }
                 _ => Ok(None),
             };
             let fetched = match lane_first {
@@ -430,6 +441,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                         // comes again after the lease.)
                         Some(_) = urgent_wake.next() => {
                             urgent_maybe = true;
+                            urgent_woken = true;
                             continue;
                         }
                         // A summons the server was sending just then comes again

@@ -263,6 +263,23 @@ pub async fn publish_refused(sys: &System, subject: String, payload: &impl serde
     );
 }
 
+/// Makes stream `stream` also store what is published on `src` (one `*`),
+/// under `dest` (with `{{wildcard(1)}}` for that token): a message stored
+/// that way reaches no core subscriber of `dest`. A test uses it to store a
+/// message a moment after the wake-up its reader got (see
+/// [`publish_refused`]), as a store that lands late does.
+pub async fn store_quietly(sys: &System, stream: &str, src: &str, dest: &str) {
+    use async_nats::jetstream::stream::SubjectTransform;
+    let mut stream = sys.bus.js.get_stream(stream).await.unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.subjects.push(src.to_owned());
+    config.subject_transform = Some(SubjectTransform {
+        source: src.to_owned(),
+        destination: dest.to_owned(),
+    });
+    sys.bus.js.update_stream(&config).await.unwrap();
+}
+
 /// A scripted Orchestrator final reply.
 pub fn orch(expects_response: bool, message: &str) -> MockReply {
     MockReply::json(&json!({"expects_response": expects_response, "message": message}))
