@@ -351,16 +351,7 @@ async fn a_waiting_orchestrator_claimed_by_another_writer_is_stopped_by_the_peri
     let mut w1 = waiting_on_w1(&sys, &watch, session, id).await;
 
     // A claim on top of the last record, as a worker that got the summons would write it.
-    let stream = sys
-        .bus
-        .js
-        .get_stream(subjects::ORCH_STATE_STREAM)
-        .await
-        .unwrap();
-    let last = stream
-        .get_last_raw_message_by_subject(&subjects::orch_records(id))
-        .await
-        .unwrap();
+    let last = last_record_message(&sys, id).await.unwrap();
     let mut record: serde_json::Value = serde_json::from_slice(&last.payload).unwrap();
     let rev = record["rev"].as_u64().unwrap() + 1;
     record["rev"] = json!(rev);

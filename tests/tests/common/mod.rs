@@ -2,6 +2,15 @@
 //! a coordinator and worker running in-process against them.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+mod cli;
+mod log;
+mod script;
+mod store;
+
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use {cli::*, log::*, script::*, store::*};
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -10,10 +19,9 @@ use arbiter_bus::{Bus, NatsOptions, Reach, TraceContext};
 use arbiter_llm::{ApiKey, ModelConfig, Provider, RetryPolicy};
 use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{HumanMessage, LogBody, LogEntry, SessionStatus, VERSION, subjects};
-use arbiter_tests::{MockAnthropic, MockOpenAi, MockReply, NatsServer, SecureNats, eventually};
+use arbiter_tests::{MockAnthropic, MockOpenAi, NatsServer, SecureNats, eventually};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt;
-use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -82,207 +90,6 @@ pub struct System {
     /// Live [`LogWatch`]es by session, so [`System::settled`] also waits
     /// until they have received what the status says is stored.
     watches: Mutex<Vec<(String, Weak<Entries>)>>,
-}
-
-/// Lanes are `<model>:<first user message>`: the Arbiter's first message is
-/// the human's first words, an Orchestrator's is its brief, so each session
-/// and each Orchestrator gets its own script.
-pub fn lane_of(body: &Value) -> String {
-    let model = body["model"].as_str().unwrap_or_default();
-    // A Responses API body (the Codex CLI's): the first user text that is
-    // not the CLI's own `<environment_context>`.
-    if let Some(input) = body["input"].as_array() {
-        let text = input
-            .iter()
-            .filter(|item| item["role"] == "user")
-            .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
-            .filter_map(|block| block["text"].as_str().map(str::to_owned))
-            .find(|t| !t.starts_with('<'))
-            .unwrap_or_default();
-        return format!("{model}:{text}");
-    }
-    // The first user message (an OpenAI-style body starts with the system prompt).
-    let first = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-        .map_or(&Value::Null, |m| &m["content"]);
-    let text = match first {
-        Value::String(s) => s.clone(),
-        // Only the first block: later turns may be merged into the first
-        // message. The Claude Code CLI puts `<system-reminder>` blocks
-        // (its environment) before the words it was given: skipped.
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .find(|t| !t.starts_with("<system-reminder>"))
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
-    };
-    format!("{model}:{text}")
-}
-
-pub fn arbiter_lane(first_human_message: &str) -> String {
-    format!("{ARBITER_MODEL}:{first_human_message}")
-}
-
-pub fn orch_lane(brief: &str) -> String {
-    format!("{ORCH_MODEL}:{brief}")
-}
-
-pub fn sub_lane(prompt: &str) -> String {
-    format!("{SUB_MODEL}:{prompt}")
-}
-
-/// The Claude Code CLI the tests run (`CLAUDE_CLI_BIN`, which
-/// `scripts/test` sets from `scripts/install-claude-cli`), with the
-/// worker binary as its hook.
-pub fn claude_code() -> arbiter_worker::ClaudeCodeConfig {
-    arbiter_worker::ClaudeCodeConfig {
-        bin: std::env::var_os("CLAUDE_CLI_BIN")
-            .map_or_else(|| PathBuf::from("claude"), PathBuf::from),
-        hook_bin: Some(arbiter_tests::bin("arbiter-worker")),
-        allow: Vec::new(),
-    }
-}
-
-/// The Codex CLI the tests run (`CODEX_CLI_BIN`, which `scripts/test`
-/// sets from `scripts/install-codex-cli`).
-pub fn codex() -> arbiter_worker::CodexConfig {
-    arbiter_worker::CodexConfig {
-        bin: std::env::var_os("CODEX_CLI_BIN")
-            .map_or_else(|| PathBuf::from("codex"), PathBuf::from),
-    }
-}
-
-/// The path of the Codex CLI for tests that need it; panics with what to
-/// run when it is not set.
-pub fn codex_cli_bin() -> PathBuf {
-    match std::env::var_os("CODEX_CLI_BIN") {
-        Some(bin) => PathBuf::from(bin),
-        None => panic!(
-            "CODEX_CLI_BIN is not set: run `export CODEX_CLI_BIN=$(scripts/install-codex-cli)` \
-             (scripts/test does this)"
-        ),
-    }
-}
-
-/// The path of the Claude Code CLI for tests that need it; panics with
-/// what to run when it is not set.
-pub fn claude_cli_bin() -> PathBuf {
-    match std::env::var_os("CLAUDE_CLI_BIN") {
-        Some(bin) => PathBuf::from(bin),
-        None => panic!(
-            "CLAUDE_CLI_BIN is not set: run `export CLAUDE_CLI_BIN=$(scripts/install-claude-cli)` \
-             (scripts/test does this)"
-        ),
-    }
-}
-
-/// A scripted Arbiter reply.
-pub fn arbiter(intent: &str, message: &str) -> MockReply {
-    MockReply::json(&json!({"intent": intent, "message": message}))
-}
-
-/// A scripted Arbiter summons: the brief in `message`, with `extra` fields
-/// (strategy, briefs, pool, directive…).
-pub fn summons(message: &str, extra: Value) -> MockReply {
-    let mut reply = json!({"intent": "summon_orchestrator", "message": message});
-    reply
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    MockReply::json(&reply)
-}
-
-/// The `summoned` entries of the log once there are `n`, in member order.
-pub async fn summoned(log: &LogWatch, n: usize) -> Vec<arbiter_protocol::SummonedEntry> {
-    eventually(WAIT, "the members' summoned entries", || async {
-        let mut members: Vec<arbiter_protocol::SummonedEntry> = log
-            .bodies()
-            .into_iter()
-            .filter_map(|b| match b {
-                LogBody::Summoned(e) => Some(e),
-                _ => None,
-            })
-            .collect();
-        members.sort_by_key(|e| e.member);
-        (members.len() >= n).then_some(members)
-    })
-    .await
-}
-
-/// An Orchestrator output that asks a question (expects a response), bare,
-/// as a worker in another language publishes it on `orch.<id>.out`: no
-/// evidence, no spend, no handoff.
-pub fn bare_question(
-    session: &str,
-    orch_id: &str,
-    seq: u64,
-    text: &str,
-) -> arbiter_protocol::OrchestratorMessage {
-    arbiter_protocol::OrchestratorMessage {
-        session_inputs: false,
-        spend: Default::default(),
-        v: VERSION,
-        session_id: session.into(),
-        orch_id: orch_id.into(),
-        seq,
-        event: arbiter_protocol::OrchestratorEvent::Output(arbiter_protocol::OrchestratorOutput {
-            expects_response: true,
-            message: text.into(),
-            handoff: None,
-            verdict: None,
-        }),
-        evidence: None,
-        handoff: None,
-        sent_at: chrono::Utc::now(),
-    }
-}
-
-/// Publishes `payload` on `subject` as a writer that another one fenced out
-/// does: JetStream refuses to store it (it names a last sequence the subject
-/// does not have), yet core subscribers get it all the same. Asserts the
-/// refusal.
-pub async fn publish_refused(sys: &System, subject: String, payload: &impl serde::Serialize) {
-    let stored = sys
-        .bus
-        .js
-        .send_publish(
-            subject.clone(),
-            async_nats::jetstream::message::PublishMessage::build()
-                .payload(serde_json::to_vec(payload).unwrap().into())
-                .expected_last_subject_sequence(1_000_000),
-        )
-        .await
-        .unwrap()
-        .await;
-    assert!(
-        stored.is_err(),
-        "the server stored what a fenced-out writer sent on {subject}: {stored:?}"
-    );
-}
-
-/// Makes stream `stream` also store what is published on `src` (one `*`),
-/// under `dest` (with `{{wildcard(1)}}` for that token): a message stored
-/// that way reaches no core subscriber of `dest`. A test uses it to store a
-/// message a moment after the wake-up its reader got (see
-/// [`publish_refused`]), as a store that lands late does.
-pub async fn store_quietly(sys: &System, stream: &str, src: &str, dest: &str) {
-    use async_nats::jetstream::stream::SubjectTransform;
-    let mut stream = sys.bus.js.get_stream(stream).await.unwrap();
-    let mut config = stream.info().await.unwrap().config.clone();
-    config.subjects.push(src.to_owned());
-    config.subject_transform = Some(SubjectTransform {
-        source: src.to_owned(),
-        destination: dest.to_owned(),
-    });
-    sys.bus.js.update_stream(&config).await.unwrap();
-}
-
-/// A scripted Orchestrator final reply.
-pub fn orch(expects_response: bool, message: &str) -> MockReply {
-    MockReply::json(&json!({"expects_response": expects_response, "message": message}))
 }
 
 pub struct Options {
@@ -803,113 +610,4 @@ impl Drop for System {
             task.abort();
         }
     }
-}
-
-/// A session's log, gathered as it grows.
-pub struct LogWatch {
-    entries: Arc<Mutex<Vec<LogEntry>>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for LogWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl LogWatch {
-    pub fn entries(&self) -> Vec<LogEntry> {
-        self.entries.lock().unwrap().clone()
-    }
-
-    pub fn bodies(&self) -> Vec<LogBody> {
-        self.entries().into_iter().map(|e| e.body).collect()
-    }
-
-    /// Waits for at least `n` entries and returns them all.
-    pub async fn wait_len(&self, n: usize) -> Vec<LogBody> {
-        eventually(WAIT, &format!("{n} log entries"), || async {
-            let bodies = self.bodies();
-            (bodies.len() >= n).then_some(bodies)
-        })
-        .await
-    }
-
-    /// Waits for an entry matching `pred` and returns its index.
-    pub async fn wait_for(&self, what: &str, pred: impl Fn(&LogBody) -> bool) -> usize {
-        eventually(WAIT, what, || async {
-            self.bodies().iter().position(&pred)
-        })
-        .await
-    }
-}
-
-/// A log body reduced to `(kind, text)` for whole-log asserts.
-pub fn brief(body: &LogBody) -> (String, String) {
-    match body {
-        LogBody::Human(e) => ("You".into(), e.text.clone()),
-        LogBody::Arbiter(e) => ("Arbiter".into(), e.text.clone()),
-        LogBody::ArbiterToOrchestrator(e) => (
-            format!(
-                "Arbiter → {}",
-                arbiter_protocol::member_name(e.number, e.member)
-            ),
-            e.text.clone(),
-        ),
-        LogBody::Orchestrator(e) if e.expects_response => (
-            arbiter_protocol::member_name(e.number, e.member),
-            e.text.clone(),
-        ),
-        LogBody::Orchestrator(e) => (
-            format!(
-                "{} (note)",
-                arbiter_protocol::member_name(e.number, e.member)
-            ),
-            e.text.clone(),
-        ),
-        LogBody::Musing(e) => ("Musing".into(), e.text.clone()),
-        LogBody::Step(_) => ("Step".into(), String::new()),
-        LogBody::Summoned(e) => (
-            format!(
-                "Summoned {}",
-                arbiter_protocol::member_name(e.number, e.member)
-            ),
-            e.brief.clone(),
-        ),
-        LogBody::Released(e) => (
-            "Released".into(),
-            e.numbers
-                .iter()
-                .map(|n| arbiter_protocol::roman(*n))
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
-        LogBody::System(e) => ("System".into(), e.text.clone()),
-        LogBody::Error(e) => ("Error".into(), e.error.to_string()),
-        LogBody::ArbiterHandoff(e) => (
-            format!("Arbiter, generation {}", e.generation),
-            e.packet.goal.clone(),
-        ),
-        LogBody::Strategy(e) => (
-            "Strategy".into(),
-            format!(
-                "{} x{}{}",
-                e.strategy.as_str(),
-                e.members,
-                e.rejected
-                    .as_deref()
-                    .map(|r| format!(" refused: {r}"))
-                    .unwrap_or_default()
-            ),
-        ),
-        LogBody::Consensus(e) => ("Consensus".into(), e.summary()),
-    }
-}
-
-pub fn briefs(bodies: &[LogBody]) -> Vec<(String, String)> {
-    bodies.iter().map(brief).collect()
-}
-
-pub fn pair(kind: &str, text: &str) -> (String, String) {
-    (kind.to_owned(), text.to_owned())
 }

@@ -435,6 +435,24 @@ pub async fn state_writers(sys: &System, orch_id: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// The last message stored over an Orchestrator's records (`.state` and
+/// `.out`), if any.
+pub async fn last_record_message(
+    sys: &System,
+    orch_id: &str,
+) -> Option<async_nats::jetstream::message::StreamMessage> {
+    let stream = sys
+        .bus
+        .js
+        .get_stream(subjects::ORCH_STATE_STREAM)
+        .await
+        .ok()?;
+    stream
+        .get_last_raw_message_by_subject(&subjects::orch_records(orch_id))
+        .await
+        .ok()
+}
+
 /// An Orchestrator's state records as stored (JSON), in order: on `.state`
 /// and, a step with outputs, on `.out`; from the last rollup on.
 pub async fn state_records(sys: &System, orch_id: &str) -> Vec<Value> {
