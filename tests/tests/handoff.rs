@@ -174,15 +174,22 @@ async fn each_successor_gets_its_predecessors_packet_verbatim_and_the_arbiter_on
     );
 
     // Every planted item is accounted for in the last packet; the log holds
-    // each packet as it came, once per generation.
-    let entries: Vec<Handoff> = log
-        .bodies()
-        .into_iter()
-        .filter_map(|b| match b {
-            LogBody::Orchestrator(e) => e.handoff.map(|h| *h),
-            _ => None,
+    // each packet as it came, once per generation. The Arbiter may be asked
+    // before the log watch has the last report (its call starts on the
+    // report as it is published), so the watch is waited for.
+    let entries: Vec<Handoff> =
+        arbiter_tests::eventually(WAIT, "every packet in the log", || async {
+            let entries: Vec<Handoff> = log
+                .bodies()
+                .into_iter()
+                .filter_map(|b| match b {
+                    LogBody::Orchestrator(e) => e.handoff.map(|h| *h),
+                    _ => None,
+                })
+                .collect();
+            (entries.len() >= GENERATIONS).then_some(entries)
         })
-        .collect();
+        .await;
     assert_eq!(entries.len(), GENERATIONS);
     let last_packet = entries.last().unwrap();
     let accounted: BTreeSet<String> = last_packet
