@@ -3,8 +3,10 @@
 It runs Orchestrators for one pool: it takes summonses from the shared
 `pool-<pool>` consumer (the summons is the lease, renewed with +WPI), claims
 each Orchestrator from its state records (fenced writes), stores every step
-before publishing it, takes inputs in `seq` order, and ends on release,
-cancel or failure. The model is an Anthropic Messages server, called without
+before publishing it, reads inputs the protocol v3 way (input n by a direct
+get of its own subject, n = the stored in_seq + 1, woken by core
+subscriptions; no consumer per Orchestrator), and ends on release, cancel or
+failure. The model is an Anthropic Messages server, called without
 tools: every reply must be the JSON of an OrchestratorOutput.
 
 Simplifications (see README.md): no tools, no subagents, no parking, no
@@ -31,7 +33,8 @@ from nats.js.errors import APIError, NotFoundError
 PREFIX = "arbiter.v1"
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 WRONG_LAST_SEQUENCE = 10071
-INPUT_GAP_WAIT = 60.0
+POLL = 2.0  # a wake-up lost (a reconnect) waits at most this long
+LAST_LOOK = 1.0  # an input announced and not stored yet is looked for this long
 BLOBS = "arbiter_orch_blobs"  # object store for records too large for a message
 MAX_RECORD = 900_000
 SYSTEM_PROMPT = (
@@ -57,9 +60,9 @@ class Fenced(Exception):
 class Stopped(Exception):
     """A release or cancel came."""
 
-    def __init__(self, action, msg):
+    def __init__(self, action):
         super().__init__(action)
-        self.action, self.msg = action, msg
+        self.action = action
 
 
 class Worker:
@@ -168,8 +171,10 @@ class Orchestrator:
         self.lease_id = uuid.uuid4().hex
         self.state_subject = f"{PREFIX}.orch.{self.id}.state"
         self.fenced = False
-        self.held = {}  # seq -> (msg, text), inputs ahead of their turn
-        self.gap_since = None
+        self.wake = asyncio.Event()  # set by a message on an input or control subject
+        self.subs = []
+        self.ctl_seq = 0  # the control message last read
+        self.passed_over = {}  # n -> stream seq of a malformed input n passed over
 
     # --- state records -------------------------------------------------
     async def records(self):
@@ -177,21 +182,18 @@ class Orchestrator:
             last = await self.js.get_last_msg("ARBITER_ORCH_STATE", self.state_subject)
         except NotFoundError:
             return [], 0
-        sub = await self.js.subscribe(self.state_subject, ordered_consumer=True,
-                                      deliver_policy=DeliverPolicy.ALL)
-        out = []
-        try:
-            while True:
-                m = await sub.next_msg(timeout=5)
-                record = json.loads(m.data)
-                if "blob" in record:  # a pointer: the record is an object
-                    store = await self.js.object_store(BLOBS)
-                    record = json.loads((await store.get(record["blob"])).data)
-                out.append(record)
-                if m.metadata.sequence.stream >= last.seq:
-                    break
-        finally:
-            await sub.unsubscribe()
+        # One direct get per record (the next on the subject from a stream
+        # seq): the claim makes no consumer on the server.
+        out, seq = [], 1
+        while seq <= last.seq:
+            m = await self.js.get_msg("ARBITER_ORCH_STATE", seq=seq, subject=self.state_subject,
+                                      next=True, direct=True)
+            record = json.loads(m.data)
+            if "blob" in record:  # a pointer: the record is an object
+                store = await self.js.object_store(BLOBS)
+                record = json.loads((await store.get(record["blob"])).data)
+            out.append(record)
+            seq = m.seq + 1
         return out, last.seq
 
     async def write(self, append, outbox):
@@ -228,8 +230,11 @@ class Orchestrator:
     # --- publishing ----------------------------------------------------
     def message(self, event):
         self.snap["out_seq"] += 1
+        # session_inputs: this worker reads inputs as log entries, so the
+        # coordinator stops sending them on orch.<id>.in too.
         return {"v": 1, "session_id": self.session_id, "orch_id": self.id,
-                "seq": self.snap["out_seq"], "event": event, "sent_at": now()}
+                "seq": self.snap["out_seq"], "event": event, "sent_at": now(),
+                "session_inputs": True}
 
     async def publish(self, outbox):
         subject = f"{PREFIX}.orch.{self.id}.out"
@@ -316,11 +321,11 @@ class Orchestrator:
                 renewer.cancel()
                 beat.cancel()
             if self.fenced:
-                for m, _ in self.held.values():
-                    await m.nak()
                 return
             await self.status("stopped")
         finally:
+            for sub in self.subs:
+                await sub.unsubscribe()
             self.w.running.pop(self.id, None)
 
     async def republish(self, outbox):
@@ -335,18 +340,13 @@ class Orchestrator:
         await self.publish([m for m in outbox if m["seq"] > done])
 
     async def open_inputs(self):
-        name = f"orch-{self.id}"
-        try:
-            await self.js.delete_consumer("ARBITER_ORCH", name)
-        except NotFoundError:
-            pass
-        await self.js.add_consumer("ARBITER_ORCH", ConsumerConfig(
-            durable_name=name,
-            filter_subjects=[f"{PREFIX}.orch.{self.id}.in", f"{PREFIX}.orch.{self.id}.ctl"],
-            ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-            ack_wait=30, inactive_threshold=3600,
-        ))
-        self.inputs = await self.js.pull_subscribe_bind(durable=name, stream="ARBITER_ORCH")
+        """Core subscriptions that only wake the reader, made before anything is read."""
+        async def woken(_msg):
+            self.wake.set()
+
+        for subject in (f"{PREFIX}.session.{self.session_id}.in.{self.id}.*",
+                        f"{PREFIX}.orch.{self.id}.ctl"):
+            self.subs.append(await self.nc.subscribe(subject, cb=woken))
 
     async def loop(self):
         try:
@@ -362,71 +362,100 @@ class Orchestrator:
             self.snap["phase"], self.snap["reason"] = "ended", reason
             await self.write([], [])
             await self.status("stopped")
-            await stop.msg.ack()
             await self.end()
             return
         await self.end()
 
     async def end(self):
-        """The end is stored: free the lease and the input consumer."""
+        """The end is stored: free the lease."""
         await self.status("stopped")
         await self.lease_msg.ack_sync()
-        try:
-            await self.js.delete_consumer("ARBITER_ORCH", f"orch-{self.id}")
-        except NotFoundError:
-            pass
 
     # --- inputs and control ----------------------------------------------
-    async def take_pending(self, block):
-        """Reads inputs and control; returns the texts taken in seq order and their messages."""
-        taken, msgs = [], []
-        try:
-            batch = await self.inputs.fetch(1, timeout=1 if block else 0.2)
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            batch = []
-        for m in batch:
-            if m.subject.endswith(".ctl"):
-                try:
-                    action = json.loads(m.data)["action"]
-                except (ValueError, KeyError, TypeError):
-                    await m.term()
-                    continue
-                if action in ("release", "cancel"):
-                    raise Stopped(action, m)
-                await m.term()
-                continue
+    async def take_pending(self, wait):
+        """Reads control, then inputs in_seq + 1, + 2 … from the stream, and
+        returns the texts taken, in seq order (in_seq moves on; a record that
+        stores it follows). With none there, waits up to `wait` seconds for a
+        wake-up. Nothing is acked: what was taken is the stored in_seq."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        look = None  # after a wake-up that found nothing: the next look's delay
+        while True:
+            self.wake.clear()
             try:
-                body = json.loads(m.data)
-                seq, text = int(body["seq"]), str(body["message"])
-            except (ValueError, KeyError, TypeError):
-                print("malformed input rejected", file=sys.stderr)
-                await m.term()
-                continue
-            if seq <= self.snap["in_seq"] or seq in self.held:
-                await m.ack()
-            else:
-                self.held[seq] = (m, text)
-        while self.snap["in_seq"] + 1 in self.held:
-            seq = self.snap["in_seq"] + 1
-            m, text = self.held.pop(seq)
-            self.snap["in_seq"] = seq
+                await self.read_control()
+                taken = await self.read_inputs()
+            except (nats.errors.TimeoutError, asyncio.TimeoutError, APIError) as e:
+                print(f"reading inputs failed ({e!r}); reading again", file=sys.stderr)
+                taken = []
+                await asyncio.sleep(0.25)
+            left = deadline - loop.time()
+            if taken or left <= 0:
+                return taken
+            try:
+                await asyncio.wait_for(self.wake.wait(), min(left, look or POLL))
+                look = 0.001  # the server may store it a moment after the wake-up
+            except asyncio.TimeoutError:
+                if look is not None:
+                    look = look * 2 if look < LAST_LOOK else None
+
+    async def read_control(self):
+        """The last message on .ctl: a release or cancel stops the Orchestrator."""
+        try:
+            m = await self.js.get_last_msg("ARBITER_ORCH", f"{PREFIX}.orch.{self.id}.ctl",
+                                           direct=True)
+        except NotFoundError:
+            return
+        if m.seq == self.ctl_seq:
+            return
+        self.ctl_seq = m.seq
+        try:
+            action = json.loads(m.data)["action"]
+        except (ValueError, KeyError, TypeError):
+            print("malformed control passed over", file=sys.stderr)
+            return
+        if action in ("release", "cancel"):
+            raise Stopped(action)
+
+    async def read_inputs(self):
+        taken = []
+        while True:
+            n = self.snap["in_seq"] + 1
+            found = await self.input_at(n)
+            if found is None:
+                return taken
+            stream_seq, text = found
+            if text is None:  # not input n: wait for the next message on its subject
+                if self.passed_over.get(n) != stream_seq:
+                    print(f"malformed input passed over (input {n})", file=sys.stderr)
+                    self.passed_over[n] = stream_seq
+                return taken
+            self.passed_over.pop(n, None)
+            self.snap["in_seq"] = n
             taken.append(text)
-            msgs.append(m)
-            self.gap_since = None
-        if self.held and self.gap_since is None:
-            self.gap_since = asyncio.get_running_loop().time()
-        if self.held and asyncio.get_running_loop().time() - self.gap_since > INPUT_GAP_WAIT:
-            print(f"input seq {self.snap['in_seq'] + 1} never arrived", file=sys.stderr)
-            for m, _ in self.held.values():
-                await m.term()
-            self.held, self.gap_since = {}, None
-        return taken, msgs
+
+    async def input_at(self, n):
+        """Input n: (its stream seq, its text), text None when the newest
+        message on its subject is not input n; None when there is none yet."""
+        subject = f"{PREFIX}.session.{self.session_id}.in.{self.id}.{n}"
+        try:
+            m = await self.js.get_last_msg("ARBITER_SESSIONS", subject, direct=True)
+        except NotFoundError:
+            return None
+        try:
+            body = json.loads(m.data)["body"]
+            if (body["type"] != "arbiter_to_orchestrator" or body["orch_id"] != self.id
+                    or int(body["input_seq"]) != n):
+                return m.seq, None
+            return m.seq, str(body["text"])
+        except (ValueError, KeyError, TypeError):
+            return m.seq, None
 
     async def wait_for_input(self):
         if self.snap.get("inbox"):  # stored while the model was busy
-            taken, msgs = [], []
+            taken = []
         else:
-            taken, msgs = await self.take_pending(block=True)
+            taken = await self.take_pending(POLL)
             if not taken:
                 return
         text = "\n\n".join(self.snap.get("inbox", []) + taken)
@@ -435,18 +464,14 @@ class Orchestrator:
         self.transcript.append(message)
         self.snap["phase"], self.snap["notes_in_a_row"] = "working", 0
         await self.write([message], [])
-        for m in msgs:
-            await m.ack()
 
     # --- the model -------------------------------------------------------
     async def turn(self):
         # Control that came meanwhile ends the turn before it starts.
-        taken, msgs = await self.take_pending(block=False)
+        taken = await self.take_pending(0)
         if taken:
             self.snap.setdefault("inbox", []).extend(taken)
             await self.write([], [])
-            for m in msgs:
-                await m.ack()
         if self.snap.get("inbox"):
             text = "\n\n".join(self.snap["inbox"])
             self.snap["inbox"] = []
@@ -498,15 +523,13 @@ class Orchestrator:
         release or cancel raises Stopped at once: the reply is never used."""
         call = asyncio.ensure_future(asyncio.to_thread(self.call_model))
         while not call.done():
-            poll = asyncio.ensure_future(self.take_pending(block=False))
+            poll = asyncio.ensure_future(self.take_pending(0.2))
             await asyncio.wait({call, poll}, return_when=asyncio.FIRST_COMPLETED)
-            taken, msgs = await poll  # a poll is never dropped: it may hold messages
+            taken = await poll  # a read is never dropped: it may have moved in_seq
             if taken:
                 self.snap.setdefault("inbox", []).extend(taken)
                 await self.write(list(pending_append), [])
                 pending_append.clear()
-                for m in msgs:
-                    await m.ack()
         return call.result()
 
     async def fail(self, error, append):

@@ -113,3 +113,59 @@ fn a_worker_that_publishes_before_storing_fails_by_that_rule() {
         "{table}"
     );
 }
+
+/// A copy of the reference worker that says `session_inputs` on its outputs
+/// (it reads inputs as log entries) but reads `orch.<id>.in` instead: the kit,
+/// like a coordinator, stops sending `.in` once an output says so, and the
+/// worker never sees an input after its first output.
+#[test]
+fn a_worker_that_says_session_inputs_and_reads_the_v2_subject_fails_by_the_inputs_rule() {
+    let source = std::fs::read_to_string(PYTHON_WORKER).unwrap();
+    let start = source
+        .find("    async def input_at(self, n):")
+        .expect("the reference worker changed");
+    let end = source
+        .find("    async def wait_for_input(self):")
+        .expect("the reference worker changed");
+    let v2 = r#"    async def input_at(self, n):
+        """Input n from orch.<id>.in (the v2 subject), wrongly."""
+        seq = 1
+        while True:
+            try:
+                m = await self.js.get_msg("ARBITER_ORCH", seq=seq, next=True, direct=True,
+                                          subject=f"{PREFIX}.orch.{self.id}.in")
+            except NotFoundError:
+                return None
+            seq = m.seq + 1
+            try:
+                body = json.loads(m.data)
+                if int(body["seq"]) == n:
+                    return m.seq, str(body["message"])
+            except (ValueError, KeyError, TypeError):
+                pass
+
+"#;
+    let broken_source = format!("{}{v2}{}", &source[..start], &source[end..]);
+    assert!(broken_source.contains("\"session_inputs\": True"));
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("v2_reader.py");
+    std::fs::write(&broken, broken_source).unwrap();
+
+    let (ok, table) = run_kit(&format!("exec '{}' -u '{}'", python(), broken.display()));
+    assert!(
+        !ok,
+        "the kit passed a worker that reads the wrong subject:\n{table}"
+    );
+    // It asks its question (output 1) before any input, so that rule holds;
+    // the first input it waits for never comes.
+    let row = |rule: &str, verdict: &str| {
+        table
+            .lines()
+            .any(|l| l.starts_with(rule) && l.contains(verdict))
+    };
+    assert!(
+        row("stored before published (output seq 1)", "PASS"),
+        "{table}"
+    );
+    assert!(row("inputs taken in seq order", "FAIL"), "{table}");
+}

@@ -67,9 +67,11 @@ impl Kit {
         }
     }
 
-    /// Input `seq`, both ways a coordinator sends one to an Orchestrator
-    /// whose worker has not said which it reads: the log entry that is the
-    /// input (protocol v3) and the bare input on `orch.<id>.in` (v2).
+    /// Input `seq`, as a coordinator sends it: the log entry that is the
+    /// input (protocol v3) and, until an output of the Orchestrator says
+    /// `session_inputs`, the bare input on `orch.<id>.in` (v2) too. So a
+    /// worker that says it reads the log entries and reads `.in` instead
+    /// gets no input after its first output, as it would in production.
     async fn input(&self, orch: &Orch, seq: u64, message: &str) {
         let entry = json!({"v":3,"session_id":orch.session,"seq":seq,"at":now(),
             "body":{"type":"arbiter_to_orchestrator","number":1,"orch_id":orch.id,
@@ -80,6 +82,13 @@ impl Kit {
             entry.to_string().into(),
         )
         .await;
+        let reads_the_log = self
+            .outs_of(&orch.id)
+            .iter()
+            .any(|o| o.body["session_inputs"] == true);
+        if reads_the_log {
+            return;
+        }
         let input = json!({"v":1,"session_id":"conf","orch_id":orch.id,"seq":seq,
             "message":message,"sent_at":now()});
         self.publish(
@@ -325,10 +334,18 @@ async fn main_line(kit: &Kit, rows: &mut Rows) {
         ),
     );
 
-    // A malformed input is dropped and the Orchestrator goes on.
+    // A malformed input is dropped and the Orchestrator goes on: garbage on
+    // `.in`, and on the subject of the next log entry input, which then
+    // holds the real input as its newest message.
     kit.publish(
         subjects::orch_in(&orch.id),
         &format!("{}:in:garbage", orch.id),
+        "{not json".into(),
+    )
+    .await;
+    kit.publish(
+        subjects::session_input(&orch.session, &orch.id, orch.inputs + 1),
+        &format!("{}:log:{}:garbage", orch.session, orch.id),
         "{not json".into(),
     )
     .await;
