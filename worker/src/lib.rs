@@ -3,7 +3,8 @@
 //! context watch), publishing its outputs and status. Each worker is also a
 //! NATS micro service, so the fleet can be seen.
 //!
-//! A summons is the Orchestrator's lease: it stays unacknowledged while the
+//! A summons (fetched by `summons.rs`, one per free slot) is the
+//! Orchestrator's lease: it stays unacknowledged while the
 //! Orchestrator runs and is renewed as it goes (`lease.rs`); every step is
 //! stored first (`state.rs`), so when a worker dies another worker of the
 //! pool gets the summons again and resumes the Orchestrator where it was.
@@ -23,10 +24,12 @@ pub mod prompt;
 pub mod runtime;
 pub mod sandbox;
 mod slots;
+mod start;
 mod state;
 mod status;
 mod stop;
 mod subagent;
+mod summons;
 pub mod tools;
 mod transcript;
 pub mod workspace;
@@ -61,15 +64,12 @@ use std::time::Duration;
 use arbiter_bus::{Bus, Reach};
 use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::roles::NatsRole;
-use arbiter_protocol::{Summon, subjects};
-use async_nats::jetstream::AckKind;
-use async_nats::jetstream::consumer::{PullConsumer, pull};
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{Sandbox, SandboxConfig, SandboxMode};
+use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::slots::Slots;
 use crate::subagent::SubagentRole;
+use crate::summons::{Next, Summonses};
 
 /// Everything a worker needs; built by `main` from flags, env and defaults.
 #[derive(Debug, Clone)]
@@ -158,7 +158,6 @@ impl Default for Config {
 
 /// How long a lease lasts without renewal, by default.
 pub const DEFAULT_LEASE: Duration = arbiter_bus::setup::DEFAULT_LEASE;
-use arbiter_bus::setup::POOL_MAX_ACK_PENDING;
 /// How long a gap in an Orchestrator's input `seq`s may stay open: twice
 /// the input consumer's ack wait (30 s), so that an input the server delivers
 /// again arrives in time to fill it.
@@ -220,124 +219,25 @@ pub(crate) struct Shared {
     pub tools: Arc<[arbiter_llm::ToolSpec]>,
 }
 
-/// How long a fetch waits for a summons before asking again.
-const FETCH_EXPIRY: Duration = Duration::from_secs(5);
-/// How long a look in the emergency lane made on a wake-up waits for the
-/// emergency to be stored: a core subscriber gets a message before the
-/// server has stored it, and a look that asks for no wait may find the lane
-/// empty and leave the emergency to the next pool fetch's end (up to
-/// [`FETCH_EXPIRY`]). The wait ends as soon as the emergency is there.
-const URGENT_STORE_WAIT: Duration = Duration::from_millis(250);
-
 /// Runs the worker until `shutdown` completes; running Orchestrators are
 /// cancelled and awaited before it returns.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
-    if !subjects::is_valid_token(&config.pool) {
-        return Err(Error::Config(format!(
-            "pool name {:?} must be letters, digits, - or _",
-            config.pool
-        )));
-    }
-    if config.max_orchestrators == 0 {
-        return Err(Error::Config(
-            "--max-orchestrators must be at least 1".into(),
-        ));
-    }
-    if config.lease < Duration::from_millis(300) {
-        return Err(Error::Config(
-            "--lease-secs must be at least 0.3 seconds".into(),
-        ));
-    }
-    if config.subagent_max_calls == 0 {
-        return Err(Error::Config(
-            "--subagent-max-calls must be at least 1".into(),
-        ));
-    }
-    std::fs::create_dir_all(&config.workspace_root).map_err(|e| {
-        Error::Workspace(format!(
-            "cannot create {}: {e}",
-            config.workspace_root.display()
-        ))
-    })?;
-    if config.runtime == Runtime::ClaudeCode {
-        runtime::claude::check_allow_rules(&config.claude_code.allow).map_err(Error::Runtime)?;
-        let version = runtime::claude::probe(&config.claude_code.bin)
-            .await
-            .map_err(Error::Runtime)?;
-        tracing::info!(cli = %config.claude_code.bin.display(), %version, "Orchestrators run on the Claude Code CLI");
-    }
-    if config.runtime == Runtime::Codex {
-        let version = runtime::codex::probe(&config.codex.bin, &config.model)
-            .await
-            .map_err(Error::Runtime)?;
-        tracing::info!(cli = %config.codex.bin.display(), %version, "Orchestrators run on the Codex CLI");
-    }
-    let sandbox = start_sandbox(&config).await?;
+    start::check(&config)?;
+    start::probe_runtime(&config).await?;
+    let sandbox = start::sandbox(&config).await?;
     let mut config = config;
     let model =
         arbiter_llm::client_for_role(&config.model, Some(arbiter_protocol::Role::Orchestrator))?;
     config.context_budget =
         arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
-    let subagent_model = arbiter_llm::client_for_role(
-        config.subagent_model.as_ref().unwrap_or(&config.model),
-        Some(arbiter_protocol::Role::Subagent),
-    )?;
-    let subagent = SubagentRole {
-        context_budget: arbiter_llm::context_budget(
-            subagent_model.as_ref(),
-            config.subagent_context_budget,
-        )
-        .await,
-        model_name: config
-            .subagent_model
-            .as_ref()
-            .unwrap_or(&config.model)
-            .model
-            .clone(),
-        prices: config.prices.clone(),
-        model: subagent_model,
-        max_calls: config.subagent_max_calls,
-    };
+    let subagent = start::subagent_role(&config).await?;
     let conn = arbiter_bus::connect_with(&config.nats, &config.worker_id, Reach::Wait).await?;
     let client = conn.client.clone();
     let bus = Bus::open(conn, NatsRole::Worker, Reach::Wait).await?;
     let state = state::StateBackend::setup(&bus)
         .await
         .map_err(|message| js_error("setting up the Orchestrator state", message))?;
-    let (mut consumer, lease) = arbiter_bus::setup::guarded(
-        &bus.alarms,
-        NatsRole::Worker,
-        pool_consumer(&bus, &config.pool, config.lease, Lane::Queued),
-    )
-    .await?;
-    // Emergencies: their own consumer, taken from before the queue, and a
-    // core subscription on their subject that wakes a worker waiting on it.
-    // A credential issued before the lane existed may not read it: the
-    // worker then serves the queue alone and does not announce the lane, so
-    // emergencies reach it in turn.
-    let mut urgent = match arbiter_bus::setup::guarded(
-        &bus.alarms,
-        NatsRole::Worker,
-        pool_consumer(&bus, &config.pool, config.lease, Lane::Urgent),
-    )
-    .await
-    {
-        Ok((urgent, _)) => Some(urgent),
-        Err(e) => {
-            tracing::warn!(error = %e, pool = %config.pool, "the emergency lane cannot be read (a credential issued before it existed?): emergencies reach this worker in turn; issue the worker's credential again (arbiter-admin issue worker NAME) to serve them first");
-            None
-        }
-    };
-    let mut urgent_wake = client
-        .subscribe(subjects::summon_urgent(&config.pool))
-        .await
-        .map_err(|e| js_error("subscribing to the emergency lane", e))?;
-    // Whether the lane may hold an emergency: at start (a backlog), after a
-    // wake-up or a quiet fetch; not after the lane was found empty, so that a
-    // claim costs no extra round trip.
-    let mut urgent_maybe = true;
-    // Whether that look follows a wake-up (it then waits for the store).
-    let mut urgent_woken = false;
+    let (mut summonses, lease) = Summonses::open(&bus, &config.pool, config.lease).await?;
     let max_parked = config
         .max_parked
         .unwrap_or(config.max_orchestrators.saturating_mul(PARKED_PER_SLOT));
@@ -347,8 +247,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.max_orchestrators,
         max_parked,
     );
-    let presence =
-        presence::start(&client, slots.clone(), config.runtime, urgent.is_some()).await?;
+    let presence = presence::start(
+        &client,
+        slots.clone(),
+        config.runtime,
+        summonses.serves_urgent(),
+    )
+    .await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
     let shared = Arc::new(Shared {
         bus,
@@ -387,156 +292,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::pin!(shutdown);
     // A stream deleted under the worker: it stops, saying which.
     let mut gone = None;
-    // Since when fetches fail: quiet for `RIDE_OUT` (a NATS leader election
-    // fails them for 4–9 s), loud after.
-    let mut failing_since: Option<std::time::Instant> = None;
-    'outer: loop {
+    loop {
+        // Orchestrators that ended since (at most the slots and the parked
+        // ones: each ending frees one) are let go of here.
+        while running.try_join_next().is_some() {}
         let permit = tokio::select! {
-            _ = &mut shutdown => break,
+            () = &mut shutdown => break,
             permit = slots.free() => match permit {
                 Some(permit) => permit,
                 None => break,
             },
         };
         // A parked Orchestrator that has input goes before any new summons.
-        let Some(mut permit) = slots.hand_over(permit) else {
+        let Some(permit) = slots.hand_over(permit) else {
             continue;
         };
-        // Holding a free slot: ask for exactly one summons, an emergency first.
-        let (summon, msg) = loop {
-            let lane_first = match &urgent {
-                Some(urgent) if urgent_maybe => {
-                    let wait = std::mem::take(&mut urgent_woken).then_some(URGENT_STORE_WAIT);
-                    fetch_one(urgent, wait).await
-                }
-                _ => Ok(None),
-            };
-            let fetched = match lane_first {
-                Ok(Some(found)) => Ok(Some(found)),
-                other => {
-                    urgent_maybe = false;
-                    if let Err(e) = other {
-                        tracing::debug!(error = %e, "fetching from the emergency lane failed; the queue is served");
-                        if pool_consumer_missing(
-                            &shared.bus,
-                            &subjects::urgent_consumer(&shared.config.pool),
-                        )
-                        .await
-                            && let Ok((again, _)) = pool_consumer(
-                                &shared.bus,
-                                &shared.config.pool,
-                                shared.lease,
-                                Lane::Urgent,
-                            )
-                            .await
-                        {
-                            tracing::warn!(pool = %shared.config.pool, "the pool's emergency consumer was deleted; made it again");
-                            urgent = Some(again);
-                        }
-                    }
-                    tokio::select! {
-                        _ = &mut shutdown => break 'outer,
-                        // An emergency published meanwhile: ask again, lane first.
-                        // (A summons the server was sending to this fetch just then
-                        // comes again after the lease.)
-                        Some(_) = urgent_wake.next() => {
-                            urgent_maybe = true;
-                            urgent_woken = true;
-                            continue;
-                        }
-                        // A summons the server was sending just then comes again
-                        // after the lease; a parked Orchestrator would wait up to
-                        // a whole fetch otherwise.
-                        () = slots.wanted() => match slots.hand_over(permit) {
-                            Some(kept) => {
-                                permit = kept;
-                                continue;
-                            }
-                            None => continue 'outer,
-                        },
-                        fetched = fetch_one(&consumer, Some(FETCH_EXPIRY)) => fetched,
-                    }
-                }
-            };
-            if arbiter_bus::metrics::on()
-                && let Ok(info) = consumer.get_info().await
-            {
-                // What waits in the pool after this fetch (exported only).
-                arbiter_bus::metrics::summons_pending(&shared.config.pool, info.num_pending);
+        // Holding a free slot: exactly one summons, an emergency first.
+        let summons::Claim {
+            summon,
+            msg,
+            permit,
+        } = match summonses
+            .next(&shared, &slots, &leases, permit, &mut shutdown)
+            .await
+        {
+            Next::Claim(claim) => *claim,
+            Next::HandedOver => continue,
+            Next::Shutdown => break,
+            Next::Gone(error) => {
+                gone = Some(error);
+                break;
             }
-            match fetched {
-                Ok(Some((summon, msg))) => match leases.get(&summon.orch_id) {
-                    // Its lease ran out while this worker still runs it (a
-                    // server restart, a stall): go on under the new delivery.
-                    Some(held) if held.seq() == lease::stream_seq(&msg) => {
-                        tracing::info!(orch.id = %summon.orch_id, "summons delivered again to its holder; lease renewed");
-                        held.adopt(msg);
-                    }
-                    // Another summons of an Orchestrator this worker runs:
-                    // a duplicate (see `state::claim`).
-                    Some(_) => {
-                        tracing::warn!(orch.id = %summon.orch_id, "a second summons of an Orchestrator this worker runs; dropped as a duplicate");
-                        if let Err(e) = msg.double_ack().await {
-                            tracing::warn!(error = %e, "could not acknowledge the duplicate summons; it comes back and is dropped again");
-                        }
-                    }
-                    None if !shared.config.runtime.offers(summon.runtime.as_deref()) => {
-                        // Left for a worker of the runtime it asks for.
-                        tracing::warn!(orch.id = %summon.orch_id, wanted = summon.runtime.as_deref().unwrap_or_default(), runtime = %shared.config.runtime, "a summons for another runtime; not claimed, handed back");
-                        let _ = msg.ack_with(AckKind::Nak(Some(shared.lease))).await;
-                    }
-                    None => break (summon, msg),
-                },
-                Ok(None) => {
-                    failing_since = None;
-                    // A quiet fetch: look in the lane again, in case a
-                    // wake-up was missed (a reconnect).
-                    urgent_maybe = true;
-                }
-                Err(e) => {
-                    let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-                    if since.elapsed() < arbiter_bus::RIDE_OUT {
-                        tracing::debug!(error = %e, "fetching summons failed (a NATS leader election?); retrying");
-                    } else {
-                        tracing::warn!(error = %e, failing_for = ?since.elapsed(), "fetching summons failed; retrying");
-                    }
-                    // Deleted under us: never spin on it.
-                    match arbiter_bus::setup::missing_stream(&shared.bus, NatsRole::Worker).await {
-                        Ok(Some(stream)) => {
-                            tracing::error!(%stream, "a stream this worker uses was deleted; stopping");
-                            gone = Some(arbiter_bus::BusError::Deleted { stream });
-                            break 'outer;
-                        }
-                        Ok(None)
-                            if pool_consumer_missing(
-                                &shared.bus,
-                                &subjects::pool_consumer(&shared.config.pool),
-                            )
-                            .await =>
-                        {
-                            match pool_consumer(
-                                &shared.bus,
-                                &shared.config.pool,
-                                shared.lease,
-                                Lane::Queued,
-                            )
-                            .await
-                            {
-                                Ok((again, _)) => {
-                                    tracing::warn!(pool = %shared.config.pool, "the pool's summons consumer was deleted; made it again");
-                                    consumer = again;
-                                }
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "could not make the pool's summons consumer again")
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-            while running.try_join_next().is_some() {}
         };
         if msg.info().is_ok_and(|info| info.delivered > 1) {
             tracing::info!(orch.id = %summon.orch_id, "summons delivered again: taking the Orchestrator over");
@@ -571,176 +357,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
 }
 
-/// Resolves the tools' sandbox and runs `true` through it once: a worker
-/// whose sandbox does not work does not start.
-async fn start_sandbox(config: &Config) -> Result<Sandbox> {
-    let root = config.workspace_root.canonicalize().map_err(|e| {
-        Error::Workspace(format!(
-            "cannot resolve {}: {e}",
-            config.workspace_root.display()
-        ))
-    })?;
-    let sandbox = Sandbox::new(&config.sandbox, &root)?;
-    match config.sandbox.mode {
-        SandboxMode::None => {
-            tracing::warn!(
-                "--sandbox none: tools' commands run unconfined, as this worker's user; they can \
-                 read its environment, its memory and its files (API keys included)"
-            );
-            match sandbox.containment() {
-                Some(sandbox::Containment::ProcessGroup) | None => tracing::warn!(
-                    "--sandbox none: no writable cgroup v2 and no PID namespace here; a timeout \
-                     or cancel kills a command's process group only, so a process it started \
-                     with setsid, nohup and disown, or a double fork survives it"
-                ),
-                Some(how) => tracing::info!(
-                    "--sandbox none: tools' commands run in {how}; a timeout or cancel kills \
-                     every process they started"
-                ),
-            }
-        }
-        SandboxMode::Bwrap => {
-            sandbox.probe(&root).await?;
-            for name in config
-                .sandbox
-                .env
-                .iter()
-                .filter(|n| sandbox::is_secret_env(n))
-            {
-                tracing::warn!(
-                    name,
-                    "--sandbox-env passes a variable that looks secret to every command"
-                );
-            }
-            tracing::info!(
-                network = !config.sandbox.unshare_net,
-                "tools' commands run in a bwrap sandbox"
-            );
-        }
-    }
-    Ok(sandbox)
-}
-
-/// The pool's shared consumer, with `ack_wait` set to the lease; returns it
-/// with the lease actually in force. A consumer made by an older worker (or
-/// with another lease) is updated; if that fails, its own `ack_wait` is used.
-async fn pool_consumer(
-    bus: &Bus,
-    pool: &str,
-    lease: Duration,
-    lane: Lane,
-) -> Result<(PullConsumer, Duration)> {
-    let (name, config) = match lane {
-        Lane::Queued => (
-            subjects::pool_consumer(pool),
-            arbiter_bus::setup::pool_consumer_config(pool, lease),
-        ),
-        Lane::Urgent => (
-            subjects::urgent_consumer(pool),
-            arbiter_bus::setup::urgent_consumer_config(pool, lease),
-        ),
-    };
-    let stream = bus
-        .js
-        .get_stream(subjects::SUMMONS_STREAM)
-        .await
-        .map_err(|e| js_error("opening the summons stream", e))?;
-    let consumer: PullConsumer = match stream.get_consumer::<pull::Config>(&name).await {
-        Ok(existing) => {
-            let have = &existing.cached_info().config;
-            if have.ack_wait == lease && have.max_ack_pending == POOL_MAX_ACK_PENDING {
-                existing
-            } else {
-                match stream.update_consumer(config).await {
-                    Ok(updated) => {
-                        tracing::info!(?lease, "pool consumer updated to this worker's lease");
-                        updated
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not update the pool consumer; using its lease as it is");
-                        existing
-                    }
-                }
-            }
-        }
-        Err(_) => stream
-            .get_or_create_consumer(&name, config)
-            .await
-            .map_err(|e| js_error("creating the pool consumer", e))?,
-    };
-    let in_force = match consumer.cached_info().config.ack_wait {
-        // Unset means the server's default.
-        d if d.is_zero() => Duration::from_secs(30),
-        d => d,
-    };
-    Ok((consumer, in_force))
-}
-
-/// A pool's two summons consumers: `pool-<pool>` for the queue,
-/// `urgent-<pool>` for emergencies, which are taken first.
-#[derive(Debug, Clone, Copy)]
-enum Lane {
-    Queued,
-    Urgent,
-}
-
-/// Whether the summons consumer `name` is gone (the stream being there).
-async fn pool_consumer_missing(bus: &Bus, name: &str) -> bool {
-    let Ok(stream) = bus.js.get_stream(subjects::SUMMONS_STREAM).await else {
-        return false;
-    };
-    stream
-        .get_consumer::<pull::Config>(name)
-        .await
-        .is_err_and(|e| e.to_string().to_lowercase().contains("not found"))
-}
-
 fn js_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Bus(arbiter_bus::BusError::JetStream {
         what: what.into(),
         message: e.to_string(),
     })
-}
-
-/// One fetch of at most one summons, left unacknowledged: it becomes the
-/// Orchestrator's lease. A malformed one is logged, terminated (never
-/// redelivered) and skipped. `wait`: how long to wait for one; `None`:
-/// only what is there now.
-async fn fetch_one(
-    consumer: &PullConsumer,
-    wait: Option<Duration>,
-) -> Result<Option<(Summon, async_nats::jetstream::Message)>> {
-    let fetch = consumer.fetch().max_messages(1);
-    let fetch = match wait {
-        Some(wait) => fetch.expires(wait),
-        None => fetch,
-    };
-    let mut batch = fetch
-        .messages()
-        .await
-        .map_err(|e| js_error("fetching a summons", e))?;
-    while let Some(next) = batch.next().await {
-        let msg = next.map_err(|e| js_error("fetching a summons", e))?;
-        let subject = msg.subject.to_string();
-        match arbiter_bus::decode::<Summon>(&subject, &msg.payload) {
-            Ok(summon)
-                if subjects::is_valid_token(&summon.orch_id)
-                    && subjects::is_valid_token(&summon.session_id) =>
-            {
-                return Ok(Some((summon, msg)));
-            }
-            Ok(_) => {
-                tracing::error!(
-                    subject,
-                    "summons with an invalid orch or session id rejected"
-                );
-                let _ = msg.ack_with(AckKind::Term).await;
-            }
-            Err(error) => {
-                tracing::error!(subject, %error, "malformed summons rejected");
-                let _ = msg.ack_with(AckKind::Term).await;
-            }
-        }
-    }
-    Ok(None)
 }
