@@ -105,32 +105,22 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         }
         Ok(Some(Claim::Ended)) => {
             tracing::info!("Orchestrator already ended; summons acknowledged");
-            drop(registered);
-            drop(slot);
-            lease.release().await;
-            return;
+            return let_go(registered, slot, &lease, LetGo::Release).await;
         }
         Ok(Some(Claim::Duplicate { holder })) => {
             // Its inputs belong to the holder: only this summons goes.
             tracing::warn!(%holder, "a second summons of an Orchestrator that is held; dropped as a duplicate");
-            drop(registered);
-            drop(slot);
-            lease.release().await;
-            return;
+            return let_go(registered, slot, &lease, LetGo::Release).await;
         }
         Ok(None) => {
             tracing::warn!("could not claim the Orchestrator; handing its summons back");
-            drop(registered);
-            drop(slot);
-            lease.hand_back(Some(shared.lease)).await;
-            return;
+            let back = LetGo::HandBack(Some(shared.lease));
+            return let_go(registered, slot, &lease, back).await;
         }
         Err(e) => {
             tracing::error!(error = %e, "the Orchestrator's state is unreadable; handing its summons back");
-            drop(registered);
-            drop(slot);
-            lease.hand_back(Some(shared.lease)).await;
-            return;
+            let back = LetGo::HandBack(Some(shared.lease));
+            return let_go(registered, slot, &lease, back).await;
         }
     };
     if snapshot.budget.is_none() {
@@ -167,21 +157,17 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             let message = format!("workspace: {e}");
             let stored =
                 fail_early(store, snapshot, &outbox, summon.number, message, &shutdown).await;
-            match stored {
+            let how = match stored {
                 Ok(()) => {
                     stop_status(&status, heartbeat).await;
-                    drop(registered);
-                    drop(slot);
-                    lease.release().await;
+                    LetGo::Release
                 }
                 Err(_) => {
                     heartbeat.abort();
-                    drop(registered);
-                    drop(slot);
-                    lease.abandon();
+                    LetGo::Abandon
                 }
-            }
-            return;
+            };
+            return let_go(registered, slot, &lease, how).await;
         }
     };
     let baseline = match baseline {
@@ -203,10 +189,8 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         Err(e) => {
             tracing::error!(error = %e, "cannot read the inputs; handing the summons back");
             heartbeat.abort();
-            drop(registered);
-            drop(slot);
-            lease.hand_back(Some(shared.lease)).await;
-            return;
+            let back = LetGo::HandBack(Some(shared.lease));
+            return let_go(registered, slot, &lease, back).await;
         }
     };
     let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_BUFFER);
@@ -273,7 +257,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     // Whatever ended the loop, nothing of it may keep running: tool
     // processes and subagents watch this token.
     stopper.token().cancel();
-    match end {
+    let how = match end {
         End::Done => {
             tracing::info!("Orchestrator ended");
             // The CLI's home (claude-code runtime): its session is in the records.
@@ -293,13 +277,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             // The stopped status goes out before the slot is taken by
             // another, so status never shows more Orchestrators than slots.
             stop_status(&status, heartbeat).await;
-            drop(registered);
-            agent.leave_seat();
-            // Before the summons (the lease) goes: the fence still holds.
-            agent.roll_up().await;
-            lease.release().await;
-            reader.abort();
-            let _ = reader.await;
+            LetGo::Release
         }
         End::Fenced => {
             tracing::warn!(
@@ -307,19 +285,55 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             );
             heartbeat.abort();
             reader.abort();
-            drop(registered);
-            agent.leave_seat();
-            lease.abandon();
+            LetGo::Abandon
         }
         End::Shutdown => {
             tracing::info!("worker shutting down; the Orchestrator goes back to the pool");
             heartbeat.abort();
             reader.abort();
-            drop(registered);
-            agent.leave_seat();
-            lease.hand_back(None).await;
+            LetGo::HandBack(None)
+        }
+    };
+    drop(registered);
+    agent.leave_seat();
+    if matches!(how, LetGo::Release) {
+        // Before the summons (the lease) goes: the fence still holds.
+        agent.roll_up().await;
+    }
+    how.apply(&lease).await;
+    reader.abort();
+    let _ = reader.await;
+}
+
+/// How an Orchestrator's summons is let go of, the last thing this worker
+/// does with it.
+enum LetGo {
+    /// Its end is stored: acknowledged, the lease is over.
+    Release,
+    /// Not ended here (a claim that failed, the worker shutting down): back
+    /// to the pool, for any worker after the delay.
+    HandBack(Option<std::time::Duration>),
+    /// Another worker holds it: touched no more.
+    Abandon,
+}
+
+impl LetGo {
+    async fn apply(self, lease: &Lease) {
+        match self {
+            Self::Release => lease.release().await,
+            Self::HandBack(delay) => lease.hand_back(delay).await,
+            Self::Abandon => lease.abandon(),
         }
     }
+}
+
+/// Lets go of an Orchestrator whose agent never ran: out of the registry (a
+/// summons delivered again is no longer its), the slot freed, then the
+/// summons as `how` says.
+async fn let_go(registered: Registered, slot: Slot, lease: &Lease, how: LetGo) {
+    drop(registered);
+    drop(slot);
+    how.apply(lease).await;
 }
 
 /// Opens the session's workspace and walks it (the baseline its evidence is
