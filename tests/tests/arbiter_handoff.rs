@@ -5,9 +5,8 @@
 //! on meanwhile and what arrives waits in the queue; a coordinator killed
 //! mid-handoff resumes it; an Arbiter that never gives a valid packet is cut
 //! over with one the coordinator builds, and the log says so.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

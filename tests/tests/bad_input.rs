@@ -1,9 +1,8 @@
 //! Bad input never crashes anything and never loses a message: model replies
 //! that do not match their schema, API errors, and malformed JSON published
 //! on every subject. Each test says what the human sees.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{LogBody, WireError, subjects};
 use arbiter_tests::MockReply;

@@ -1,9 +1,8 @@
 //! The three real binaries together, as a user runs them: coordinator and
 //! worker as processes, a console fed from stdin. Their logs must show every
 //! malformed message they rejected, and never the API key.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

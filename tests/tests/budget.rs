@@ -5,9 +5,8 @@
 //! worker stops it before its next request and the Arbiter is told; at 80 %
 //! the Arbiter reads a note with its next request. The mock model servers
 //! count the requests, so a request past a cap would show.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,14 +5,9 @@
 //! `failed` event with its cause and frees the slot, a worker without a
 //! usable CLI refuses to start, and a summons for one runtime is left to a
 //! worker that runs it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-mod claude_code {
-    pub mod confinement;
-    pub mod failures;
-    pub mod moves;
-    pub mod support;
-    pub mod work;
-}
+pub mod confinement;
+pub mod failures;
+pub mod moves;
+pub mod support;
+pub mod work;

@@ -2,9 +2,8 @@
 //! all three URLs, and the node that leads the session stream killed with
 //! SIGKILL in the middle of the seed flow. Then that node comes back, another
 //! one is killed mid-flow, and the same holds.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -5,9 +5,8 @@
 //! turn's input, a turn the CLI fails ends in a `failed` event with its cause
 //! and frees the slot, and a worker without a usable CLI (or with a model
 //! Codex cannot talk to) refuses to start.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! `arbiter-conformance` run against `arbiter-worker`: every rule passes, and
 //! the table names each rule (what a worker author sees).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[test]
 fn arbiter_worker_passes_the_conformance_kit() {

@@ -3,9 +3,8 @@
 //! for the Arbiter and the log (a split is shown to the human), and decides
 //! nothing. A risky solo summons becomes a consensus of three unless the
 //! human said to skip it; a consensus the human forbade is refused.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{
     ConsensusOutcome, Escalation, LogBody, StrategyEntry, SummonStrategy, SummonedEntry,

@@ -1,9 +1,8 @@
 //! The real `arbiter-console` binary in its full-screen view, in a
 //! pseudo-terminal read through a vt100 emulator, against a real nats-server,
 //! the mock model and an in-process coordinator and worker.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::num::NonZeroU16;

@@ -1,9 +1,8 @@
 //! The conversation loop end to end, over a real nats-server and the mock
 //! model: the example flow of seed 004, asserted entry by entry and request
 //! by request.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{LogBody, SessionState};
 use arbiter_tests::{Gate, MockReply};

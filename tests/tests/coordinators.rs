@@ -4,9 +4,8 @@
 //! the others (each console sees every entry once); a coordinator that
 //! starts beside one that owns every session takes a share without any
 //! turn being run twice.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,9 +3,8 @@
 //! requests included), per Arbiter, per session. Stored with the session's
 //! records, so a coordinator restart keeps the figures, and shown by
 //! `arbiter-console sessions`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{SessionSpend, Spend};
 use arbiter_tests::MockReply;

@@ -5,9 +5,8 @@
 //! pool nobody serves, or a strategy used the wrong way (a consensus given
 //! sub-briefs), is refused back to the Arbiter with the reason, and nothing
 //! is summoned.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{LogBody, Summon, subjects};
 use arbiter_tests::{Gate, MockReply};

@@ -2,9 +2,8 @@
 //! the middle of an Arbiter turn, then a restart. The turn runs again from
 //! the stored transcript; the log has no gap and no duplicate; an
 //! Orchestrator gets each of the Arbiter's messages exactly once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::LogBody;
 use arbiter_tests::Gate;

@@ -2,9 +2,8 @@
 //! marks its summons `emergency`, the coordinator publishes it on the pool's
 //! emergency lane (`summon.<pool>.urgent`), and a worker whose slot frees
 //! takes it before the summonses queued before it. The log says so.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{LogBody, subjects};
 use arbiter_tests::{Gate, MockReply};

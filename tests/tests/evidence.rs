@@ -3,9 +3,8 @@
 //! files created, changed and deleted since the summons, commands with their
 //! exit codes). The Arbiter reads it next to the report, a claim of work done
 //! with nothing to show for it is flagged, and the console shows both.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -6,10 +6,9 @@
 //! summons published twice never takes a live Orchestrator from its holder;
 //! a parked Orchestrator (waiting without a slot) keeps its lease, and is
 //! taken over like any other when its worker dies.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use std::time::{Duration, Instant};
 

@@ -2,10 +2,9 @@
 //! and input `seq`s far ahead of the real ones must not silence the real
 //! Orchestrator or the real Arbiter. The attacker here is a plain test client
 //! publishing on the subjects.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use std::time::Duration;
 

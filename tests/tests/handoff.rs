@@ -4,10 +4,9 @@
 //! beside the Arbiter's brief, while the Arbiter reads one line of it. A
 //! packet that never validates stops the Orchestrator with a visible error
 //! and is never routed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};

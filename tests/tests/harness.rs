@@ -1,5 +1,4 @@
 //! Tests of the test support itself: the nats-server wrapper and the mock Anthropic server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

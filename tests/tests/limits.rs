@@ -3,9 +3,8 @@
 //! once and send so fast; past either, its message is refused with the
 //! reason in the session's log and never reaches the Arbiter. Other
 //! consoles are not affected.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

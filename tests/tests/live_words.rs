@@ -1,9 +1,8 @@
 //! The Arbiter's words reach consoles while the model writes them: the
 //! coordinator publishes `ArbiterDelta`s on `session.<id>.delta` during the
 //! turn; the log entry that ends it stays the record.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

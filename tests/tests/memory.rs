@@ -4,9 +4,8 @@
 //! the next session on that workspace and of no other; `arbiter-console
 //! memory list|show|forget` shows and removes entries; an entry that looks
 //! like a secret is refused with a reason and never stored.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -4,9 +4,8 @@
 //! with OpenAI's semantics (tools stay free beside `response_format`) and on
 //! mocks with llama.cpp's and Ollama's (a `response_format` beside tools is a
 //! grammar, so no tool call can come out).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_llm::{Provider, RESPOND_TOOL, Server, StructuredOutput};
 use arbiter_protocol::SessionState;

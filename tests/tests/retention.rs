@@ -3,9 +3,8 @@
 //! work and refuse what they must; an archived session's log still reads in
 //! `arbiter-console`; and a soak of sessions created and left idle keeps the
 //! streams' bytes under the configured bound.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

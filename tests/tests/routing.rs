@@ -1,8 +1,7 @@
 //! Routing beyond the happy path: re-summoning while an Orchestrator is
 //! active, two sessions side by side, and intents that cannot be carried out.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_bus::TraceContext;
 use arbiter_protocol::{LogBody, subjects};

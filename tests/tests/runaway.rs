@@ -4,9 +4,8 @@
 //! (in a console, or `arbiter-console stop`) ends the model calls at once.
 //! In every case nothing queued is lost: it reaches the Arbiter with the
 //! human's next message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,10 +4,9 @@
 //! frees the slot within a second and leaves no process behind; an
 //! Orchestrator that waits for the Arbiter parks, and its slot runs another
 //! session meanwhile.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -1,10 +1,9 @@
 //! Context watch and turn semantics end to end: the 70 % and 85 % warnings
 //! reach the model in the first request after the tool call that crossed
 //! them; notes keep an Orchestrator working, up to a bound.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use arbiter_protocol::OrchestratorState;
 use arbiter_tests::MockReply;

@@ -1,10 +1,9 @@
 //! Presence and pools end to end: a worker is a NATS micro service
 //! (`$SRV.PING|INFO|STATS.arbiter-worker`) that reports its pool and slots,
 //! and it takes only its own pool's summons.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
+use crate::common;
+use crate::direct;
 
 use arbiter_tests::{Gate, eventually};
 use arbiter_worker::WorkerPresence;

@@ -4,11 +4,9 @@
 //! path escapes refused, the workspace shared across a session, and a summons
 //! that names another session's workspace kept to its own. The bash tool's
 //! sandbox has its own module.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod direct;
-mod sandbox;
+use crate::common;
+use crate::direct;
 
 use arbiter_protocol::OrchestratorState;
 use arbiter_tests::MockReply;

@@ -6,9 +6,8 @@
 //! Orchestrator's questions reach the Arbiter, notes stay notes, its work is
 //! on disk with the worker's evidence, the console's `◈ Tool (n)` follows its
 //! tools, and the next Orchestrator of the session is II.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -6,9 +6,7 @@
 //! `docs/protocol.md` must decode with the type its section documents and
 //! validate against that type's checked-in schema (with `jsonschema`).
 //!
-//! Regenerate with `UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test schemas`.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Regenerate with `UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test e2e schemas::`.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +46,7 @@ fn every_checked_in_schema_is_generated_from_its_type() {
     assert!(
         drifted.is_empty(),
         "docs/schemas drifted from the types for {drifted:?}; \
-         run UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test schemas"
+         run UPDATE_SCHEMAS=1 cargo test -p arbiter-tests --test e2e schemas::"
     );
     // No stale file: every schema in the folder is one the types generate.
     let mut stale: Vec<String> = std::fs::read_dir(&dir)

@@ -8,19 +8,18 @@
 //! lost = duplicated = reordered = 0, seqs gapless.
 //!
 //! Run it with `scripts/soak` (or
-//! `cargo test -p arbiter-tests --test soak -- --ignored --nocapture`).
+//! `cargo test -p arbiter-tests --test e2e -- --ignored --nocapture`).
 //! Settings: `ARBITER_SOAK_SECS` (chaos time, default 180),
 //! `ARBITER_SOAK_SESSIONS` (6), `ARBITER_SOAK_WORKERS` (3, 2 slots each),
 //! `ARBITER_SOAK_SEED` (random by default; printed), `ARBITER_TEST_LEASE_SECS`
 //! (the workers' lease, default 2), `ARBITER_TEST_LOGS` (a directory for the
 //! processes' logs).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "soak/chaos.rs"]
 mod chaos;
 #[path = "soak/checker.rs"]
 mod checker;
-mod common;
+use crate::common;
 #[path = "soak/script.rs"]
 mod script;
 

@@ -2,9 +2,8 @@
 //! each Orchestrator and one on the session, a parallel team whose members
 //! could together spend more than the session has left is refused back to
 //! the Arbiter with the figures, and nothing starts; a team that fits goes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::{Cap, LogBody};
 use arbiter_tests::MockReply;

@@ -3,9 +3,8 @@
 //! of its model call; another worker of the pool takes the member over, the
 //! team completes, and the Arbiter gets every member's report once, in one
 //! input; the log holds each member's report exactly once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use arbiter_protocol::LogBody;
 use arbiter_tests::{Gate, MockReply, eventually};

@@ -6,9 +6,8 @@
 //! decision is in the log as a strategy entry. A coordinator killed while a
 //! team works comes back knowing which members have reported. Consensus
 //! teams are in `consensus.rs`, a member's dead worker in `team_faults.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -3,9 +3,8 @@
 //! `opentelemetry-proto` types), and one human line is one trace through
 //! all three, down to each model request. And an endpoint that does not
 //! answer costs the conversation nothing but one warning line.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;

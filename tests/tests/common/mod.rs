@@ -1,6 +1,5 @@
 //! The system under test: a real nats-server, the mock Anthropic server, and
 //! a coordinator and worker running in-process against them.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
 mod log;

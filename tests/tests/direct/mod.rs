@@ -1,7 +1,6 @@
 //! Driving workers directly, as the coordinator does, for the runtime tests:
 //! publish summons, inputs and control messages; gather every Orchestrator
 //! output and status; ask the workers' presence service.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

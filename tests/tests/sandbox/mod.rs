@@ -2,7 +2,6 @@
 //! found"): commands that try to read a worker process's API key and NATS
 //! credentials, write outside their workspace, or leave processes behind;
 //! and a worker that will not start without a working sandbox.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;

@@ -11,8 +11,8 @@ use arbiter_protocol::{OrchestratorState, OrchestratorStatus, subjects};
 use futures::StreamExt;
 use tokio::process::Child;
 
+use super::script::{Rng, lane_of_orchestrator};
 use crate::common::System;
-use crate::script::{Rng, lane_of_orchestrator};
 
 /// One act of chaos.
 #[derive(Debug, Clone)]
