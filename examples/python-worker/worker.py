@@ -16,10 +16,12 @@ them (see the Conformance kit section of docs/protocol.md).
 """
 
 import asyncio
+import base64
 import json
 import os
 import re
 import signal
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -53,6 +55,49 @@ def env(name, default=None):
     return value if value not in (None, "") else default
 
 
+def connect_options(worker_id):
+    """How to reach NATS, from the variables arbiter-worker reads: NATS_URL
+    (a comma-separated list for a cluster), NATS_CREDS (a .creds file),
+    NATS_CA, NATS_CERT and NATS_KEY (TLS, with the client certificate the
+    server verifies), and NATS_INBOX_PREFIX, else the _INBOX_<name> prefix
+    the credential may subscribe to (a worker credential allows no other)."""
+    options = {"servers": env("NATS_URL", "nats://127.0.0.1:4222").split(","),
+               "name": worker_id}
+    creds, inbox = env("NATS_CREDS"), env("NATS_INBOX_PREFIX")
+    if creds:
+        options["user_credentials"] = creds
+        inbox = inbox or inbox_of(creds)
+    if inbox:
+        options["inbox_prefix"] = inbox
+    ca, cert, key = env("NATS_CA"), env("NATS_CERT"), env("NATS_KEY")
+    if ca or cert:
+        tls = ssl.create_default_context(cafile=ca)
+        if cert:
+            tls.load_cert_chain(cert, key)
+        options["tls"] = tls
+    return options
+
+
+def inbox_of(creds):
+    """The _INBOX_<name> prefix a .creds file's user may subscribe to, read
+    from its JWT (not verified: the server does that); None if it names none."""
+    with open(creds) as f:
+        lines = [line.strip() for line in f]
+    try:
+        start = next(i for i, line in enumerate(lines) if "BEGIN NATS USER JWT" in line)
+        jwt = next(line for line in lines[start + 1:] if line)
+        payload = jwt.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        allowed = claims["nats"]["sub"]["allow"]
+    except (StopIteration, IndexError, KeyError, TypeError, ValueError):
+        return None
+    for subject in allowed:
+        prefix = subject[:-2] if subject.endswith(".>") else ""
+        if prefix.startswith("_INBOX_") and "*" not in prefix and ">" not in prefix:
+            return prefix
+    return None
+
+
 class Fenced(Exception):
     """Another worker holds the lease: stop at once, publish nothing."""
 
@@ -67,7 +112,6 @@ class Stopped(Exception):
 
 class Worker:
     def __init__(self):
-        self.url = env("NATS_URL", "nats://127.0.0.1:4222")
         self.pool = env("ARBITER_POOL", "default")
         self.worker_id = env("ARBITER_WORKER_ID", "worker-" + uuid.uuid4().hex)
         self.lease = float(env("ARBITER_LEASE_SECS", "6"))
@@ -83,12 +127,19 @@ class Worker:
         self.stop = asyncio.Event()
 
     async def run(self):
-        self.nc = await nats.connect(self.url, name=self.worker_id)
+        async def error(e):  # a denial by the server is said, not swallowed
+            print(f"NATS error: {e}", file=sys.stderr, flush=True)
+
+        self.nc = await nats.connect(**connect_options(self.worker_id), error_cb=error)
         self.js = self.nc.jetstream()
         for stream in ("ARBITER_ORCH", "ARBITER_SUMMONS", "ARBITER_ORCH_STATE"):
             await self.js.stream_info(stream)
         durable = f"pool-{self.pool}"
+        # `name` as well as `durable_name`: nats-py then asks on the subject
+        # that names the filter ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>),
+        # the one a worker credential may use (not CONSUMER.DURABLE.CREATE).
         config = ConsumerConfig(
+            name=durable,
             durable_name=durable,
             filter_subject=f"{PREFIX}.summon.{self.pool}",
             ack_policy=AckPolicy.EXPLICIT,
@@ -98,8 +149,9 @@ class Worker:
         )
         try:
             await self.js.add_consumer("ARBITER_SUMMONS", config)  # creates or updates
-        except APIError as e:
-            print(f"could not set the pool consumer's lease: {e}", file=sys.stderr)
+        except (APIError, nats.errors.TimeoutError, asyncio.TimeoutError) as e:
+            # A denial shows as a timeout (and a NATS error said above).
+            print(f"could not set the pool consumer's lease: {e!r}", file=sys.stderr)
         info = await self.js.consumer_info("ARBITER_SUMMONS", durable)
         self.ack_wait = info.config.ack_wait or self.lease
         sub = await self.js.pull_subscribe_bind(durable=durable, stream="ARBITER_SUMMONS")

@@ -45,7 +45,7 @@ fn arbiter_worker_passes_the_conformance_kit() {
 }
 
 /// The Python interpreter with nats-py, installed into `.tools/` when missing.
-fn python() -> String {
+pub(crate) fn python() -> String {
     if let Some(python) = std::env::var_os("ARBITER_PYTHON") {
         return python.to_string_lossy().into_owned();
     }
@@ -71,7 +71,7 @@ fn run_kit(worker_cmd: &str) -> (bool, String) {
     (out.status.success(), table)
 }
 
-const PYTHON_WORKER: &str = concat!(
+pub(crate) const PYTHON_WORKER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../examples/python-worker/worker.py"
 );

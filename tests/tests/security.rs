@@ -4,5 +4,6 @@
 
 pub mod deleted;
 pub mod permissions;
+pub mod reference_worker;
 pub mod refusals;
 pub mod remote;
