@@ -91,7 +91,7 @@ impl Default for InitOptions {
     fn default() -> Self {
         Self {
             server_names: Vec::new(),
-            pools: vec!["default".into()],
+            pools: vec![subjects::DEFAULT_POOL.into()],
             listen: "0.0.0.0:4222".into(),
             url: "tls://127.0.0.1:4222".into(),
             server_root: None,
@@ -273,7 +273,7 @@ pub fn issue(
     };
     let signing = layout.read_key("signing")?;
     let pools = if role == NatsRole::Worker && pools.is_empty() {
-        vec!["default".to_owned()]
+        vec![subjects::DEFAULT_POOL.to_owned()]
     } else {
         pools.to_vec()
     };

@@ -185,7 +185,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let options = InitOptions {
                 server_names,
                 pools: if pools.is_empty() {
-                    vec!["default".into()]
+                    vec![arbiter_protocol::subjects::DEFAULT_POOL.into()]
                 } else {
                     pools
                 },
@@ -303,7 +303,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             nats,
         } => {
             let pools = if pools.is_empty() {
-                vec!["default".to_owned()]
+                vec![arbiter_protocol::subjects::DEFAULT_POOL.to_owned()]
             } else {
                 pools
             };

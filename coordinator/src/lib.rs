@@ -122,7 +122,7 @@ impl Default for Config {
         Self {
             id: new_id(),
             nats: arbiter_bus::NatsOptions::default(),
-            pool: "default".into(),
+            pool: arbiter_protocol::subjects::DEFAULT_POOL.into(),
             orchestrator_runtime: None,
             model: default_model(),
             context_budget: arbiter_llm::config::DEFAULT_CONTEXT_BUDGET,

@@ -26,7 +26,7 @@ struct Cli {
     #[arg(long, env = "ARBITER_COORDINATOR_ID")]
     id: Option<String>,
     /// Worker pool that summoned Orchestrators go to.
-    #[arg(long, env = "ARBITER_POOL", default_value = "default")]
+    #[arg(long, env = "ARBITER_POOL", default_value = arbiter_protocol::subjects::DEFAULT_POOL)]
     pool: String,
     /// The runtime summoned Orchestrators must run on: native, claude-code
     /// or codex (default: whatever the pool's workers run). A worker of

@@ -2,6 +2,8 @@
 
 /// Prefix of every subject; the `v1` moves only on a breaking change.
 pub const PREFIX: &str = "arbiter.v1";
+/// The pool a summons goes to, and a worker serves, when none is named.
+pub const DEFAULT_POOL: &str = "default";
 
 /// JetStream stream of human messages and conversation logs (limits retention).
 pub const SESSIONS_STREAM: &str = "ARBITER_SESSIONS";

@@ -132,7 +132,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             nats: arbiter_bus::NatsOptions::default(),
-            pool: "default".into(),
+            pool: arbiter_protocol::subjects::DEFAULT_POOL.into(),
             max_orchestrators: 4,
             workspace_root: PathBuf::from("workspaces"),
             model: default_model(),

@@ -29,7 +29,7 @@ struct Cli {
     #[command(flatten)]
     nats: NatsArgs,
     /// The pool whose summons this worker takes.
-    #[arg(long, env = "ARBITER_POOL", default_value = "default")]
+    #[arg(long, env = "ARBITER_POOL", default_value = arbiter_protocol::subjects::DEFAULT_POOL)]
     pool: String,
     /// Orchestrators run at once.
     #[arg(long, env = "ARBITER_MAX_ORCHESTRATORS", default_value_t = 4)]
