@@ -315,7 +315,7 @@ impl Recorder {
 
     fn arbiter(&self, request: &RecordedRequest, arrived: Instant) -> MockReply {
         self.arbiter_requests.fetch_add(1, Ordering::Relaxed);
-        let first = first_user_text(request);
+        let first = request.first_user_text();
         let (kind, session) = first.split_once(' ').unwrap_or((first.as_str(), ""));
         if kind == "chat" {
             return arbiter("address_human", "noted");
@@ -394,7 +394,7 @@ impl Recorder {
         self.orch_requests.fetch_add(1, Ordering::Relaxed);
         // The Claude Code CLI ends a turn with its StructuredOutput tool.
         let cli = request.tool_names().iter().any(|t| t == "StructuredOutput");
-        let first = first_user_text(request);
+        let first = request.first_user_text();
         if let Some(rest) = first.strip_prefix("chain-brief ") {
             return self.chain_orchestrator(rest, cli, arrived);
         }
@@ -658,24 +658,6 @@ fn orchestrator(cli: bool, message: &str) -> MockReply {
         MockReply::tool_use("StructuredOutput", output)
     } else {
         MockReply::json(&output)
-    }
-}
-
-/// The text of the first user message (its first text block).
-fn first_user_text(request: &RecordedRequest) -> String {
-    let Some(first) = request.messages().first() else {
-        return String::new();
-    };
-    match &first["content"] {
-        serde_json::Value::String(s) => s.clone(),
-        // The Claude Code CLI puts `<system-reminder>` blocks first.
-        serde_json::Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .find(|t| !t.starts_with("<system-reminder>"))
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
     }
 }
 

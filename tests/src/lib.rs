@@ -15,7 +15,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use cluster::SecureCluster;
-pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest};
+pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest, first_words};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, ResponsesRequestExt, Semantics};
 pub use nats::NatsServer;
 pub use netns::NetNs;

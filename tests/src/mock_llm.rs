@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use gate::Gate;
-pub use recorded::RecordedRequest;
+pub use recorded::{RecordedRequest, first_words};
 pub use reply::{MockReply, MockUsage};
 
 /// How long a request waits for a reply to be pushed onto its empty lane by default.

@@ -65,6 +65,14 @@ impl RecordedRequest {
         out.join("\n")
     }
 
+    /// The words the first `user` message starts with (see [`first_words`]).
+    pub fn first_user_text(&self) -> String {
+        self.messages()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .map_or_else(String::new, |m| first_words(&m["content"]))
+    }
+
     /// All text of the last `user` message: string content, `text` blocks and the text
     /// of `tool_result` blocks, joined by "\n".
     pub fn last_user_text(&self) -> String {
@@ -83,6 +91,23 @@ impl RecordedRequest {
             content_texts(&msg["content"], true, &mut out);
         }
         out.join("\n")
+    }
+}
+
+/// The words a message's `content` starts with: the string itself, or its
+/// first text block that is not a `<system-reminder>` (the Claude Code CLI
+/// puts its environment in those, before the words it was given). Only the
+/// first block: later turns may be merged into the same message.
+pub fn first_words(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .find(|t| !t.starts_with("<system-reminder>"))
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
     }
 }
 

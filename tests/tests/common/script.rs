@@ -29,20 +29,7 @@ pub fn lane_of(body: &Value) -> String {
         .as_array()
         .and_then(|m| m.iter().find(|m| m["role"] == "user"))
         .map_or(&Value::Null, |m| &m["content"]);
-    let text = match first {
-        Value::String(s) => s.clone(),
-        // Only the first block: later turns may be merged into the first
-        // message. The Claude Code CLI puts `<system-reminder>` blocks
-        // (its environment) before the words it was given: skipped.
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .find(|t| !t.starts_with("<system-reminder>"))
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
-    };
-    format!("{model}:{text}")
+    format!("{model}:{}", arbiter_tests::first_words(first))
 }
 
 pub fn arbiter_lane(first_human_message: &str) -> String {
