@@ -437,7 +437,9 @@ class Orchestrator:
             try:
                 await self.read_control()
                 taken = await self.read_inputs()
-            except (nats.errors.TimeoutError, asyncio.TimeoutError, APIError) as e:
+            except (nats.errors.Error, asyncio.TimeoutError) as e:
+                # A timeout, an API error, or no responders (a cluster electing
+                # the stream's leader): read again, the Orchestrator goes on.
                 print(f"reading inputs failed ({e!r}); reading again", file=sys.stderr)
                 taken = []
                 await asyncio.sleep(0.25)
