@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod mock_llm;
 pub mod mock_openai;
+pub mod mock_server;
 pub mod nats;
 pub mod netns;
 pub mod otlp;
@@ -15,8 +16,9 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use cluster::SecureCluster;
-pub use mock_llm::{Gate, MockAnthropic, MockReply, MockUsage, RecordedRequest, first_words};
+pub use mock_llm::{MockAnthropic, MockReply, MockUsage};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, ResponsesRequestExt, Semantics};
+pub use mock_server::{Gate, MockServer, RecordedRequest, first_words};
 pub use nats::NatsServer;
 pub use netns::NetNs;
 pub use otlp::OtlpReceiver;

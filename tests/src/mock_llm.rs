@@ -1,15 +1,12 @@
 //! An in-process mock of the Anthropic Messages API that records requests and answers
-//! with replies the test scripted per lane.
+//! with replies the test scripted per lane (the lanes, recording and serving are
+//! [`crate::mock_server`]'s).
 
-mod gate;
-mod recorded;
 mod reply;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -18,81 +15,33 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-pub use gate::Gate;
-pub use recorded::{RecordedRequest, first_words};
+use crate::mock_server::{MockServer, Shared};
 pub use reply::{MockReply, MockUsage};
 
-/// How long a request waits for a reply to be pushed onto its empty lane by default.
-const DEFAULT_REPLY_WAIT: Duration = Duration::from_secs(5);
+/// The mock Anthropic server: `POST /v1/messages`, `GET /v1/models/{id}`, and
+/// the Responses API (`POST /v1/responses`) read as a Messages request. It
+/// stops when dropped.
+pub type MockAnthropic = MockServer<MockReply>;
 
-type LaneFn = Arc<dyn Fn(&Value) -> String + Send + Sync + 'static>;
-type Responder = Arc<dyn Fn(&RecordedRequest) -> Option<MockReply> + Send + Sync + 'static>;
-
-/// The mock server. It stops when dropped.
-///
-/// Every `POST /v1/messages` is recorded and assigned to a lane (by default its
-/// `model`); it is answered with the next [`MockReply`] pushed onto that lane, waiting
-/// up to 5 s for one, else with a 400 `invalid_request_error`.
-pub struct MockAnthropic {
-    shared: Arc<Shared>,
-    addr: SocketAddr,
-}
-
-struct Shared {
-    state: Mutex<MockState>,
-    /// Bumped on every push and every recorded request; waiters subscribe to it.
-    changed: watch::Sender<u64>,
-    message_counter: AtomicU64,
+/// What the mock says of its model, beside its lanes.
+pub struct Model {
+    /// `(max_input_tokens, max_tokens)` for `GET /v1/models/{id}`.
+    limits: Mutex<(u64, u64)>,
+    /// Numbers the `tool_use` blocks, for their ids.
     tool_counter: AtomicU64,
-    shutdown: CancellationToken,
 }
 
-struct MockState {
-    queues: HashMap<String, VecDeque<MockReply>>,
-    requests: Vec<RecordedRequest>,
-    lane_fn: LaneFn,
-    responder: Option<Responder>,
-    record: bool,
-    reply_wait: Duration,
-    context_window: u64,
-    max_output: u64,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, MockState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Pops the next reply for `lane`, waiting for a push until `wait` runs out.
-    async fn take_reply(&self, lane: &str, wait: Duration) -> Option<MockReply> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let mut rx = self.changed.subscribe();
-            if let Some(reply) = self
-                .lock()
-                .queues
-                .get_mut(lane)
-                .and_then(VecDeque::pop_front)
-            {
-                return Some(reply);
-            }
-            tokio::select! {
-                _ = rx.changed() => {}
-                () = tokio::time::sleep_until(deadline) => return None,
-                () = self.shutdown.cancelled() => return None,
-            }
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            limits: Mutex::new((200_000, 64_000)),
+            tool_counter: AtomicU64::new(0),
         }
     }
 }
 
-impl MockAnthropic {
+impl MockServer<MockReply> {
     /// Binds 127.0.0.1 on a free port and starts serving.
     pub async fn start() -> MockAnthropic {
         Self::start_on("127.0.0.1".parse().expect("an IP")).await
@@ -105,31 +54,7 @@ impl MockAnthropic {
 
     /// Binds `addr` (port 0: a free one) and starts serving.
     pub async fn start_at(addr: SocketAddr) -> MockAnthropic {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .unwrap_or_else(|e| panic!("mock LLM: cannot bind {addr}: {e}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("mock LLM: no local address: {e}"));
-        let by_model: LaneFn =
-            Arc::new(|body: &Value| body["model"].as_str().unwrap_or_default().to_owned());
-        let shared = Arc::new(Shared {
-            state: Mutex::new(MockState {
-                queues: HashMap::new(),
-                requests: Vec::new(),
-                lane_fn: by_model,
-                responder: None,
-                record: true,
-                reply_wait: DEFAULT_REPLY_WAIT,
-                context_window: 200_000,
-                max_output: 64_000,
-            }),
-            changed: watch::Sender::new(0),
-            message_counter: AtomicU64::new(0),
-            tool_counter: AtomicU64::new(0),
-            shutdown: CancellationToken::new(),
-        });
-        let app = Router::new()
+        let routes = Router::new()
             .route("/v1/messages", post(messages))
             // The Responses API (the Codex CLI's), for a client whose base
             // URL is `<base>/v1`: the request is read as a Messages request
@@ -137,151 +62,30 @@ impl MockAnthropic {
             // the same, and the reply is sent as Responses API events.
             .route("/v1/responses", post(responses))
             .route("/v1/models/{id}", get(model_info))
-            .fallback(not_found)
-            .with_state(shared.clone());
-        let stop = shared.shutdown.clone().cancelled_owned();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::warn!(error = %e, "mock LLM server stopped with an error");
-            }
-        });
-        MockAnthropic { shared, addr }
+            .fallback(not_found);
+        MockServer::serve(addr, routes).await
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash): the client's base URL.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Queues `reply` behind any replies already pending on `lane` (FIFO).
-    pub fn push(&self, lane: &str, reply: MockReply) {
-        self.shared
-            .lock()
-            .queues
-            .entry(lane.to_owned())
-            .or_default()
-            .push_back(reply);
-        self.shared.bump();
-    }
-
-    /// Replaces the lane function (default: the request's `"model"`).
-    pub fn set_lane_fn(&self, f: impl Fn(&Value) -> String + Send + Sync + 'static) {
-        self.shared.lock().lane_fn = Arc::new(f);
-    }
-
-    /// Answers requests whose lane has nothing queued with `f` (pushed replies
-    /// go first; `None` falls back to waiting for a push). A reply computed
-    /// from the request stays right when a call is made again, e.g. by a
-    /// worker that took an Orchestrator over.
-    pub fn set_responder(
-        &self,
-        f: impl Fn(&RecordedRequest) -> Option<MockReply> + Send + Sync + 'static,
-    ) {
-        self.shared.lock().responder = Some(Arc::new(f));
-    }
-
-    /// Whether requests are kept for [`MockAnthropic::requests`] (default: yes).
-    /// Long runs (the benchmark) turn it off, so memory does not grow with
-    /// every request.
-    pub fn set_recording(&self, record: bool) {
-        self.shared.lock().record = record;
-    }
-
-    /// How long a request on an empty lane waits for a push (default 5 s).
-    pub fn set_reply_wait(&self, wait: Duration) {
-        self.shared.lock().reply_wait = wait;
+        format!("http://{}", self.addr())
     }
 
     /// What `GET /v1/models/{id}` reports as `max_input_tokens` and `max_tokens`.
     pub fn set_model_limits(&self, context_window: u64, max_output: u64) {
-        let mut state = self.shared.lock();
-        state.context_window = context_window;
-        state.max_output = max_output;
-    }
-
-    /// Every recorded `POST /v1/messages`, in arrival order.
-    pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.shared.lock().requests.clone()
-    }
-
-    /// The recorded requests of one lane, in arrival order.
-    pub fn requests_for(&self, lane: &str) -> Vec<RecordedRequest> {
-        let state = self.shared.lock();
-        state
-            .requests
-            .iter()
-            .filter(|r| r.lane == lane)
-            .cloned()
-            .collect()
-    }
-
-    /// Scripted replies on `lane` not yet consumed.
-    pub fn pending(&self, lane: &str) -> usize {
-        self.shared.lock().queues.get(lane).map_or(0, VecDeque::len)
-    }
-
-    /// Waits until `lane` has at least `n` recorded requests and returns them all.
-    /// Panics on timeout, listing every lane's count.
-    pub async fn wait_for_requests(
-        &self,
-        lane: &str,
-        n: usize,
-        timeout: Duration,
-    ) -> Vec<RecordedRequest> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let mut rx = self.shared.changed.subscribe();
-            let got = self.requests_for(lane);
-            if got.len() >= n {
-                return got;
-            }
-            tokio::select! {
-                _ = rx.changed() => {}
-                () = tokio::time::sleep_until(deadline) => {
-                    panic!(
-                        "mock LLM: timed out after {timeout:?} waiting for {n} request(s) on lane \
-                         {lane:?}; requests per lane: {:?}",
-                        self.lane_counts()
-                    );
-                }
-            }
-        }
-    }
-
-    /// Recorded requests per lane.
-    pub fn lane_counts(&self) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for r in &self.shared.lock().requests {
-            *counts.entry(r.lane.clone()).or_default() += 1;
-        }
-        counts
+        *self
+            .shared
+            .extra
+            .limits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (context_window, max_output);
     }
 }
 
-impl Drop for MockAnthropic {
-    fn drop(&mut self) {
-        self.shared.shutdown.cancel();
-    }
-}
-
-impl std::fmt::Debug for MockAnthropic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockAnthropic")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
+type Mock = State<Arc<Shared<MockReply>>>;
 
 /// `POST /v1/messages`: record, pick the lane's next reply, render it.
-async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn messages(State(shared): Mock, headers: HeaderMap, body: Bytes) -> Response {
     let arrived = std::time::Instant::now();
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -290,7 +94,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             return json_error(StatusCode::BAD_REQUEST, "invalid_request_error", &msg);
         }
     };
-    let (reply, n) = match decide(&shared, headers, &body, arrived).await {
+    let (reply, n) = match decide(&shared, &headers, &body, arrived).await {
         Ok(decided) => decided,
         Err(response) => return response,
     };
@@ -298,7 +102,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         model: body["model"].as_str().unwrap_or("claude-mock").to_owned(),
         message_id: format!("msg_mock_{n}"),
         request_id: format!("req_mock_{n}"),
-        tool_counter: &shared.tool_counter,
+        tool_counter: &shared.extra.tool_counter,
     };
     let stream = body["stream"].as_bool().unwrap_or(false);
     reply.render(&ctx, stream)
@@ -306,7 +110,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
 
 /// `POST /v1/responses`: the request as a Messages body, the reply as
 /// Responses API events.
-async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn responses(State(shared): Mock, headers: HeaderMap, body: Bytes) -> Response {
     let arrived = std::time::Instant::now();
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -342,7 +146,7 @@ async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
         .collect();
     let translated =
         json!({"model": body["model"], "messages": messages, "tools": tools, "stream": true});
-    let (reply, n) = match decide(&shared, headers, &translated, arrived).await {
+    let (reply, n) = match decide(&shared, &headers, &translated, arrived).await {
         Ok(decided) => decided,
         Err(response) => return response,
     };
@@ -352,86 +156,33 @@ async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: 
 /// Records a request and picks its reply (its lane's next, else the
 /// responder's), waiting out the reply's delay and gate.
 async fn decide(
-    shared: &Arc<Shared>,
-    headers: HeaderMap,
+    shared: &Shared<MockReply>,
+    headers: &HeaderMap,
     body: &Value,
     arrived: std::time::Instant,
 ) -> Result<(MockReply, u64), Response> {
-    let n = shared.message_counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let (lane_fn, responder, wait, record) = {
-        let state = shared.lock();
-        (
-            state.lane_fn.clone(),
-            state.responder.clone(),
-            state.reply_wait,
-            state.record,
-        )
-    };
-    let lane = lane_fn(body);
-    let headers = headers
-        .iter()
-        .map(|(k, v)| {
-            let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
-            (k.as_str().to_owned(), value)
-        })
-        .collect();
-    let recorded = RecordedRequest {
-        lane: lane.clone(),
-        body: body.clone(),
-        headers,
-        received_at: std::time::SystemTime::now(),
-        arrived,
-    };
-    if record {
-        shared.lock().requests.push(recorded.clone());
-    }
-    shared.bump();
-
-    let queued = shared
-        .lock()
-        .queues
-        .get_mut(&lane)
-        .and_then(VecDeque::pop_front);
-    let reply = match (queued, responder) {
-        (Some(reply), _) => Some(reply),
-        (None, Some(responder)) => match responder(&recorded) {
-            Some(reply) => Some(reply),
-            None => shared.take_reply(&lane, wait).await,
-        },
-        (None, None) => shared.take_reply(&lane, wait).await,
-    };
-    let Some(reply) = reply else {
-        let msg = format!("mock: no scripted reply for lane {lane}");
+    let (recorded, n) = shared.record(headers, body, arrived);
+    let Some(reply) = shared.reply_to(&recorded).await else {
+        let msg = format!("mock: no scripted reply for lane {}", recorded.lane);
         return Err(json_error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             &msg,
         ));
     };
-    if let Some(delay) = reply.delay {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = shared.shutdown.cancelled() => return Err(shutting_down()),
-        }
-    }
-    if let Some(gate) = &reply.gate {
-        tokio::select! {
-            () = gate.wait() => {}
-            () = shared.shutdown.cancelled() => return Err(shutting_down()),
-        }
-    }
-    if let Some(released) = &reply.released {
-        (released.0)();
+    if !shared.hold(&reply).await {
+        return Err(shutting_down());
     }
     Ok((reply, n))
 }
 
 /// `GET /v1/models/{id}`: the model's limits as set by `set_model_limits`.
-async fn model_info(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
-    let (context, max_output) = {
-        let state = shared.lock();
-        (state.context_window, state.max_output)
-    };
+async fn model_info(State(shared): Mock, Path(id): Path<String>) -> Response {
+    let (context, max_output) = *shared
+        .extra
+        .limits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     axum::Json(json!({
         "type": "model",
         "id": id,

@@ -3,14 +3,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::body::Body;
+use axum::http::HeaderValue;
 use axum::response::Response;
-use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::gate::Gate;
+use crate::mock_server::wire::{self, split_chunks};
+use crate::mock_server::{Gate, Scripted};
 
 /// Token counts reported in `usage`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,15 +64,34 @@ pub struct MockReply {
     usage: MockUsage,
     stop_reason: Option<String>,
     headers: Vec<(String, String)>,
-    pub(super) delay: Option<Duration>,
-    pub(super) gate: Option<Gate>,
+    delay: Option<Duration>,
+    gate: Option<Gate>,
     event_delay: Option<Duration>,
-    pub(super) released: Option<Released>,
+    released: Option<Released>,
+}
+
+impl Scripted for MockReply {
+    const SERVER: &'static str = "mock LLM";
+    type Extra = super::Model;
+
+    fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+
+    fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
+    }
+
+    fn released(&self) {
+        if let Some(released) = &self.released {
+            (released.0)();
+        }
+    }
 }
 
 /// Called when a reply leaves the mock, after its delay and gate.
 #[derive(Clone)]
-pub(super) struct Released(pub(super) std::sync::Arc<dyn Fn() + Send + Sync>);
+struct Released(std::sync::Arc<dyn Fn() + Send + Sync>);
 
 impl std::fmt::Debug for Released {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -293,19 +312,13 @@ impl MockReply {
                 self.respond(200, "application/json", ctx, Body::from(body))
             }
             Kind::Message { .. } | Kind::StreamError { .. } => {
-                let events: Vec<Bytes> = self
+                let events = self
                     .sse_events(ctx)
                     .into_iter()
-                    .map(|(name, data)| Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+                    .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
                     .collect();
-                let pause = self.event_delay;
-                let body = futures::stream::iter(events).then(move |event| async move {
-                    if let Some(pause) = pause {
-                        tokio::time::sleep(pause).await;
-                    }
-                    Ok::<_, std::convert::Infallible>(event)
-                });
-                let mut resp = self.respond(200, "text/event-stream", ctx, Body::from_stream(body));
+                let body = wire::sse(events, self.event_delay);
+                let mut resp = self.respond(200, "text/event-stream", ctx, body);
                 resp.headers_mut()
                     .insert("cache-control", HeaderValue::from_static("no-cache"));
                 resp
@@ -331,23 +344,9 @@ impl MockReply {
         ctx: &RenderCtx<'_>,
         body: Body,
     ) -> Response {
-        let mut resp = Response::new(body);
-        *resp.status_mut() = StatusCode::from_u16(status)
-            .unwrap_or_else(|e| panic!("MockReply: bad HTTP status {status}: {e}"));
-        let headers = resp.headers_mut();
-        let fixed = [
-            ("content-type", content_type),
-            ("request-id", ctx.request_id.as_str()),
-        ];
+        let fixed = std::iter::once(("request-id", ctx.request_id.as_str()));
         let extra = self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-        for (name, value) in fixed.into_iter().chain(extra) {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .unwrap_or_else(|e| panic!("MockReply: bad header name {name:?}: {e}"));
-            let value = HeaderValue::from_str(value)
-                .unwrap_or_else(|e| panic!("MockReply: bad header value {value:?}: {e}"));
-            headers.insert(name, value);
-        }
-        resp
+        wire::respond(status, content_type, fixed.chain(extra), body)
     }
 
     fn default_stop_reason(&self) -> &str {
@@ -514,33 +513,5 @@ fn status_for(error_type: &str) -> u16 {
         "timeout_error" => 504,
         "overloaded_error" => 529,
         _ => 500,
-    }
-}
-
-/// Splits `s` into pieces on char boundaries: at least two when it has two or more
-/// chars, at most 24 chars each, so clients must reassemble deltas.
-fn split_chunks(s: &str) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    if chars.len() < 2 {
-        return vec![s.to_owned()];
-    }
-    let size = chars.len().div_ceil(2).min(24);
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_chunks;
-
-    #[test]
-    fn splits_into_at_least_two_pieces() {
-        assert_eq!(split_chunks("ab"), vec!["a", "b"]);
-        assert_eq!(split_chunks("héllo"), vec!["hél", "lo"]);
-        assert_eq!(split_chunks("x"), vec!["x"]);
-        assert_eq!(split_chunks(""), vec![""]);
-        let long = "a".repeat(100);
-        let parts = split_chunks(&long);
-        assert_eq!(parts.concat(), long);
-        assert!(parts.iter().all(|p| p.len() <= 24));
     }
 }

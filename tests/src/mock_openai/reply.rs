@@ -9,14 +9,13 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::body::Body;
 use axum::response::Response;
-use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::Gate;
+use crate::mock_server::wire::{self, split_chunks};
+use crate::mock_server::{Gate, Scripted};
 
 #[derive(Clone, Debug)]
 enum Kind {
@@ -50,11 +49,24 @@ pub struct OpenAiReply {
     headers: Vec<(String, String)>,
     /// Close the stream after this many chunks, without `[DONE]`.
     cut_after: Option<usize>,
-    pub(super) delay: Option<Duration>,
-    pub(super) gate: Option<Gate>,
+    delay: Option<Duration>,
+    gate: Option<Gate>,
     event_delay: Option<Duration>,
     /// The output tokens this reply takes: under a smaller cap it is cut off.
     pub(super) needs_tokens: Option<u64>,
+}
+
+impl Scripted for OpenAiReply {
+    const SERVER: &'static str = "mock OpenAI";
+    type Extra = super::Copied;
+
+    fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+
+    fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
+    }
 }
 
 impl OpenAiReply {
@@ -305,22 +317,12 @@ impl OpenAiReply {
                 if let Some(cut) = self.cut_after {
                     chunks.truncate(cut);
                 }
-                let events: Vec<Bytes> = chunks
-                    .into_iter()
-                    .map(|c| Bytes::from(format!("data: {c}\n\n")))
-                    .collect();
-                let pause = self.event_delay;
-                let body = futures::stream::iter(events).then(move |event| async move {
-                    if let Some(pause) = pause {
-                        tokio::time::sleep(pause).await;
-                    }
-                    Ok::<_, std::convert::Infallible>(event)
-                });
+                let events = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
                 respond(
                     200,
                     "text/event-stream",
                     &self.headers,
-                    Body::from_stream(body),
+                    wire::sse(events, self.event_delay),
                 )
             }
         }
@@ -352,25 +354,18 @@ impl OpenAiReply {
                 if let Some(cut) = self.cut_after {
                     events.truncate(cut);
                 }
-                let events: Vec<Bytes> = events
-                    .into_iter()
+                let events = events
+                    .iter()
                     .map(|e| {
-                        let kind = e["type"].as_str().unwrap_or_default().to_owned();
-                        Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
+                        let kind = e["type"].as_str().unwrap_or_default();
+                        format!("event: {kind}\ndata: {e}\n\n")
                     })
                     .collect();
-                let pause = self.event_delay;
-                let body = futures::stream::iter(events).then(move |event| async move {
-                    if let Some(pause) = pause {
-                        tokio::time::sleep(pause).await;
-                    }
-                    Ok::<_, std::convert::Infallible>(event)
-                });
                 respond(
                     200,
                     "text/event-stream",
                     &self.headers,
-                    Body::from_stream(body),
+                    wire::sse(events, self.event_delay),
                 )
             }
         }
@@ -547,20 +542,8 @@ impl OpenAiReply {
 }
 
 fn respond(status: u16, content_type: &str, extra: &[(String, String)], body: Body) -> Response {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = StatusCode::from_u16(status)
-        .unwrap_or_else(|e| panic!("OpenAiReply: bad HTTP status {status}: {e}"));
-    let headers = resp.headers_mut();
-    let fixed = [("content-type", content_type)];
     let extra = extra.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-    for (name, value) in fixed.into_iter().chain(extra) {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .unwrap_or_else(|e| panic!("OpenAiReply: bad header name {name:?}: {e}"));
-        let value = HeaderValue::from_str(value)
-            .unwrap_or_else(|e| panic!("OpenAiReply: bad header value {value:?}: {e}"));
-        headers.insert(name, value);
-    }
-    resp
+    wire::respond(status, content_type, extra, body)
 }
 
 /// OpenAI's error body, with the given status.
@@ -582,14 +565,4 @@ pub(super) fn error_response(
 
 pub(super) fn shutting_down() -> Response {
     error_response(503, "server_error", "mock: shutting down", &[])
-}
-
-/// At least two pieces for two or more chars, at most 24 chars each.
-fn split_chunks(s: &str) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    if chars.len() < 2 {
-        return vec![s.to_owned()];
-    }
-    let size = chars.len().div_ceil(2).min(24);
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
 }

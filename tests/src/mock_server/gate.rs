@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-/// A latch a test opens to let gated replies through (see [`MockReply::gated`](super::MockReply::gated)).
+/// A latch a test opens to let gated replies through (see [`MockReply::gated`](crate::MockReply::gated)).
 ///
 /// Clones share the latch; once opened it stays open.
 #[derive(Clone, Debug)]

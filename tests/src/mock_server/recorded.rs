@@ -1,8 +1,9 @@
-//! A request the mock Anthropic server received, with helpers for asserting on it.
+//! A request a mock model server received, with helpers for asserting on it.
 
 use serde_json::Value;
 
-/// One `POST /v1/messages` as the mock saw it.
+/// One request as the mock saw it (`POST /v1/messages`, `/v1/chat/completions` or
+/// `/v1/responses`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedRequest {
     /// The lane it was assigned to (by default its `model`).
