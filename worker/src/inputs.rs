@@ -133,55 +133,52 @@ pub(crate) async fn read(
 ) {
     let stop = stopper.token().clone();
     let mut reader = Reader::new(&feed, taken);
-    // The highest input number announced by a wake-up, and how long to wait
-    // before looking for it again while the stream does not show it yet.
+    // The highest input number announced by a wake-up, and the looks for it
+    // while the stream does not show it yet (never given up: inputs are
+    // taken in order, so every later one waits on it).
     let mut announced = 0;
-    let mut retry = FIRST_RETRY;
-    let mut quick_looks = QUICK_LOOKS;
+    let mut input_looks = Looks::new(None);
     // Reads still due after a reconnect, and the wait before the next.
     let mut rechecks = 0;
     let mut recheck = FIRST_RECHECK;
     let mut check_control = true;
-    // A control wake-up whose message the stream did not show yet.
-    let mut control = ControlLooks::default();
+    // A control wake-up whose message the stream did not show yet (given
+    // up after the poll's time: the server may have refused it).
+    let mut control_looks = Looks::new(Some(POLL));
     loop {
         if !reader.drain(&feed.sessions, &inputs, &stop).await {
             return;
         }
-        if check_control || control.due() {
+        if check_control || control_looks.due() {
             if let Some(action) = reader.control(&feed.orch).await {
                 tracing::info!(?action, "control received");
                 stopper.stop(Cause::Control { action });
                 return;
             }
-            // Looked for at once again while quick looks are owed.
-            check_control = control.looked();
+            check_control = control_looks.missed();
             if check_control {
                 continue;
             }
         }
-        let behind = announced >= reader.next;
-        if behind && quick_looks > 0 {
-            quick_looks -= 1;
+        if announced < reader.next {
+            input_looks.stop();
+        } else if input_looks.missed() {
             continue;
         }
-        let wait = if behind {
-            retry
-        } else if rechecks > 0 {
-            recheck
-        } else {
-            POLL
-        };
-        // A look for control owed sooner wakes the loop, which makes it at the top.
-        let for_control = control.wait().filter(|next| *next < wait);
+        let wait = if rechecks > 0 { recheck } else { POLL };
+        // A look owed sooner wakes the loop, which makes it at the top.
+        let look = [input_looks.wait(), control_looks.wait()]
+            .into_iter()
+            .flatten()
+            .min()
+            .filter(|next| *next < wait);
         tokio::select! {
             () = stop.cancelled() => return,
             woke = feed.wake_in.next() => {
                 let Some(msg) = woke else { return };
                 if let Some((_, _, n)) = subjects::input_of(msg.subject.as_str()) {
                     announced = announced.max(n);
-                    retry = FIRST_RETRY;
-                    quick_looks = QUICK_LOOKS;
+                    input_looks.start();
                     // The next input as its wake-up shows it goes ahead as
                     // a hint (never waited for: the read below is what
                     // counts), unless a later one was announced already: the
@@ -196,7 +193,7 @@ pub(crate) async fn read(
             woke = feed.wake_ctl.next() => {
                 if woke.is_none() { return }
                 check_control = true;
-                control = ControlLooks::announced();
+                control_looks.start();
             }
             changed = feed.reconnects.changed() => {
                 if changed.is_err() { return }
@@ -204,32 +201,29 @@ pub(crate) async fn read(
                 rechecks = RECHECKS;
                 recheck = FIRST_RECHECK;
             }
-            () = tokio::time::sleep(for_control.unwrap_or(wait)) => {
-                if for_control.is_some() {
+            () = tokio::time::sleep(look.unwrap_or(wait)) => {
+                if look.is_some() {
                     continue;
                 }
-                if behind {
-                    retry = (retry * 2).min(LAST_RETRY);
-                } else {
-                    check_control = true;
-                    if rechecks > 0 {
-                        rechecks -= 1;
-                        recheck *= 2;
-                    }
+                check_control = true;
+                if rechecks > 0 {
+                    rechecks -= 1;
+                    recheck *= 2;
                 }
             }
         }
     }
 }
 
-/// The looks for a control message that a wake-up announced and the
-/// stream did not show yet: as for an input, 3 at once, then after 1, 2,
-/// 4 … ms, at most [`LAST_RETRY`] apart, for [`POLL`] at most (the server
-/// may have refused it; the poll goes on after that). Without them, a
-/// release or cancel read a moment before it was stored waited for the
-/// next poll, 30 s.
-#[derive(Default)]
-struct ControlLooks {
+/// The looks for an input or a control message that a wake-up announced
+/// and the stream did not show yet: [`QUICK_LOOKS`] at once, then after 1,
+/// 2, 4 … ms, at most [`LAST_RETRY`] apart, until it is found or, if the
+/// looks have a limit, for that long (the poll goes on after it). Without
+/// them, a message read a moment before it was stored waited for the next
+/// wake-up or poll.
+struct Looks {
+    /// How long the looks go on; `None`: until [`Looks::stop`].
+    limit: Option<Duration>,
     /// When the wake-up came; `None`: no look is owed.
     since: Option<tokio::time::Instant>,
     quick: u32,
@@ -237,15 +231,29 @@ struct ControlLooks {
     step: Duration,
 }
 
-impl ControlLooks {
-    fn announced() -> Self {
-        let now = tokio::time::Instant::now();
+impl Looks {
+    fn new(limit: Option<Duration>) -> Self {
         Self {
-            since: Some(now),
-            quick: QUICK_LOOKS,
-            next: Some(now + FIRST_RETRY),
+            limit,
+            since: None,
+            quick: 0,
+            next: None,
             step: FIRST_RETRY,
         }
+    }
+
+    /// A wake-up announced a message: the looks start again from the first.
+    fn start(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.since = Some(now);
+        self.quick = QUICK_LOOKS;
+        self.next = Some(now + FIRST_RETRY);
+        self.step = FIRST_RETRY;
+    }
+
+    /// Found (or given up): no look is owed.
+    fn stop(&mut self) {
+        *self = Self::new(self.limit);
     }
 
     /// A look is owed now.
@@ -255,7 +263,7 @@ impl ControlLooks {
     }
 
     /// A look found nothing: true when the next is to be made at once.
-    fn looked(&mut self) -> bool {
+    fn missed(&mut self) -> bool {
         let Some(since) = self.since else {
             return false;
         };
@@ -268,8 +276,11 @@ impl ControlLooks {
             self.step = (self.step * 2).min(LAST_RETRY);
             self.next = Some(now + self.step);
         }
-        if now.duration_since(since) >= POLL {
-            *self = Self::default();
+        if self
+            .limit
+            .is_some_and(|limit| now.duration_since(since) >= limit)
+        {
+            self.stop();
         }
         false
     }
@@ -447,38 +458,64 @@ mod tests {
     }
 
     #[test]
-    fn no_look_for_control_is_owed_without_a_wake_up() {
-        let mut looks = ControlLooks::default();
+    fn no_look_is_owed_without_a_wake_up() {
+        let mut looks = Looks::new(Some(POLL));
         assert!(!looks.due());
-        assert!(!looks.looked());
+        assert!(!looks.missed());
         assert_eq!(looks.wait(), None);
     }
 
-    #[test]
-    fn control_announced_is_looked_for_at_once_then_further_apart_until_the_poll() {
-        let mut looks = ControlLooks::announced();
+    /// Quick looks, then looks further apart up to the longest step.
+    fn look_until_the_longest_step(looks: &mut Looks) {
         for _ in 0..QUICK_LOOKS {
-            assert!(looks.looked(), "a quick look");
+            assert!(looks.missed(), "a quick look");
         }
-        assert!(!looks.looked());
+        assert!(!looks.missed());
         assert!(looks.wait().is_some_and(|wait| wait <= FIRST_RETRY * 2));
         // Each look once due finds nothing: the next waits twice as long.
         let step = looks.step;
         looks.next = Some(past());
         assert!(looks.due());
-        assert!(!looks.looked());
+        assert!(!looks.missed());
         assert_eq!(looks.step, step * 2);
         assert!(!looks.due());
         for _ in 0..20 {
             looks.next = Some(past());
-            looks.looked();
+            looks.missed();
         }
         assert_eq!(looks.step, LAST_RETRY);
+    }
+
+    #[test]
+    fn control_announced_is_looked_for_at_once_then_further_apart_until_the_poll() {
+        let mut looks = Looks::new(Some(POLL));
+        looks.start();
+        look_until_the_longest_step(&mut looks);
         // Given up after the poll's time: the poll goes on.
         looks.since = Some(Instant::now() - POLL);
         looks.next = Some(past());
-        looks.looked();
+        looks.missed();
         assert!(!looks.due());
+        assert_eq!(looks.wait(), None);
+    }
+
+    #[test]
+    fn an_input_announced_is_looked_for_until_found_and_a_new_wake_up_starts_again() {
+        let mut looks = Looks::new(None);
+        looks.start();
+        look_until_the_longest_step(&mut looks);
+        // Never given up while it is missing.
+        looks.since = Some(Instant::now() - POLL * 10);
+        looks.next = Some(past());
+        looks.missed();
+        assert!(looks.wait().is_some_and(|wait| wait <= LAST_RETRY));
+        // A later input's wake-up: quick looks again, from the first step.
+        looks.start();
+        assert!(looks.missed());
+        assert_eq!(looks.step, FIRST_RETRY);
+        // Found: nothing owed.
+        looks.stop();
+        assert!(!looks.missed());
         assert_eq!(looks.wait(), None);
     }
 }
