@@ -22,6 +22,7 @@ use arbiter_protocol::{
 };
 use chrono::Utc;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -70,7 +71,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         trace,
     } = summoned;
     let stopper = Stopper::new(&shutdown);
-    let worker_id = shared.config.worker_id.clone();
     // The workspace is opened (a directory made, for a team member a git
     // worktree or a copy) and walked off the runtime's threads, while the
     // claim makes its round trips to the server.
@@ -80,58 +80,173 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         let member = summon.member;
         move || prepare_workspace(&root, &session, member)
     });
+    let claimed = match claim(&shared, &summon, &lease, &stopper).await {
+        Ok(claimed) => claimed,
+        Err(how) => return let_go(registered, slot, &lease, how).await,
+    };
+    let opened = open(
+        &shared, &summon, &lease, &stopper, claimed, prepared, &shutdown,
+    )
+    .await;
+    let Opened {
+        claimed,
+        baseline,
+        workspace,
+        status,
+        heartbeat,
+        outbox,
+        inputs,
+        reader,
+    } = match opened {
+        Ok(opened) => opened,
+        Err(how) => return let_go(registered, slot, &lease, how).await,
+    };
+
+    let ctx = ToolContext {
+        workspace,
+        cancel: stopper.token().clone(),
+        sandbox: shared.sandbox.clone(),
+    };
+    let start = Start {
+        transcript: claimed.transcript,
+        snapshot: claimed.snapshot,
+        store: claimed.store,
+        seat: Seat::new(slot),
+        baseline,
+        cli_transcript: claimed.cli_transcript,
+    };
+    let mut agent = Agent::new(
+        shared.clone(),
+        ctx,
+        stopper.clone(),
+        start,
+        inputs,
+        status.clone(),
+        outbox,
+    );
+    agent.begin_turn(&trace);
+    let stopped = agent.run().await;
+    // The runtime's process (the CLI) ends with the loop, whatever ended it.
+    agent.close_runtime().await;
+    let end = end_of(stopped, &mut agent, &stopper, &shutdown).await;
+    // Whatever ended the loop, nothing of it may keep running: tool
+    // processes and subagents watch this token.
+    stopper.token().cancel();
+    let how = wind_down(&shared, &summon.orch_id, end, &status, heartbeat, &reader).await;
+    drop(registered);
+    agent.leave_seat();
+    if matches!(how, LetGo::Release) {
+        // Before the summons (the lease) goes: the fence still holds.
+        agent.roll_up().await;
+    }
+    how.apply(&lease).await;
+    reader.abort();
+    let _ = reader.await;
+}
+
+/// What a claim hands the run: the Orchestrator's store and what its
+/// records hold (nothing yet for a fresh one).
+struct Claimed {
+    store: StateStore,
+    transcript: Vec<arbiter_llm::Message>,
+    snapshot: Snapshot,
+    baseline: Option<Baseline>,
+    cli_transcript: Option<String>,
+}
+
+/// Claims the Orchestrator: starts it, or takes it over from its records.
+/// `Err`: it is not to run here, and how its summons goes.
+async fn claim(
+    shared: &Shared,
+    summon: &Summon,
+    lease: &Lease,
+    stopper: &Stopper,
+) -> Result<Claimed, LetGo> {
+    let worker_id = &shared.config.worker_id;
     let claim = state::claim(
         &shared.state,
-        &summon,
+        summon,
         lease.seq(),
-        &worker_id,
+        worker_id,
         stopper.token(),
     )
     .await;
-    let (mut store, transcript, mut snapshot, baseline, cli_transcript) = match claim {
+    match claim {
         Ok(Some(Claim::Fresh(store, transcript))) => {
             tracing::info!("Orchestrator starting");
-            (store, transcript, Snapshot::new(), None, None)
+            Ok(Claimed {
+                store,
+                transcript,
+                snapshot: Snapshot::new(),
+                baseline: None,
+                cli_transcript: None,
+            })
         }
         Ok(Some(Claim::Resumed(store, restored))) => {
             tracing::info!(from = %restored.worker_id, rev = restored.rev, messages = restored.transcript.len(), "Orchestrator resumed from its stored state");
-            (
+            Ok(Claimed {
                 store,
-                restored.transcript,
-                restored.snapshot,
-                restored.baseline,
-                restored.cli_transcript,
-            )
+                transcript: restored.transcript,
+                snapshot: restored.snapshot,
+                baseline: restored.baseline,
+                cli_transcript: restored.cli_transcript,
+            })
         }
         Ok(Some(Claim::Ended)) => {
             tracing::info!("Orchestrator already ended; summons acknowledged");
-            return let_go(registered, slot, &lease, LetGo::Release).await;
+            Err(LetGo::Release)
         }
         Ok(Some(Claim::Duplicate { holder })) => {
             // Its inputs belong to the holder: only this summons goes.
             tracing::warn!(%holder, "a second summons of an Orchestrator that is held; dropped as a duplicate");
-            return let_go(registered, slot, &lease, LetGo::Release).await;
+            Err(LetGo::Release)
         }
         Ok(None) => {
             tracing::warn!("could not claim the Orchestrator; handing its summons back");
-            let back = LetGo::HandBack(Some(shared.lease));
-            return let_go(registered, slot, &lease, back).await;
+            Err(LetGo::HandBack(Some(shared.lease)))
         }
         Err(e) => {
             tracing::error!(error = %e, "the Orchestrator's state is unreadable; handing its summons back");
-            let back = LetGo::HandBack(Some(shared.lease));
-            return let_go(registered, slot, &lease, back).await;
+            Err(LetGo::HandBack(Some(shared.lease)))
         }
-    };
-    if snapshot.budget.is_none() {
+    }
+}
+
+/// A claimed Orchestrator with its status going out, its workspace open
+/// and its inputs being read: what its agent loop starts from.
+struct Opened {
+    claimed: Claimed,
+    baseline: Baseline,
+    workspace: Workspace,
+    status: StatusHandle,
+    heartbeat: JoinHandle<()>,
+    outbox: Outbox,
+    inputs: mpsc::Receiver<inputs::Input>,
+    reader: JoinHandle<()>,
+}
+
+/// Starts the claimed Orchestrator's status and heartbeat, and opens its
+/// workspace (`prepared`) and its inputs. `Err`: it cannot run, and how its
+/// summons goes (a workspace that cannot be opened is stored as its
+/// failure first).
+async fn open(
+    shared: &Shared,
+    summon: &Summon,
+    lease: &Lease,
+    stopper: &Stopper,
+    mut claimed: Claimed,
+    prepared: JoinHandle<Result<(Workspace, evidence::Walk), String>>,
+    shutdown: &CancellationToken,
+) -> Result<Opened, LetGo> {
+    if claimed.snapshot.budget.is_none() {
         // Stored with its next record; an input may change it later.
-        snapshot.budget = summon.budget;
+        claimed.snapshot.budget = summon.budget;
     }
     let status = StatusHandle::new(
-        initial_status(&shared, &summon, &snapshot),
+        initial_status(shared, summon, &claimed.snapshot),
         Some(shared.bus.clone()),
     );
-    lease.watch(store.fence(), stopper.clone(), status.clone());
+    lease.watch(claimed.store.fence(), stopper.clone(), status.clone());
     status.publish().await;
     let heartbeat = status.spawn_heartbeat();
     let outbox = Outbox::new(&summon.session_id, &summon.orch_id);
@@ -155,9 +270,12 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         Ok(opened) => opened,
         Err(e) => {
             let message = format!("workspace: {e}");
+            let Claimed {
+                store, snapshot, ..
+            } = claimed;
             let stored =
-                fail_early(store, snapshot, &outbox, summon.number, message, &shutdown).await;
-            let how = match stored {
+                fail_early(store, snapshot, &outbox, summon.number, message, shutdown).await;
+            return Err(match stored {
                 Ok(()) => {
                     stop_status(&status, heartbeat).await;
                     LetGo::Release
@@ -166,11 +284,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                     heartbeat.abort();
                     LetGo::Abandon
                 }
-            };
-            return let_go(registered, slot, &lease, how).await;
+            });
         }
     };
-    let baseline = match baseline {
+    let baseline = match claimed.baseline.take() {
         Some(baseline) => baseline,
         None => {
             // Walked before the agent runs, stored with its next record
@@ -178,9 +295,9 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             let baseline = Baseline {
                 walk,
                 // Found none after work was done: count from here, and say so.
-                at_takeover: snapshot.tool_count > 0,
+                at_takeover: claimed.snapshot.tool_count > 0,
             };
-            store.keep_baseline(baseline.clone());
+            claimed.store.keep_baseline(baseline.clone());
             baseline
         }
     };
@@ -189,45 +306,37 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         Err(e) => {
             tracing::error!(error = %e, "cannot read the inputs; handing the summons back");
             heartbeat.abort();
-            let back = LetGo::HandBack(Some(shared.lease));
-            return let_go(registered, slot, &lease, back).await;
+            return Err(LetGo::HandBack(Some(shared.lease)));
         }
     };
-    let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_BUFFER);
+    let (inputs_tx, inputs) = mpsc::channel(INPUT_BUFFER);
     let reader = tokio::spawn(inputs::read(
         feed,
-        snapshot.in_seq,
+        claimed.snapshot.in_seq,
         inputs_tx,
         stopper.clone(),
     ));
-
-    let ctx = ToolContext {
-        workspace,
-        cancel: stopper.token().clone(),
-        sandbox: shared.sandbox.clone(),
-    };
-    let start = Start {
-        transcript,
-        snapshot,
-        store,
-        seat: Seat::new(slot),
+    Ok(Opened {
+        claimed,
         baseline,
-        cli_transcript,
-    };
-    let mut agent = Agent::new(
-        shared.clone(),
-        ctx,
-        stopper.clone(),
-        start,
-        inputs_rx,
-        status.clone(),
+        workspace,
+        status,
+        heartbeat,
         outbox,
-    );
-    agent.begin_turn(&trace);
-    let stopped = agent.run().await;
-    // The runtime's process (the CLI) ends with the loop, whatever ended it.
-    agent.close_runtime().await;
-    let end = match stopped {
+        inputs,
+        reader,
+    })
+}
+
+/// How the run ends, from why the agent loop stopped: a release or cancel
+/// is stored as the Orchestrator's end here.
+async fn end_of(
+    stopped: Stop,
+    agent: &mut Agent,
+    stopper: &Stopper,
+    shutdown: &CancellationToken,
+) -> End {
+    match stopped {
         Stop::Failed => End::Done,
         Stop::Fenced => End::Fenced,
         Stop::Interrupted => match stopper.take_cause() {
@@ -239,44 +348,43 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
                 tracing::info!(?reason, "Orchestrator stopping");
                 // Whatever runs must stop before the end is stored.
                 stopper.token().cancel();
-                match agent.end(reason, &shutdown).await {
+                match agent.end(reason, shutdown).await {
                     Ok(()) => End::Done,
-                    Err(e) => {
-                        if e == state::WriteError::Fenced {
-                            End::Fenced
-                        } else {
-                            End::Shutdown
-                        }
-                    }
+                    Err(state::WriteError::Fenced) => End::Fenced,
+                    Err(_) => End::Shutdown,
                 }
             }
             Cause::Fenced => End::Fenced,
             Cause::Shutdown => End::Shutdown,
         },
-    };
-    // Whatever ended the loop, nothing of it may keep running: tool
-    // processes and subagents watch this token.
-    stopper.token().cancel();
-    let how = match end {
+    }
+}
+
+/// Says the end in its status (or, taken over or shutting down, says
+/// nothing more) and how its summons goes.
+async fn wind_down(
+    shared: &Shared,
+    orch_id: &str,
+    end: End,
+    status: &StatusHandle,
+    heartbeat: JoinHandle<()>,
+    reader: &JoinHandle<()>,
+) -> LetGo {
+    match end {
         End::Done => {
             tracing::info!("Orchestrator ended");
-            // The CLI's home (claude-code runtime): its session is in the records.
-            let home = shared
-                .config
-                .workspace_root
-                .join(crate::runtime::claude::HOMES_DIR)
-                .join(&summon.orch_id);
-            let _ = tokio::fs::remove_dir_all(home).await;
-            // The Codex CLI's home (codex runtime): its thread is in the records.
-            let home = shared
-                .config
-                .workspace_root
-                .join(crate::runtime::codex::HOMES_DIR)
-                .join(&summon.orch_id);
-            let _ = tokio::fs::remove_dir_all(home).await;
+            // The CLIs' homes (claude-code, codex runtimes): their sessions
+            // and threads are in the records.
+            for homes in [
+                crate::runtime::claude::HOMES_DIR,
+                crate::runtime::codex::HOMES_DIR,
+            ] {
+                let home = shared.config.workspace_root.join(homes).join(orch_id);
+                let _ = tokio::fs::remove_dir_all(home).await;
+            }
             // The stopped status goes out before the slot is taken by
             // another, so status never shows more Orchestrators than slots.
-            stop_status(&status, heartbeat).await;
+            stop_status(status, heartbeat).await;
             LetGo::Release
         }
         End::Fenced => {
@@ -293,16 +401,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
             reader.abort();
             LetGo::HandBack(None)
         }
-    };
-    drop(registered);
-    agent.leave_seat();
-    if matches!(how, LetGo::Release) {
-        // Before the summons (the lease) goes: the fence still holds.
-        agent.roll_up().await;
     }
-    how.apply(&lease).await;
-    reader.abort();
-    let _ = reader.await;
 }
 
 /// How an Orchestrator's summons is let go of, the last thing this worker
@@ -412,7 +511,7 @@ async fn fail_early(
 }
 
 /// Publishes the final, stopped status and ends the heartbeat.
-async fn stop_status(status: &StatusHandle, heartbeat: tokio::task::JoinHandle<()>) {
+async fn stop_status(status: &StatusHandle, heartbeat: JoinHandle<()>) {
     heartbeat.abort();
     status
         .update(|s| {
