@@ -37,7 +37,7 @@ use crate::state::{self, Claim, EndReason, Phase, Snapshot, StateStore};
 use crate::status::StatusHandle;
 use crate::stop::{Cause, Stopper};
 use crate::tools::ToolContext;
-use crate::workspace::Workspace;
+use crate::workspace::{OpenError, Workspace};
 
 /// Inputs buffered between the reader and the agent loop.
 const INPUT_BUFFER: usize = 64;
@@ -235,7 +235,7 @@ async fn open(
     lease: &Lease,
     stopper: &Stopper,
     mut claimed: Claimed,
-    prepared: JoinHandle<Result<(Workspace, evidence::Walk), String>>,
+    prepared: JoinHandle<Result<(Workspace, evidence::Walk), OpenError>>,
     shutdown: &CancellationToken,
 ) -> Result<Opened, LetGo> {
     if claimed.snapshot.budget.is_none() {
@@ -263,9 +263,10 @@ async fn open(
             "the summons names another workspace; ignored, the session's own is used"
         );
     }
-    let opened = prepared
-        .await
-        .unwrap_or_else(|e| Err(format!("opening it failed: {e}")));
+    let opened = match prepared.await {
+        Ok(opened) => opened.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("opening it failed: {e}")),
+    };
     let (workspace, walk) = match opened {
         Ok(opened) => opened,
         Err(e) => {
@@ -442,7 +443,7 @@ fn prepare_workspace(
     root: &std::path::Path,
     session: &str,
     member: Option<u32>,
-) -> Result<(Workspace, evidence::Walk), String> {
+) -> Result<(Workspace, evidence::Walk), OpenError> {
     let opened = match member {
         Some(member) => Workspace::open_member(root, session, member),
         None => Workspace::open(root, session),

@@ -3,6 +3,38 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// Why a path a tool was given is refused. The text is what the model reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("the path is empty")]
+    Empty,
+    /// Through `..`, an absolute path or a symlink (the path as given).
+    #[error("{0}: refused, the path leads outside the workspace")]
+    Outside(String),
+    #[error("{0}: a symlink on this path points nowhere")]
+    Dangling(String),
+}
+
+/// Why a workspace cannot be opened or prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("workspace name {0:?} is not a plain name")]
+    NotPlainName(String),
+    /// The file system refused `what` (create, resolve, read, copy) on `path`.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// `map_err` for a file system call: what was done, on which path.
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
+    let path = path.to_path_buf();
+    move |source| OpenError::Io { what, path, source }
+}
+
 /// A workspace root, canonicalised once.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -11,16 +43,13 @@ pub struct Workspace {
 
 impl Workspace {
     /// Opens (creating if needed) the directory `name` under `base`.
-    pub fn open(base: &Path, name: &str) -> Result<Self, String> {
+    pub fn open(base: &Path, name: &str) -> Result<Self, OpenError> {
         if !arbiter_protocol::subjects::is_valid_token(name) {
-            return Err(format!("workspace name {name:?} is not a plain name"));
+            return Err(OpenError::NotPlainName(name.to_owned()));
         }
         let dir = base.join(name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let root = dir
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let root = dir.canonicalize().map_err(io("resolve", &dir))?;
         Ok(Self { root })
     }
 
@@ -31,17 +60,15 @@ impl Workspace {
     /// workspace: a git worktree (detached at its `HEAD`) when that is a git
     /// repository with a commit, else a copy of its files (nothing, when the
     /// session has no workspace on this worker yet).
-    pub fn open_member(base: &Path, session: &str, member: u32) -> Result<Self, String> {
+    pub fn open_member(base: &Path, session: &str, member: u32) -> Result<Self, OpenError> {
         if !arbiter_protocol::subjects::is_valid_token(session) {
-            return Err(format!("workspace name {session:?} is not a plain name"));
+            return Err(OpenError::NotPlainName(session.to_owned()));
         }
         let dir = base.join(member_dir(session, member));
         if !dir.exists() {
             prepare_member(&base.join(session), &dir)?;
         }
-        let root = dir
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+        let root = dir.canonicalize().map_err(io("resolve", &dir))?;
         Ok(Self { root })
     }
 
@@ -52,9 +79,9 @@ impl Workspace {
     /// Resolves a path a tool was given. Relative paths are taken from the
     /// root; absolute ones must already lie inside it. The existing part of
     /// the path is resolved through symlinks and must stay inside too.
-    pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, PathError> {
         if path.trim().is_empty() {
-            return Err("the path is empty".into());
+            return Err(PathError::Empty);
         }
         let given = Path::new(path);
         let joined = if given.is_absolute() {
@@ -68,7 +95,7 @@ impl Workspace {
             match component {
                 Component::ParentDir => {
                     if !clean.pop() || !clean.starts_with(&self.root) {
-                        return Err(self.outside(path));
+                        return Err(PathError::Outside(path.to_owned()));
                     }
                 }
                 Component::CurDir => {}
@@ -76,7 +103,7 @@ impl Workspace {
             }
         }
         if !clean.starts_with(&self.root) {
-            return Err(self.outside(path));
+            return Err(PathError::Outside(path.to_owned()));
         }
         // The deepest part that exists, with symlinks resolved, must stay inside.
         let mut existing = clean.as_path();
@@ -91,15 +118,11 @@ impl Workspace {
         }
         let real = existing
             .canonicalize()
-            .map_err(|_| format!("{path}: a symlink on this path points nowhere"))?;
+            .map_err(|_| PathError::Dangling(path.to_owned()))?;
         if !real.starts_with(&self.root) {
-            return Err(self.outside(path));
+            return Err(PathError::Outside(path.to_owned()));
         }
         Ok(clean)
-    }
-
-    fn outside(&self, path: &str) -> String {
-        format!("{path}: refused, the path leads outside the workspace")
     }
 
     /// A path as the model should see it: relative to the root.
@@ -118,7 +141,7 @@ pub fn member_dir(session: &str, member: u32) -> String {
 
 /// Makes `dir` from the session's workspace `from`: a git worktree when
 /// `from` is a repository with a commit, else a copy.
-fn prepare_member(from: &Path, dir: &Path) -> Result<(), String> {
+fn prepare_member(from: &Path, dir: &Path) -> Result<(), OpenError> {
     if from.join(".git").exists() {
         let added = std::process::Command::new("git")
             .arg("-C")
@@ -147,35 +170,30 @@ fn prepare_member(from: &Path, dir: &Path) -> Result<(), String> {
     partial.push(".partial");
     let partial = std::path::PathBuf::from(partial);
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial)
-        .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+    std::fs::create_dir_all(&partial).map_err(io("create", &partial))?;
     if from.is_dir() {
         copy_tree(from, &partial)?;
     }
-    std::fs::rename(&partial, dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+    std::fs::rename(&partial, dir).map_err(io("create", dir))
 }
 
 /// Copies the files under `from` into `to` (symlinks as symlinks).
-fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    let entries =
-        std::fs::read_dir(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+fn copy_tree(from: &Path, to: &Path) -> Result<(), OpenError> {
+    let entries = std::fs::read_dir(from).map_err(io("read", from))?;
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+        let entry = entry.map_err(io("read", from))?;
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let kind = entry
-            .file_type()
-            .map_err(|e| format!("cannot read {}: {e}", src.display()))?;
+        let kind = entry.file_type().map_err(io("read", &src))?;
         let copied = if kind.is_symlink() {
             std::fs::read_link(&src).and_then(|target| std::os::unix::fs::symlink(target, &dst))
         } else if kind.is_dir() {
-            std::fs::create_dir_all(&dst)
-                .map_err(|e| format!("cannot create {}: {e}", dst.display()))?;
+            std::fs::create_dir_all(&dst).map_err(io("create", &dst))?;
             copy_tree(&src, &dst)?;
             Ok(())
         } else {
             std::fs::copy(&src, &dst).map(|_| ())
         };
-        copied.map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+        copied.map_err(io("copy", &src))?;
     }
     Ok(())
 }
@@ -192,13 +210,21 @@ mod tests {
         assert_eq!(ws.resolve("./a/../c").unwrap(), ws.root().join("c"));
         let inside_abs = ws.root().join("x").display().to_string();
         assert!(ws.resolve(&inside_abs).is_ok());
-        for bad in ["../s2/x", "a/../../x", "/etc/passwd", ""] {
+        for bad in ["../s2/x", "a/../../x", "/etc/passwd"] {
             let err = ws.resolve(bad).unwrap_err();
-            assert!(
-                err.contains("outside") || err.contains("empty"),
-                "{bad}: {err}"
+            assert_eq!(err, PathError::Outside(bad.to_owned()));
+            assert_eq!(
+                err.to_string(),
+                format!("{bad}: refused, the path leads outside the workspace")
             );
         }
+        assert_eq!(ws.resolve(" ").unwrap_err(), PathError::Empty);
+        // A session id that is not a plain name opens nothing.
+        let err = Workspace::open(base.path(), "../s2").unwrap_err();
+        assert!(
+            matches!(&err, OpenError::NotPlainName(name) if name == "../s2"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -274,8 +300,11 @@ mod tests {
         let ws = Workspace::open(base.path(), "s1").unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.root().join("door")).unwrap();
         let err = ws.resolve("door/secret.txt").unwrap_err();
-        assert!(err.contains("outside"), "{err}");
+        assert_eq!(err, PathError::Outside("door/secret.txt".into()));
         std::os::unix::fs::symlink("/nonexistent/zzz", ws.root().join("dangling")).unwrap();
-        assert!(ws.resolve("dangling").is_err());
+        assert_eq!(
+            ws.resolve("dangling").unwrap_err(),
+            PathError::Dangling("dangling".into())
+        );
     }
 }

@@ -97,7 +97,9 @@ pub(super) struct EditInput {
 
 /// Reads a text file as UTF-8, with errors worded for the model.
 async fn read_text(workspace: &Workspace, path: &str) -> Result<String, ToolOutcome> {
-    let resolved = workspace.resolve(path).map_err(ToolOutcome::error)?;
+    let resolved = workspace
+        .resolve(path)
+        .map_err(|e| ToolOutcome::error(e.to_string()))?;
     if resolved.is_dir() {
         return Err(ToolOutcome::error(format!(
             "{path} is a directory; use glob to list it"
@@ -177,7 +179,7 @@ pub(super) async fn read(workspace: &Workspace, input: ReadInput) -> ToolOutcome
 pub(super) async fn write(workspace: &Workspace, input: WriteInput) -> ToolOutcome {
     let path = match workspace.resolve(&input.path) {
         Ok(path) => path,
-        Err(e) => return ToolOutcome::error(e),
+        Err(e) => return ToolOutcome::error(e.to_string()),
     };
     if path.is_dir() {
         return ToolOutcome::error(format!("{} is a directory", input.path));
@@ -216,7 +218,7 @@ pub(super) async fn edit(workspace: &Workspace, input: EditInput) -> ToolOutcome
     }
     let resolved = match workspace.resolve(path) {
         Ok(resolved) => resolved,
-        Err(e) => return ToolOutcome::error(e),
+        Err(e) => return ToolOutcome::error(e.to_string()),
     };
     if !resolved.exists() {
         return ToolOutcome::error(format!("edit {path}: no such file; use write to create it"));

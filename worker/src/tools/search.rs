@@ -127,7 +127,9 @@ fn walk_files(
 /// Resolves an optional directory argument.
 fn resolve_dir(workspace: &Workspace, path: Option<&str>) -> Result<PathBuf, ToolOutcome> {
     let given = path.unwrap_or(".");
-    let dir = workspace.resolve(given).map_err(ToolOutcome::error)?;
+    let dir = workspace
+        .resolve(given)
+        .map_err(|e| ToolOutcome::error(e.to_string()))?;
     // Walks never follow links, so walk the real directory a link inside names.
     let dir = dir.canonicalize().unwrap_or(dir);
     if !dir.is_dir() {
@@ -240,7 +242,7 @@ fn grep_blocking(ctx: &ToolContext, input: GrepInput) -> ToolOutcome {
     let given = input.path.as_deref().unwrap_or(".");
     let target = match workspace.resolve(given) {
         Ok(target) => target,
-        Err(e) => return ToolOutcome::error(e),
+        Err(e) => return ToolOutcome::error(e.to_string()),
     };
     let Ok(target) = target.canonicalize() else {
         return ToolOutcome::error(format!("{given}: no such file or directory"));
