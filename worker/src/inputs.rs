@@ -34,14 +34,14 @@ use crate::stop::{Cause, Stopper};
 /// consumer) have the streams read at once. Each poll is two direct gets
 /// per Orchestrator, so it is a backstop only.
 pub(crate) const POLL: Duration = Duration::from_secs(30);
-/// Looks again at once, before any wait, for an input announced but not
-/// readable yet. A core subscriber gets a message before the server has
+/// Looks again at once, before any wait, for an input or a control message
+/// announced but not readable yet (see [`Looks`]). A core subscriber gets a message before the server has
 /// stored it; the store usually lands within a direct get's round trip or
 /// two (0.1–0.5 ms), well under the timer's 1 ms grain, so these looks are
 /// paced by the round trip itself.
 const QUICK_LOOKS: u32 = 3;
-/// First wait, after the quick looks, before looking again for an input
-/// announced but not readable yet.
+/// When the first timed look for such a message is due, counted from its
+/// wake-up (later ones twice as far apart each time).
 const FIRST_RETRY: Duration = Duration::from_millis(1);
 /// Longest wait between those looks (the server may have refused it).
 const LAST_RETRY: Duration = Duration::from_secs(5);
