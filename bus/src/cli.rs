@@ -48,6 +48,11 @@ pub struct NatsArgs {
     /// (the coordinator and `arbiter-admin setup` declare them; others ignore it).
     #[arg(long, env = "ARBITER_REPLICAS", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5), global = true)]
     pub replicas: Option<u8>,
+    /// Connect to a NATS server on another machine even without TLS or
+    /// without a credential (refused otherwise; on this machine it is only
+    /// warned about). For a test network, never a deployment.
+    #[arg(long, env = "ARBITER_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), global = true)]
+    pub insecure: bool,
 }
 
 impl NatsArgs {
@@ -63,6 +68,7 @@ impl NatsArgs {
             tls_key: self.tls_key.clone(),
             inbox_prefix: self.inbox_prefix.clone(),
             replicas: self.replicas.map(usize::from),
+            insecure: self.insecure,
         }
     }
 }

@@ -74,6 +74,9 @@ pub struct NatsOptions {
     /// on a single server, 3 on a 3-node cluster. `None`: new ones get 1 and
     /// existing ones keep theirs; `Some(n)`: existing ones are changed to `n`.
     pub replicas: Option<usize>,
+    /// Connect to a server that is not on this machine even without TLS or
+    /// without a credential (`--insecure`); see [`exposure`].
+    pub insecure: bool,
 }
 
 impl Default for NatsOptions {
@@ -96,6 +99,7 @@ impl NatsOptions {
             tls_key: None,
             inbox_prefix: None,
             replicas: None,
+            insecure: false,
         }
     }
 
@@ -121,6 +125,81 @@ impl NatsOptions {
             || self.tls_ca.is_some()
             || self.tls_cert.is_some()
     }
+
+    /// Whether the connection carries a credential: a `.creds` file, an
+    /// nkey, a user, or a user and password in the URL.
+    fn has_credential(&self) -> bool {
+        self.creds.is_some()
+            || self.nkey.is_some()
+            || self.user.is_some()
+            || server_list(&self.url).iter().any(|u| {
+                u.parse::<async_nats::ServerAddr>()
+                    .is_ok_and(|a| a.has_user_pass())
+            })
+    }
+}
+
+/// What a connection lacks to be fit to cross a network, and where it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exposure {
+    /// TLS and a credential: nothing to say.
+    Protected,
+    /// Without TLS, a credential or both, to this machine only (tests, the
+    /// benchmark, a server on 127.0.0.1): allowed, with a warning.
+    Loopback { lacks: &'static str },
+    /// The same to a server that is not on this machine: refused unless
+    /// [`NatsOptions::insecure`].
+    Remote { lacks: &'static str },
+}
+
+/// Whether `options` would connect without TLS or without a credential,
+/// and to a server off this machine. A host counts as this machine when it
+/// is `localhost` or a loopback address (127.0.0.0/8, ::1); names are not
+/// resolved, so any other name is remote. One remote server in a list
+/// makes the whole list remote.
+pub fn exposure(options: &NatsOptions) -> Exposure {
+    let lacks = match (options.wants_tls(), options.has_credential()) {
+        (true, true) => return Exposure::Protected,
+        (false, false) => "without TLS and without a credential",
+        (false, true) => "without TLS",
+        (true, false) => "without a credential",
+    };
+    let remote = server_list(&options.url).iter().any(|u| {
+        u.parse::<async_nats::ServerAddr>()
+            .map_or(true, |a| !is_loopback(a.host()))
+    });
+    if remote {
+        Exposure::Remote { lacks }
+    } else {
+        Exposure::Loopback { lacks }
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Refuses a connection that [`exposure`] calls remote, unless
+/// `--insecure`; says once per process what an allowed one lacks.
+fn check_exposure(options: &NatsOptions) -> Result<()> {
+    // One line per process, however many connections it makes (the
+    // console and `arbiter-admin` connect more than once): a log dedup.
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let url = crate::redact_url(&options.url);
+    match exposure(options) {
+        Exposure::Protected => {}
+        Exposure::Loopback { lacks } => WARNED.call_once(|| {
+            tracing::warn!(nats = %url, "connecting to NATS {lacks}: fine on this machine (tests, the benchmark), never across a network");
+        }),
+        Exposure::Remote { lacks } if options.insecure => WARNED.call_once(|| {
+            tracing::warn!(nats = %url, "connecting to NATS {lacks} to another machine, because --insecure (ARBITER_INSECURE) was given: anyone on the network can read and forge every message");
+        }),
+        Exposure::Remote { lacks } => return Err(BusError::Insecure { url, lacks }),
+    }
+    Ok(())
 }
 
 /// Whether a server that cannot be reached yet is waited for.
@@ -514,10 +593,12 @@ const HANDSHAKE_RESETS: u32 = 2;
 /// Connects as `name` (the client name servers and monitoring show).
 ///
 /// Fails with one line and never retries when a file cannot be read, the
-/// credentials are refused, or TLS fails; a server that cannot be reached is
+/// connection would cross a network without TLS or a credential (see
+/// [`exposure`]), the credentials are refused, or TLS fails; a server that cannot be reached is
 /// waited for under [`Reach::Wait`] and an error under [`Reach::FailFast`].
 pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Result<Connection> {
     let creds = check_files(options)?;
+    check_exposure(options)?;
     let url = crate::redact_url(&options.url);
     let inbox = options
         .inbox_prefix
@@ -788,6 +869,80 @@ mod tests {
         assert_eq!(info.name.as_deref(), Some("w3"));
         assert_eq!(info.inbox_prefix.as_deref(), Some("_INBOX_w3"));
         assert_eq!(read_creds_info("nonsense"), None);
+    }
+
+    #[test]
+    fn plaintext_or_anonymous_is_refused_off_this_machine_only() {
+        let plain = |url: &str| NatsOptions::url(url);
+        for url in [
+            "nats://127.0.0.1:4222",
+            "127.0.0.2:4222",
+            "nats://localhost:4222",
+            "nats://[::1]:4222",
+            "nats://127.0.0.1:1,nats://localhost:2",
+        ] {
+            assert_eq!(
+                exposure(&plain(url)),
+                Exposure::Loopback {
+                    lacks: "without TLS and without a credential"
+                },
+                "{url}"
+            );
+        }
+        for url in [
+            "nats://10.0.0.1:4222",
+            "nats://nats:4222",
+            "nats://127.0.0.1:1,nats://10.0.0.1:2",
+            "not a url",
+        ] {
+            assert!(
+                matches!(exposure(&plain(url)), Exposure::Remote { .. }),
+                "{url}"
+            );
+        }
+        let with_creds = NatsOptions {
+            creds: Some("x.creds".into()),
+            ..plain("nats://10.0.0.1:4222")
+        };
+        assert_eq!(
+            exposure(&with_creds),
+            Exposure::Remote {
+                lacks: "without TLS"
+            }
+        );
+        assert_eq!(
+            exposure(&plain("nats://u:p@10.0.0.1:4222")),
+            Exposure::Remote {
+                lacks: "without TLS"
+            }
+        );
+        assert_eq!(
+            exposure(&plain("tls://10.0.0.1:4222")),
+            Exposure::Remote {
+                lacks: "without a credential"
+            }
+        );
+        let secure = NatsOptions {
+            tls_ca: Some("ca.pem".into()),
+            ..with_creds.clone()
+        };
+        assert_eq!(exposure(&secure), Exposure::Protected);
+        // --insecure lets a remote one through, and only it.
+        let insecure = NatsOptions {
+            insecure: true,
+            ..plain("nats://10.0.0.1:4222")
+        };
+        assert!(check_exposure(&insecure).is_ok());
+        let refused = check_exposure(&plain("nats://10.0.0.1:4222"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with(
+                "refusing to connect to NATS at nats://10.0.0.1:4222 without TLS and without a credential: "
+            ) && refused.contains("--insecure (ARBITER_INSECURE=1)"),
+            "{refused}"
+        );
+        assert!(check_exposure(&plain("nats://127.0.0.1:4222")).is_ok());
     }
 
     #[test]

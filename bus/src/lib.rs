@@ -62,6 +62,14 @@ pub enum BusError {
     },
     #[error("{0}")]
     Config(String),
+    /// A server off this machine, reached without TLS or a credential,
+    /// and no `--insecure`.
+    #[error(
+        "refusing to connect to NATS at {url} {lacks}: it is not on this machine, so anyone \
+         on the network could read and forge every message; connect with tls:// and a \
+         credential bundle (`arbiter-admin init`), or give --insecure (ARBITER_INSECURE=1)"
+    )]
+    Insecure { url: String, lacks: &'static str },
     #[error(
         "NATS denied this {role} credential an operation it needs ({denied}); \
          was it issued for another role? (`arbiter-admin issue {role} NAME`)"

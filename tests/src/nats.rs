@@ -56,6 +56,13 @@ impl NatsServer {
         server
     }
 
+    /// Starts a server with no TLS and no authentication listening on
+    /// `addr`, an address of a test network (see [`crate::NetNs`]): what
+    /// the binaries refuse off this machine unless told `--insecure`.
+    pub async fn start_plain_on(addr: &str) -> NatsServer {
+        Self::start_on(None, addr).await
+    }
+
     /// Starts one node of a cluster from its config (TLS, as `arbiter-admin
     /// init --node` writes it) on `addr:port`, the client port its config
     /// and the other nodes' routes name; its URL is `tls://<addr>:<port>`.

@@ -4,6 +4,7 @@
 
 pub mod deleted;
 pub mod permissions;
+pub mod plaintext;
 pub mod reference_worker;
 pub mod refusals;
 pub mod remote;
