@@ -211,6 +211,8 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
         slowest: Duration::ZERO,
         failure: None,
     };
+    // Where the log is read from next: past the last reply.
+    let mut from = 1;
     for round in 1.. {
         if Instant::now() >= deadline {
             break;
@@ -245,7 +247,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         run.sent = round;
-        if !last_entry_is(&bus, &session, &reply(&t), give_up).await {
+        if !reply_seen(&bus, &session, &reply(&t), &mut from, give_up).await {
             run.failure = Some(format!("round {round}: no reply within {ROUND_TIMEOUT:?}"));
             return run;
         }
@@ -254,16 +256,31 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
     run
 }
 
-/// Waits until the last entry of a session's log is the Arbiter saying `text`.
-async fn last_entry_is(bus: &Bus, session: &str, text: &str, until: Instant) -> bool {
+/// Follows a session's log from stream sequence `from` until the Arbiter
+/// says `text`, and moves `from` past it. Not the log's last entry: a
+/// coordinator that takes the session over stores a claim record (a `step`
+/// entry) after it.
+async fn reply_seen(bus: &Bus, session: &str, text: &str, from: &mut u64, until: Instant) -> bool {
     let subject = subjects::session_log(session);
     while Instant::now() < until {
-        if let Ok(stream) = bus.js.get_stream(subjects::SESSIONS_STREAM).await
-            && let Ok(last) = stream.get_last_raw_message_by_subject(&subject).await
-            && let Ok(entry) = serde_json::from_slice::<LogEntry>(&last.payload)
-            && matches!(&entry.body, LogBody::Arbiter(a) if a.text == text)
+        let Ok(stream) = bus.js.get_stream(subjects::SESSIONS_STREAM).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        // Every entry stored so far, then a wait for the next.
+        while let Ok(message) = stream
+            .raw_message_builder()
+            .sequence(*from)
+            .next_by_subject(subject.clone())
+            .send()
+            .await
         {
-            return true;
+            *from = message.sequence + 1;
+            if let Ok(entry) = serde_json::from_slice::<LogEntry>(&message.payload)
+                && matches!(&entry.body, LogBody::Arbiter(a) if a.text == text)
+            {
+                return true;
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

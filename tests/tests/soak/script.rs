@@ -65,11 +65,19 @@ pub fn reply(tag: &str) -> String {
     format!("Reply {tag}")
 }
 
-/// The last `[...]` in a text.
+/// The last tag (`[<session>/r<round>]`) in a text. Not merely the last
+/// `[...]`: under a report the Arbiter reads the worker's evidence, a line
+/// in brackets of its own that quotes the commands run, tags and all.
 fn tag_in(text: &str) -> Option<&str> {
-    let end = text.rfind(']')?;
-    let start = text[..end].rfind('[')?;
-    Some(&text[start..=end])
+    text.match_indices('[')
+        .filter_map(|(start, _)| {
+            let end = start + text[start..].find(']')?;
+            let (session, round) = text[start + 1..end].split_once("/r")?;
+            let word = |s: &str, ok: fn(char) -> bool| !s.is_empty() && s.chars().all(ok);
+            (word(session, |c| c.is_ascii_alphanumeric()) && word(round, |c| c.is_ascii_digit()))
+                .then(|| &text[start..=end])
+        })
+        .next_back()
 }
 
 /// What round `round` of a session must leave in its log, as `briefs` pairs.
@@ -192,4 +200,23 @@ fn orchestrator_reply(request: &RecordedRequest) -> Option<MockReply> {
     } else {
         orch(true, &done(&t))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tag_of_a_report_is_found_past_its_evidence_line() {
+        // A report as the Arbiter reads it (coordinator/src/outputs.rs, report).
+        let report = "Orchestrator I: Question [s6/r1]\n\
+            [Evidence from the worker, not written by Orchestrator I: 3 tool calls (bash 3), \
+            1 file changed (created: work.log); commands: `echo '[s6/r1]/a0' >> work.log` \
+            exit 0, `echo '[s6/r1]/a1' >> work.log` exit 0, `echo '[s6/r1]/a2' >> work.log` \
+            exit 0]";
+        assert_eq!(tag_in(report), Some("[s6/r1]"));
+        assert_eq!(tag_in(&human(&tag("s12", 40))), Some("[s12/r40]"));
+        assert_eq!(tag_in("Check work.log for [s2/r3]."), Some("[s2/r3]"));
+        assert_eq!(tag_in("[Evidence: 0 tool calls] [s/r] [s1/rx]"), None);
+    }
 }
