@@ -228,7 +228,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "the server's certificate names: {}",
                 registry.server_names.join(", ")
             );
-            println!("keep {d}/keys and {d}/ca private: they issue credentials");
+            println!("admin-only, never on a worker's host nor where its sandbox shows:");
+            println!("  {d}/keys/  {d}/ca/   they issue credentials and certificates");
+            println!("  {d}/admin.json       the registry of what was issued");
+            println!("  {d}/server/          the server's key and config (the NATS host only)");
+            println!("  {d}/creds/<name>/    each bundle goes to its own process only");
+            println!(
+                "a worker is given its own bundle alone (copy {d}/creds/worker/ to its host); \
+                 its sandbox shows neither it nor this directory (docs/security.md)"
+            );
         }
         Command::Issue {
             role,

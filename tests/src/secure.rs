@@ -28,9 +28,15 @@ impl SecureNats {
     /// A deployment whose server listens on `addr`, its certificate also
     /// valid for `names`.
     pub async fn start_on(addr: &str, names: &[&str]) -> Self {
+        Self::start_in(addr, names, &std::env::temp_dir()).await
+    }
+
+    /// [`SecureNats::start_on`] with the admin directory made in `parent`
+    /// (a checkout, say: what a sandbox test must find hidden outside `/tmp`).
+    pub async fn start_in(addr: &str, names: &[&str], parent: &Path) -> Self {
         let admin = tempfile::Builder::new()
             .prefix("arbiter-admin-")
-            .tempdir()
+            .tempdir_in(parent)
             .unwrap_or_else(|e| panic!("cannot create the admin dir: {e}"));
         let mut server_names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         server_names.push(addr.to_owned());

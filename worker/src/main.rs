@@ -16,11 +16,6 @@ use arbiter_protocol::Role;
 use arbiter_worker::sandbox::{SandboxConfig, SandboxMode};
 use clap::Parser;
 
-/// Environment variables naming files with the worker's NATS secrets: the
-/// credentials, the nkey seed, the TLS client key. Their directories are
-/// hidden from the tools' commands.
-const NATS_SECRET_FILES: [&str; 3] = ["NATS_CREDS", "NATS_NKEY", "NATS_KEY"];
-
 /// Runs Orchestrator sessions: takes summons from the pool's work queue,
 /// runs each Orchestrator's agent loop, and reports back over NATS.
 #[derive(Debug, Parser)]
@@ -94,6 +89,17 @@ struct Cli {
         value_delimiter = ','
     )]
     sandbox_env: Vec<String>,
+    /// A path to show the commands read-only, besides the system and
+    /// toolchain directories (repeatable; comma-separated in the
+    /// environment variable). The worker does not start if it holds a key
+    /// or another credential of the deployment.
+    #[arg(
+        long = "sandbox-show",
+        env = "ARBITER_SANDBOX_SHOW",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    sandbox_show: Vec<PathBuf>,
     /// A path to hide from the commands, besides the built-in ones
     /// (repeatable; comma-separated in the environment variable).
     #[arg(
@@ -240,18 +246,14 @@ async fn run_main() -> anyhow::Result<()> {
             tracing::warn!(model = %role.model.spec(), "ANTHROPIC_API_KEY is not set; model calls will fail unless the base URL needs no key");
         }
     }
-    let mut secret_files: Vec<PathBuf> = NATS_SECRET_FILES
-        .iter()
-        .filter_map(std::env::var_os)
-        .filter(|path| !path.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    secret_files.extend(cli.providers.config.clone());
+    // The NATS credential, nkey and TLS key are added from the connection
+    // settings, however they were given (arbiter_worker::run).
     let sandbox = SandboxConfig {
         mode: cli.sandbox,
         env: cli.sandbox_env,
+        show: cli.sandbox_show,
         hide: cli.sandbox_hide,
-        secret_files,
+        secret_files: cli.providers.config.clone().into_iter().collect(),
         unshare_net: cli.sandbox_unshare_net,
     };
     let defaults = arbiter_worker::Config::default();

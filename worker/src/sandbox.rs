@@ -1,15 +1,20 @@
 //! The sandbox the `bash` tool's commands run in. By default every command
 //! runs under bubblewrap (`bwrap`): new namespaces (its own processes and
 //! `/proc`, so the worker and its environment cannot be seen), a cleared
-//! environment, all capabilities dropped, and a read-only file system in
-//! which only the session's workspace, a private `/tmp` and a private
-//! `$HOME` can be written and the worker's secrets are hidden. `docs/tools.md`
-//! ("Sandbox") says what commands can see and do.
+//! environment, all capabilities dropped, and a file system that shows by
+//! list ([`view`]: the system and toolchain directories read-only, the
+//! session's workspace, a private `/tmp` and a private `$HOME`), with the
+//! worker's secrets hidden even there. `docs/tools.md` ("Sandbox") says what
+//! commands can see and do.
 //!
-//! Everything is worked out once, at start ([`Sandbox::new`], then
-//! [`Sandbox::probe`]); each command only adds its workspace and its line.
+//! Everything is worked out once, at start ([`Sandbox::new`], which also
+//! refuses a sandbox that shows a secret of the deployment ([`exposure`]),
+//! then [`Sandbox::probe`]); each command only adds its workspace and its line.
 
-use std::ffi::{OsStr, OsString};
+mod exposure;
+mod view;
+
+use std::ffi::OsStr;
 use std::fmt;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -21,6 +26,8 @@ use tokio::process::Command;
 
 pub use crate::contain::Containment;
 use crate::contain::Scope;
+pub use exposure::Exposed;
+use view::{BwrapArgs, View};
 
 /// How the tools' commands are confined (`--sandbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,13 +67,18 @@ pub struct SandboxConfig {
     /// Variables of the worker's environment passed to commands, by name
     /// (`--sandbox-env`). Nothing else of it is, but the PATH and LANG.
     pub env: Vec<String>,
-    /// Paths hidden from commands as they are (`--sandbox-hide`): a
-    /// directory shows empty and read-only, any other file cannot be opened.
+    /// Paths shown to commands read-only besides the system and toolchain
+    /// directories (`--sandbox-show`).
+    pub show: Vec<PathBuf>,
+    /// Paths hidden from commands as they are (`--sandbox-hide`), where
+    /// what is shown holds them: a directory shows empty and read-only, any
+    /// other file cannot be opened.
     pub hide: Vec<PathBuf>,
-    /// Files that hold the worker's secrets (NATS credentials, TLS key, the
-    /// config file). Each one's directory is hidden; the file alone where
-    /// that directory is `/`, a top-level directory, or holds the toolchain
-    /// (a PATH entry), which commands need.
+    /// Files that hold the worker's secrets (NATS credentials, nkey, TLS
+    /// key, the config file), however they were given. Where what is shown
+    /// holds one, its directory is hidden; the file alone where that
+    /// directory is `/`, a top-level directory, or holds the toolchain (a
+    /// PATH entry), which commands need.
     pub secret_files: Vec<PathBuf>,
     /// Cut commands off the network: they get a loopback interface only.
     pub unshare_net: bool,
@@ -87,27 +99,15 @@ pub enum SandboxError {
          docs/tools.md), or start with --sandbox none to run tools unconfined (not recommended)"
     )]
     Unusable { detail: String },
+    #[error(
+        "--sandbox bwrap: commands could read {}, {}; the sandbox must show no key or other \
+         credential of the deployment: move it out of what the sandbox shows (docs/tools.md, \
+         \"Sandbox\"), or hide it with --sandbox-hide",
+        .0.path.display(), .0.what
+    )]
+    Exposed(Exposed),
 }
 
-/// Where commands get their `HOME` when the worker's cannot be used.
-const FALLBACK_HOME: &str = "/tmp";
-/// The `LANG` of commands when the worker has none.
-const DEFAULT_LANG: &str = "C.UTF-8";
-/// Paths hidden whatever the configuration: container and orchestrator
-/// secrets, per-user runtime directories (agent sockets), container
-/// engines' sockets (each one is root on the host).
-const ALWAYS_HIDDEN: [&str; 7] = [
-    "/run/secrets",
-    "/var/run/secrets",
-    "/run/user",
-    "/run/docker.sock",
-    "/var/run/docker.sock",
-    "/run/containerd/containerd.sock",
-    "/run/podman/podman.sock",
-];
-/// What stays readable in the private `HOME`, besides the PATH entries in
-/// it: toolchains and git's settings.
-const HOME_KEPT: [&str; 3] = [".rustup", ".pyenv", ".gitconfig"];
 /// How long the start-up probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -128,38 +128,6 @@ struct Bwrap {
     args: BwrapArgs,
 }
 
-/// bwrap's arguments but the per-command ones, in two parts: the
-/// workspace is bound between them.
-#[derive(Debug, Clone, Default)]
-struct BwrapArgs {
-    /// Namespaces, and every mount the workspace may lie under.
-    mounts: Vec<OsString>,
-    /// What must come after the workspace: the hidden directories made
-    /// read-only (the workspace's mount point is made in one of them), and
-    /// the environment.
-    seal: Vec<OsString>,
-}
-
-impl BwrapArgs {
-    fn mount(&mut self, items: &[&OsStr]) {
-        self.mounts.extend(items.iter().map(|s| s.to_os_string()));
-    }
-
-    fn seal(&mut self, items: &[&OsStr]) {
-        self.seal.extend(items.iter().map(|s| s.to_os_string()));
-    }
-}
-
-/// A path hidden from commands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Hidden {
-    /// An empty tmpfs over it.
-    Dir(PathBuf),
-    /// `/dev/null` bound over it; the mount forbids devices, so opening
-    /// it fails with `Permission denied`.
-    File(PathBuf),
-}
-
 impl Sandbox {
     /// Resolves `config` against the worker's environment: finds `bwrap`
     /// and the shell, and works out what to hide, keep and pass. Every
@@ -173,9 +141,21 @@ impl Sandbox {
             SandboxMode::Bwrap => {
                 let program = find_program("bwrap", &path).ok_or(SandboxError::NotInstalled)?;
                 let env = |name: &str| std::env::var_os(name);
+                let view = View::new(config, workspace_root, &shell, &env);
+                let scan = exposure::scan(&view);
+                if let Some(exposed) = scan.exposed {
+                    return Err(SandboxError::Exposed(exposed));
+                }
+                if scan.cut {
+                    tracing::warn!(
+                        "the sandbox shows more files than the start-up check for secrets reads; \
+                         it looked at the first {} (narrow --sandbox-show)",
+                        exposure::MAX_ENTRIES
+                    );
+                }
                 let bwrap = Bwrap {
                     program,
-                    args: bwrap_args(config, workspace_root, &shell, &env),
+                    args: view.args(config.unshare_net),
                 };
                 // The PID namespace bwrap makes holds every process.
                 (Some(bwrap), Containment::ProcessGroup)
@@ -338,179 +318,13 @@ fn find_program(name: &str, path: &OsStr) -> Option<PathBuf> {
         })
 }
 
-/// bwrap's arguments but the per-command ones. `env` reads the worker's
-/// environment. Mount order matters: later mounts cover earlier ones.
-fn bwrap_args(
-    config: &SandboxConfig,
-    workspace_root: &Path,
-    shell: &Path,
-    env: &dyn Fn(&str) -> Option<OsString>,
-) -> BwrapArgs {
-    let mut args = BwrapArgs::default();
-    // A user namespace of its own, and none further inside: commands cannot
-    // make namespaces of their own (seccomp may allow it, in a container).
-    args.mount(&[
-        "--unshare-all".as_ref(),
-        "--unshare-user".as_ref(),
-        "--disable-userns".as_ref(),
-    ]);
-    if !config.unshare_net {
-        args.mount(&["--share-net".as_ref()]);
-    }
-    args.mount(&[
-        "--die-with-parent".as_ref(),
-        "--new-session".as_ref(),
-        "--cap-drop".as_ref(),
-        "ALL".as_ref(),
-        "--ro-bind".as_ref(),
-        "/".as_ref(),
-        "/".as_ref(),
-        "--dev".as_ref(),
-        "/dev".as_ref(),
-        "--proc".as_ref(),
-        "/proc".as_ref(),
-        "--tmpfs".as_ref(),
-        "/tmp".as_ref(),
-    ]);
-    let path = env("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let path_dirs: Vec<PathBuf> = std::env::split_paths(&path)
-        .filter(|dir| dir.is_absolute())
-        .collect();
-    let rustup_home = env("RUSTUP_HOME").map(PathBuf::from);
-    // What commands need to stay visible: hiding a directory that holds one
-    // of these would leave them without a toolchain.
-    let mut toolchain = path_dirs.clone();
-    toolchain.extend(rustup_home.clone());
-    toolchain.extend(shell.parent().map(Path::to_path_buf));
-    let mut hidden = vec![workspace_root.to_path_buf()];
-    hidden.extend(ALWAYS_HIDDEN.iter().map(PathBuf::from));
-    hidden.extend(config.hide.iter().cloned());
-    for file in &config.secret_files {
-        hidden.extend(secret_hides(file, &toolchain));
-    }
-    for hide in resolve_hidden(&hidden) {
-        match hide {
-            Hidden::Dir(dir) => {
-                args.mount(&["--tmpfs".as_ref(), dir.as_os_str()]);
-                args.seal(&["--remount-ro".as_ref(), dir.as_os_str()]);
-            }
-            Hidden::File(file) => {
-                args.mount(&["--ro-bind".as_ref(), "/dev/null".as_ref(), file.as_os_str()])
-            }
-        }
-    }
-    let home = env("HOME")
-        .map(PathBuf::from)
-        .filter(|home| home.is_absolute() && home.parent().is_some() && home.is_dir());
-    if let Some(home) = &home {
-        args.mount(&["--tmpfs".as_ref(), home.as_os_str()]);
-        let mut kept: Vec<PathBuf> = path_dirs
-            .iter()
-            .filter(|dir| dir.starts_with(home) && *dir != home)
-            .cloned()
-            .collect();
-        kept.extend(HOME_KEPT.iter().map(|name| home.join(name)));
-        kept.extend(rustup_home.iter().filter(|r| r.starts_with(home)).cloned());
-        kept.sort();
-        kept.dedup();
-        for keep in kept.iter().filter(|keep| keep.exists()) {
-            args.mount(&["--ro-bind".as_ref(), keep.as_os_str(), keep.as_os_str()]);
-        }
-    }
-    args.seal(&["--clearenv".as_ref()]);
-    let home_value = home.map_or_else(|| OsString::from(FALLBACK_HOME), PathBuf::into_os_string);
-    let lang = env("LANG").unwrap_or_else(|| DEFAULT_LANG.into());
-    let mut vars: Vec<(OsString, OsString)> = vec![
-        ("PATH".into(), path.clone()),
-        ("HOME".into(), home_value),
-        ("LANG".into(), lang),
-        ("TERM".into(), "dumb".into()),
-        ("PAGER".into(), "cat".into()),
-        ("GIT_PAGER".into(), "cat".into()),
-    ];
-    if let Some(rustup_home) = rustup_home {
-        vars.push(("RUSTUP_HOME".into(), rustup_home.into_os_string()));
-    }
-    for name in &config.env {
-        if let Some(value) = env(name) {
-            vars.retain(|(n, _)| n.as_os_str() != OsStr::new(name));
-            vars.push((name.into(), value));
-        }
-    }
-    for (name, value) in &vars {
-        args.seal(&["--setenv".as_ref(), name, value]);
-    }
-    args
-}
-
-/// What to hide for one secret file: its directory, or the file alone
-/// where the directory is too broad to hide (`/`, a top-level directory,
-/// or one holding a `toolchain` directory). A symlink's target is hidden
-/// the same way.
-fn secret_hides(file: &Path, toolchain: &[PathBuf]) -> Vec<PathBuf> {
-    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    let mut paths = vec![file.clone()];
-    if let Ok(real) = file.canonicalize()
-        && real != *file
-    {
-        paths.push(real);
-    }
-    paths
-        .into_iter()
-        .map(|file| match file.parent() {
-            Some(dir)
-                if dir.parent().is_some_and(|up| up.parent().is_some())
-                    && !toolchain.iter().any(|t| t.starts_with(dir)) =>
-            {
-                dir.to_path_buf()
-            }
-            _ => file,
-        })
-        .collect()
-}
-
-/// The paths to hide that exist (a mount needs something to cover), each
-/// once, resolved through symlinks; never `/`.
-fn resolve_hidden(paths: &[PathBuf]) -> Vec<Hidden> {
-    let mut hidden: Vec<Hidden> = Vec::new();
-    for path in paths {
-        let Ok(real) = path.canonicalize() else {
-            continue;
-        };
-        if real.parent().is_none() {
-            continue;
-        }
-        let hide = if real.is_dir() {
-            Hidden::Dir(real)
-        } else {
-            Hidden::File(real)
-        };
-        if !hidden.contains(&hide) {
-            hidden.push(hide);
-        }
-    }
-    // What lies inside a hidden directory is hidden with it; mounting over
-    // it again would fail, as the path no longer exists in the empty tmpfs.
-    let dirs: Vec<PathBuf> = hidden
-        .iter()
-        .filter_map(|h| match h {
-            Hidden::Dir(dir) => Some(dir.clone()),
-            Hidden::File(_) => None,
-        })
-        .collect();
-    hidden.retain(|h| {
-        let path = match h {
-            Hidden::Dir(p) | Hidden::File(p) => p,
-        };
-        !dirs.iter().any(|dir| path != dir && path.starts_with(dir))
-    });
-    hidden
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use std::ffi::OsString;
+
+    use super::view::{HOME_KEPT, Hidden, resolve_hidden, secret_hides};
     use super::*;
     use crate::tools::run;
     use crate::tools::tests::{context, context_with};
@@ -581,12 +395,13 @@ mod tests {
             env: vec!["GREETING".into(), "UNSET".into()],
             ..Default::default()
         };
-        let args = bwrap_args(
+        let args = View::new(
             &config,
             Path::new("/nowhere"),
             Path::new("/bin/bash"),
             &vars,
-        );
+        )
+        .args(config.unshare_net);
         let args: Vec<String> = [args.mounts, args.seal]
             .concat()
             .iter()
@@ -604,7 +419,8 @@ mod tests {
             unshare_net: true,
             ..Default::default()
         };
-        let args = bwrap_args(&cut, Path::new("/nowhere"), Path::new("/bin/bash"), &vars);
+        let args = View::new(&cut, Path::new("/nowhere"), Path::new("/bin/bash"), &vars)
+            .args(cut.unshare_net);
         assert!(!args.mounts.iter().any(|a| a == "--share-net"));
     }
 
@@ -623,6 +439,7 @@ mod tests {
         let other = outside.path().join("other.txt");
         std::fs::write(&other, "hidden").unwrap();
         let (_base, ctx) = context_with(&SandboxConfig {
+            show: vec![outside.path().to_owned()],
             secret_files: vec![keys.join("nats.creds")],
             hide: vec![other.clone()],
             ..Default::default()
@@ -654,6 +471,7 @@ mod tests {
         let hidden = resolve_hidden(&[creds.clone(), conf.clone(), conf.join("arbiter.toml")]);
         assert_eq!(hidden, vec![Hidden::Dir(conf.canonicalize().unwrap())]);
         let (_base, ctx) = context_with(&SandboxConfig {
+            show: vec![outside.path().to_owned()],
             secret_files: vec![conf.join("arbiter.toml"), creds.join("nats.creds")],
             ..Default::default()
         });
@@ -706,6 +524,76 @@ mod tests {
         assert!(is_secret_env("db_password"));
         assert!(!is_secret_env("PATH"));
         assert!(!is_secret_env("HOME"));
+    }
+
+    /// What the user sees: at `/`, only the system directories, the private
+    /// `/tmp`, `/var/tmp`, `HOME` and the toolchain's mount points, and the
+    /// way to the workspace; a directory beside the workspaces (here the
+    /// test's own build tree) is not there, though nothing hides it by name.
+    #[tokio::test]
+    async fn only_what_is_listed_is_shown() {
+        let beside = outside_tmp();
+        std::fs::write(beside.path().join("admin-notes.txt"), "beside").unwrap();
+        let (_base, ctx) = context();
+        let b = beside.path().display();
+        let line = format!("ls -A /; cat {b}/admin-notes.txt");
+        let out = run(&ctx, "bash", &json!({ "command": line })).await;
+        let mut lines = out.content.lines().skip(1);
+        let top: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("cat:"))
+            .collect();
+        let allowed = [
+            "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "sys", "nix", "dev",
+            "proc", "tmp", "var", "run", "root", "home", "opt",
+        ];
+        for name in &top {
+            assert!(allowed.contains(name), "/{name} is shown: {out:?}");
+        }
+        for name in ["usr", "etc", "tmp", "proc", "dev"] {
+            assert!(top.contains(&name), "/{name} is missing: {out:?}");
+        }
+        assert!(
+            out.content.contains(&format!(
+                "cat: {b}/admin-notes.txt: No such file or directory"
+            )),
+            "{out:?}"
+        );
+    }
+
+    /// What the user sees: a worker whose sandbox would show a deployment's
+    /// keys does not start, and says which file and what to do; hiding the
+    /// directory lets it start.
+    #[test]
+    fn a_sandbox_that_shows_a_key_of_the_deployment_is_refused() {
+        let outside = outside_tmp();
+        let secrets = outside.path().join("secrets");
+        std::fs::create_dir_all(secrets.join("keys")).unwrap();
+        std::fs::write(
+            secrets.join("keys/signing.nk"),
+            "SAAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU\n",
+        )
+        .unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let config = SandboxConfig {
+            show: vec![outside.path().to_owned()],
+            ..Default::default()
+        };
+        let Err(err) = Sandbox::new(&config, root.path()) else {
+            panic!("a sandbox showing a signing key was accepted");
+        };
+        let said = err.to_string();
+        assert!(
+            said.contains(&secrets.join("keys/signing.nk").display().to_string())
+                && said.contains("signing key")
+                && said.contains("--sandbox-hide"),
+            "{said}"
+        );
+        let hidden = SandboxConfig {
+            hide: vec![secrets.clone()],
+            ..config
+        };
+        assert!(Sandbox::new(&hidden, root.path()).is_ok());
     }
 
     #[test]

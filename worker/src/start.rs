@@ -71,7 +71,19 @@ pub(crate) async fn sandbox(config: &Config) -> Result<Sandbox> {
             config.workspace_root.display()
         ))
     })?;
-    let sandbox = Sandbox::new(&config.sandbox, &root)?;
+    // Every file of the worker's NATS credential is hidden, however it was
+    // given (a flag, the environment, a config): the list comes from the
+    // settings the connection uses.
+    let mut sandbox_config = config.sandbox.clone();
+    let nats = &config.nats;
+    sandbox_config.secret_files.extend(
+        [&nats.creds, &nats.nkey, &nats.tls_key]
+            .into_iter()
+            .flatten()
+            .filter(|path| !path.as_os_str().is_empty())
+            .cloned(),
+    );
+    let sandbox = Sandbox::new(&sandbox_config, &root)?;
     match config.sandbox.mode {
         SandboxMode::None => {
             tracing::warn!(

@@ -110,6 +110,9 @@ pub struct Options {
     pub bind: Option<std::net::IpAddr>,
     /// What runs the in-process workers' Orchestrators.
     pub runtime: arbiter_worker::Runtime,
+    /// Where a secure system's admin directory is made (default: the
+    /// system's temporary directory).
+    pub admin_in: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -124,6 +127,7 @@ impl Default for Options {
             secure: false,
             bind: None,
             runtime: arbiter_worker::Runtime::Native,
+            admin_in: None,
         }
     }
 }
@@ -137,7 +141,8 @@ impl System {
         arbiter_tests::init_tracing();
         let bind = options.bind.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
         let (nats, admin) = if options.secure {
-            let secure = SecureNats::start_on(&bind.to_string(), &[]).await;
+            let parent = options.admin_in.clone().unwrap_or_else(std::env::temp_dir);
+            let secure = SecureNats::start_in(&bind.to_string(), &[], &parent).await;
             (secure.server, Some(secure.admin))
         } else {
             let nats = match &options.nats_config {

@@ -18,6 +18,8 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use crate::common::*;
 use crate::direct::*;
 
+mod reach;
+
 /// What the fake NATS credentials file holds.
 const CREDS_SECRET: &str = "SUAKNATSSEEDTHATMUSTNEVERLEAK0123456789";
 
