@@ -426,13 +426,13 @@ fn speakers_have_their_colours_and_notes_are_dimmed() {
 }
 
 #[test]
-fn the_readme_shows_this_screen() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md at the workspace root");
+fn the_console_page_shows_this_screen() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/console.md"))
+        .expect("docs/console.md in the workspace");
     let screen = seed_mid_flight().screen(82, 32);
     assert!(
-        readme.contains(&format!("```\n{screen}\n```")),
-        "README.md's capture of the console differs from this render:\n{screen}"
+        page.contains(&format!("```\n{screen}\n```")),
+        "docs/console.md's capture of the console differs from this render:\n{screen}"
     );
 }
 
