@@ -77,7 +77,7 @@ tls {{
 include "resolver.conf"
 
 jetstream {{
-  # fsync every write before acknowledging it (see README, Durability).
+  # fsync every write before acknowledging it (see docs/durability.md).
   sync_interval: always
 }}
 "#,
@@ -158,7 +158,7 @@ resolver {{
 }}
 
 jetstream {{
-  # fsync every write before acknowledging it (see README, Durability).
+  # fsync every write before acknowledging it (see docs/durability.md).
   sync_interval: always
 }}
 

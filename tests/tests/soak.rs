@@ -344,7 +344,7 @@ async fn read_log(bus: &Bus, session: &str) -> Vec<LogEntry> {
 }
 
 /// What one JetStream publish costs with and without `sync_interval: always`
-/// on this machine: the figures in the README's Durability section.
+/// on this machine: the figures in docs/durability.md, Durable server settings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; run with --ignored --nocapture"]
 async fn publish_ack_latency_with_and_without_sync_always() {

@@ -1,7 +1,8 @@
-//! What an Orchestrator's `bash` can reach in each way README.md starts a
-//! worker (issue #38): `scripts/up`, the by-hand commands, a worker given
-//! its bundle by flags, and one given it by environment, each with the
-//! deployment directory beside the workspaces, outside `/tmp` and outside
+//! What an Orchestrator's `bash` can reach in each way README.md and
+//! docs/deployment.md start a worker (issue #38): `scripts/up`, the by-hand
+//! commands, a worker given its bundle by flags, and one given it by
+//! environment, each with the deployment directory beside the workspaces,
+//! outside `/tmp` and outside
 //! the worker's `$HOME` (so that neither private directory hides it by
 //! accident). A scripted model has `bash` try to read every file of the
 //! deployment directory and every credential the worker holds, look for
@@ -329,8 +330,8 @@ fn toolchain_tops() -> Vec<String> {
 /// How a worker is given its bundle.
 #[derive(Debug, Clone, Copy)]
 enum Given {
-    /// README's "Running the binaries by hand": `set -a; . secrets/creds/worker/env`,
-    /// `--workspace-root ./workspaces`.
+    /// docs/deployment.md, "Running the binaries by hand":
+    /// `set -a; . secrets/creds/worker/env`, `--workspace-root ./workspaces`.
     EnvFile,
     /// Flags (`--creds … --tlskey …`), the bundle copied beside the workspaces.
     Flags,

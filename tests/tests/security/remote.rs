@@ -1,7 +1,7 @@
 //! A worker on another host: in its own network namespace (a veth pair with
 //! addresses the test owns), it joins over TLS with a freshly issued
-//! credential and a copy of its bundle, as README.md tells a user to do,
-//! claims a summons and completes an Orchestrator. Then its credential is
+//! credential and a copy of its bundle, as docs/deployment.md tells a user
+//! to do, claims a summons and completes an Orchestrator. Then its credential is
 //! revoked mid-task: its connection is closed, every new one is refused, it
 //! exits saying so, and the other worker finishes the work.
 
