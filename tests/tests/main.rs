@@ -36,6 +36,7 @@ mod limits;
 mod live_words;
 mod memory;
 mod providers_e2e;
+mod readme;
 mod retention;
 mod routing;
 mod runaway;
