@@ -101,7 +101,7 @@ impl System {
         let mut pending: Vec<(String, Instant, &str, String, usize)> = vec![(
             self.coordinator.name.clone(),
             self.coordinator.started,
-            subjects::SESSIONS_STREAM,
+            subjects::HUMAN_STREAM,
             subjects::COORDINATOR_HUMAN_CONSUMER.to_owned(),
             1,
         )];

@@ -40,14 +40,12 @@ pub fn stream_configs() -> Vec<stream::Config> {
             allow_direct: true,
             ..stream(
                 subjects::SESSIONS_STREAM,
-                &[
-                    subjects::ALL_SESSION_HUMAN,
-                    subjects::ALL_SESSION_HUMAN_FROM,
-                    subjects::ALL_SESSION_LOG,
-                    subjects::ALL_SESSION_IN,
-                ],
+                &[subjects::ALL_SESSION_LOG, subjects::ALL_SESSION_IN],
             )
         },
+        // After the session stream, which gives its human subjects up first
+        // when an older version made it with them (see `declare_with`).
+        human_stream_config(),
         // Workers read an Orchestrator's inputs and control by direct get.
         stream::Config {
             allow_direct: true,
@@ -73,6 +71,49 @@ pub fn stream_configs() -> Vec<stream::Config> {
             )
         },
     ]
+}
+
+/// Lines one console may have in [`subjects::HUMAN_STREAM`] at once (sent,
+/// not yet taken by a coordinator): past it, the server refuses its next
+/// line ("maximum messages per subject exceeded", 10077) and keeps every
+/// other console's. A coordinator takes a line within milliseconds, so only
+/// a console sending faster than coordinators take, or while none runs,
+/// meets it.
+pub const HUMAN_PENDING_PER_CONSOLE: i64 = 64;
+/// The largest human line [`subjects::HUMAN_STREAM`] stores, in bytes of
+/// JSON: twice the longest text a coordinator takes (256 KiB), room for its
+/// escapes. A larger one is refused by the server ("message size exceeds
+/// maximum allowed", 10054). With [`HUMAN_PENDING_PER_CONSOLE`], one console
+/// holds at most 32 MiB of the stream.
+pub const HUMAN_MAX_MESSAGE_BYTES: i32 = 512 * 1024;
+
+/// The human intake: a work-queue stream (a line leaves it once a
+/// coordinator has stored the step that took it; the session's log keeps
+/// the `human` entry), storing each console's lines under its name alone
+/// (`human.<console>`, by a subject transform) and at most
+/// [`HUMAN_PENDING_PER_CONSOLE`] of them (discard new per subject), each at
+/// most [`HUMAN_MAX_MESSAGE_BYTES`]. The bare `session.<id>.human` of
+/// consoles without a name is stored as it comes, so it is held per session.
+pub fn human_stream_config() -> stream::Config {
+    stream::Config {
+        name: subjects::HUMAN_STREAM.into(),
+        subjects: vec![
+            subjects::ALL_SESSION_HUMAN.to_owned(),
+            subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
+        ],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: DUPLICATE_WINDOW,
+        subject_transform: Some(stream::SubjectTransform {
+            source: subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
+            destination: subjects::HUMAN_INTAKE_DEST.to_owned(),
+        }),
+        max_messages_per_subject: HUMAN_PENDING_PER_CONSOLE,
+        discard: stream::DiscardPolicy::New,
+        discard_new_per_subject: true,
+        max_message_size: HUMAN_MAX_MESSAGE_BYTES,
+        ..Default::default()
+    }
 }
 
 /// Creates every stream, the sessions and memory buckets and the object stores that are

@@ -129,7 +129,7 @@ impl Feed {
                     .await;
                     match sent {
                         Ok(Ok(())) => return,
-                        Ok(Err(e)) => e.to_string(),
+                        Ok(Err(e)) => crate::not_sent::reason(&e),
                         Err(_) => {
                             format!("no answer from NATS within {} s", SEND_TIMEOUT.as_secs())
                         }
@@ -547,21 +547,24 @@ mod tests {
                 _ => {}
             }
         }
+        // In the human intake (a work-queue stream, which takes no ordered
+        // consumer), until a coordinator takes it.
+        let intake = bus.js.get_stream(subjects::HUMAN_STREAM).await.unwrap();
         let sent = arbiter_tests::eventually(Duration::from_secs(10), "the message", || async {
-            let (messages, _) = bus
-                .replay_subject(
-                    subjects::SESSIONS_STREAM,
-                    &subjects::session_human_from(session_id, "tester"),
-                )
+            intake
+                .get_last_raw_message_by_subject(&subjects::human_intake("tester"))
                 .await
-                .ok()??;
-            messages.into_iter().next()
+                .ok()
         })
         .await;
         let message: HumanMessage = serde_json::from_slice(&sent.payload).unwrap();
         assert_eq!(
-            (message.message_id.as_str(), message.text.as_str()),
-            ("m-1", "typed at once")
+            (
+                message.session_id.as_str(),
+                message.message_id.as_str(),
+                message.text.as_str()
+            ),
+            (session_id, "m-1", "typed at once")
         );
     }
 

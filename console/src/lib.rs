@@ -19,6 +19,7 @@ mod feed;
 pub mod inert;
 pub mod input;
 pub mod memory;
+pub mod not_sent;
 pub mod render;
 mod screen;
 mod session;

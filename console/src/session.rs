@@ -464,7 +464,7 @@ where
             .await;
         if let Err(e) = sent {
             self.progress.not_sent(&message_id);
-            let error = e.to_string();
+            let error = crate::not_sent::reason(&e);
             tracing::warn!(error = %inert::one_line(&error), "human message not sent");
             let notice = inert::block("! message not sent: ", &error);
             write_line(self.notices, &notice).await?;

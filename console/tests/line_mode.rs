@@ -107,22 +107,21 @@ impl Coordinator {
             .unwrap();
     }
 
-    /// The next human message of the session, read from the stream as the coordinator would.
-    async fn human_messages(&self, session_id: &str) -> pull::Stream {
+    /// The console's human messages, read from the human intake as the
+    /// coordinator would (stored under the console's name; each names its
+    /// session in its payload).
+    async fn human_messages(&self) -> pull::Stream {
         let consumer = self
             .bus
             .js
             .create_consumer_on_stream(
                 pull::Config {
-                    filter_subject: subjects::session_human_from(
-                        session_id,
-                        arbiter_console::DEFAULT_IDENTITY,
-                    ),
+                    filter_subject: subjects::human_intake(arbiter_console::DEFAULT_IDENTITY),
                     deliver_policy: DeliverPolicy::All,
                     ack_policy: AckPolicy::Explicit,
                     ..Default::default()
                 },
-                subjects::SESSIONS_STREAM,
+                subjects::HUMAN_STREAM,
             )
             .await
             .unwrap();
@@ -333,7 +332,7 @@ async fn plain_mode_sends_a_line_and_prints_the_answer() {
     let coordinator = Coordinator::start().await;
     let mut console = Console::spawn(&["--plain", "--nats-url", coordinator.url()], true);
     let session_id = console.session_id().await;
-    let mut inbox = coordinator.human_messages(&session_id).await;
+    let mut inbox = coordinator.human_messages().await;
 
     console.type_line("hello").await;
     console.type_line("   ").await;
@@ -364,7 +363,7 @@ async fn plain_mode_sends_a_line_and_prints_the_answer() {
 async fn json_mode_prints_one_log_entry_per_line() {
     let coordinator = Coordinator::start().await;
     let session_id = "json-session";
-    let mut inbox = coordinator.human_messages(session_id).await;
+    let mut inbox = coordinator.human_messages().await;
     let mut console = Console::spawn(
         &[
             "--json",
@@ -379,6 +378,7 @@ async fn json_mode_prints_one_log_entry_per_line() {
     console.type_line("What now?").await;
     console.close_stdin();
     let message = next_human(&mut inbox).await;
+    assert_eq!(message.session_id, session_id);
 
     let entries = vec![
         entry(session_id, 1, human(&message)),

@@ -55,6 +55,8 @@ const MAX_ACK_PENDING: i64 = 20_000;
 /// transcript and the step record each carry a copy, and a NATS message is
 /// capped at 1 MB by default.
 pub(crate) const MAX_HUMAN_BYTES: usize = 256 * 1024;
+// Every line the coordinator takes fits in the human intake, escapes and all.
+const _: () = assert!(2 * MAX_HUMAN_BYTES <= arbiter_bus::setup::HUMAN_MAX_MESSAGE_BYTES as usize);
 /// The start-up scan of stored sessions is retried with doubling pauses
 /// until a pause would reach this (about 25 s in all).
 const SCAN_GIVE_UP: Duration = Duration::from_secs(15);
@@ -470,11 +472,28 @@ impl Registry {
     async fn on_human(&mut self, incoming: Incoming) {
         let subject = incoming.subject.clone();
         let subject = subject.as_str();
-        let Some((session_id, console)) = subjects::human_of(subject) else {
+        let Some((named, console)) = subjects::human_sender(subject) else {
             tracing::error!(subject, "human message on an unexpected subject; rejected");
             incoming.delivery.ack().await;
             return;
         };
+        // The session: the subject's, or for a line the intake stores under
+        // its console, the one its payload names.
+        let session_id = match named {
+            Some(id) => id.to_owned(),
+            None => match session_named_in(&incoming.payload) {
+                Some(id) => id,
+                None => {
+                    tracing::error!(
+                        subject,
+                        "human message naming no session (no readable session_id); rejected"
+                    );
+                    incoming.delivery.ack().await;
+                    return;
+                }
+            },
+        };
+        let session_id = session_id.as_str();
         // A session this coordinator does not hold is read from the bucket
         // once: an archive made by the admin since the last sweep counts.
         if !self.sessions.contains_key(session_id)
@@ -592,6 +611,20 @@ impl Registry {
     }
 }
 
+/// The session a human line's payload names, read leniently (so that a
+/// line that does not decode is still reported where it was meant to go):
+/// `None` when there is none that is a valid token.
+fn session_named_in(payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        session_id: String,
+    }
+    serde_json::from_slice::<Named>(payload)
+        .ok()
+        .map(|named| named.session_id)
+        .filter(|id| subjects::is_valid_token(id))
+}
+
 /// The outputs a message on `orch.<orch_id>.out` carries: one bare
 /// [`OrchestratorMessage`] (what a worker in another language publishes), or
 /// a worker's state record whose `outbox` is its outputs (the native worker
@@ -638,14 +671,13 @@ pub(crate) fn outputs_of(
 
 /// Runs both consumers until shutdown, then stops every session and waits for them.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) -> Result<()> {
+    // Lines are stored under their console (`human.<console>`), or as sent
+    // by a console with no name (`session.<id>.human`).
     let human = consumer(
         &shared,
-        subjects::SESSIONS_STREAM,
+        subjects::HUMAN_STREAM,
         subjects::COORDINATOR_HUMAN_CONSUMER,
-        &[
-            subjects::ALL_SESSION_HUMAN,
-            subjects::ALL_SESSION_HUMAN_FROM,
-        ],
+        &[subjects::ALL_HUMAN_INTAKE, subjects::ALL_SESSION_HUMAN],
     )
     .await?;
     let orch = consumer(
@@ -673,6 +705,12 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     let (retry_tx, mut retry_rx) = mpsc::channel::<(String, u64)>(1024);
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
     let mut background_tasks = tokio::task::JoinSet::new();
+    let (legacy_tx, mut legacy_rx) = mpsc::channel(LEGACY_BATCH);
+    {
+        let shared = shared.clone();
+        let stop = background.clone();
+        background_tasks.spawn(async move { drain_legacy(shared, legacy_tx, stop).await });
+    }
     // Alive before anything is taken; the map caught up before anything is routed.
     leases.renew(&free_tx).await;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -744,10 +782,11 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                     break Err(js_error("reading Orchestrator output".into(), "the consumer stream ended"));
                 }
             },
+            Some(msg) = legacy_rx.recv() => registry.on_human(Incoming::pulled(msg)).await,
             Some(msg) = forwarded.next() => {
                 let subject = msg.subject.to_string();
                 match Incoming::forwarded(&client, msg) {
-                    Some(incoming) if subjects::human_of(&incoming.subject).is_some() => registry.on_human(incoming).await,
+                    Some(incoming) if subjects::human_sender(&incoming.subject).is_some() => registry.on_human(incoming).await,
                     Some(incoming) => registry.on_orchestrator(incoming).await,
                     None => tracing::warn!(subject, "a forwarded message without its subject, sequence or reply subject; dropped (its sender puts it back after its wait)"),
                 }
@@ -765,6 +804,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     tracing::info!(coordinator = %registry.leases.id, sessions = registry.sessions.len(), "coordinator shutting down: stopping its sessions and handing them over");
     drop(human_msgs);
     drop(orch_msgs);
+    drop(legacy_rx);
     // Nothing more is taken here: the watch never waits on these.
     drop(free_rx);
     drop(retry_rx);
@@ -778,6 +818,82 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     // coordinator's key makes the others take its sessions at once.
     registry.leases.withdraw().await;
     result
+}
+
+/// Human lines pulled at once from an older version's consumer.
+const LEGACY_BATCH: usize = 256;
+
+/// Takes the human lines an older version's `coordinator-human` on the
+/// session stream had not taken when the human subjects moved to the intake
+/// (`bus::setup::declare`, at this version's first start): each as any
+/// other line, then the consumer is deleted. Nothing new reaches it once
+/// its stream lost the subjects. Several coordinators may drain it at once;
+/// the one that finds it empty deletes it, and the others then stop.
+async fn drain_legacy(
+    shared: Arc<Shared>,
+    to: mpsc::Sender<async_nats::jetstream::Message>,
+    stop: CancellationToken,
+) {
+    let name = subjects::COORDINATOR_HUMAN_CONSUMER;
+    let Ok(stream) = shared.bus.js.get_stream(subjects::SESSIONS_STREAM).await else {
+        return;
+    };
+    let Ok(mut consumer) = stream.get_consumer::<pull::Config>(name).await else {
+        return;
+    };
+    tracing::info!(
+        stream = subjects::SESSIONS_STREAM,
+        consumer = name,
+        "taking the human lines an older version left on the session stream"
+    );
+    let mut taken = 0u64;
+    while !stop.is_cancelled() {
+        let batch = consumer
+            .fetch()
+            .max_messages(LEGACY_BATCH)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await;
+        let Ok(mut batch) = batch else {
+            return;
+        };
+        let mut got = 0;
+        while let Some(Ok(msg)) = batch.next().await {
+            got += 1;
+            if to.send(msg).await.is_err() {
+                return;
+            }
+        }
+        taken += got;
+        if got > 0 {
+            continue;
+        }
+        match consumer.info().await {
+            Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => {
+                match stream.delete_consumer(name).await {
+                    Ok(_) => tracing::info!(
+                        stream = subjects::SESSIONS_STREAM,
+                        consumer = name,
+                        taken,
+                        "the older version's human lines are all taken; its consumer is deleted"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(consumer = name, error = %e, "could not delete the older version's human consumer (empty now); delete it by hand")
+                    }
+                }
+                return;
+            }
+            // Some are out for a session that has not stored them yet.
+            Ok(_) => {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            // Deleted by another coordinator that drained it.
+            Err(_) => return,
+        }
+    }
 }
 
 /// Puts back the message of an input that cannot be taken here now.

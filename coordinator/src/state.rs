@@ -411,8 +411,9 @@ pub(crate) fn writer(steps: &StepLog, session_id: &str, last_seq: u64) -> Writer
 /// session (`session.<id>.>`) on `last_seq`, the last message of `.log` and
 /// its inputs as they were read, so that a step another coordinator stored
 /// after that read, an input included, refuses the claim (a claim built on a
-/// state without it would fork the session). The human's lines, which fall
-/// under the wildcard too, are stepped over. After the claim,
+/// state without it would fork the session). The human's lines that fall
+/// under the wildcard too (in a session stream made before the human
+/// intake), are stepped over. After the claim,
 /// [`Writer::fence_own`] fences the writer on `.log` alone.
 pub(crate) fn claim_writer(steps: &StepLog, session_id: &str, last_seq: u64) -> Writer {
     writer(steps, session_id, last_seq)

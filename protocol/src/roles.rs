@@ -225,6 +225,7 @@ fn memory_bucket() -> Vec<String> {
 pub fn all_streams() -> Vec<String> {
     vec![
         subjects::SESSIONS_STREAM.to_owned(),
+        subjects::HUMAN_STREAM.to_owned(),
         subjects::ORCH_STREAM.to_owned(),
         subjects::SUMMONS_STREAM.to_owned(),
         subjects::STATE_STREAM.to_owned(),
@@ -313,7 +314,12 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     .publish([format!("{PREFIX}.summon.*")]),
                 Grant::new("speak to, release and cancel Orchestrators")
                     .publish([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
-                Grant::new("read human messages through its durable `coordinator-human`")
+                Grant::new("read human messages through its durable `coordinator-human` on the human intake, and drain the one an older version made on the session stream")
+                    .publish(durable(
+                        subjects::HUMAN_STREAM,
+                        subjects::COORDINATOR_HUMAN_CONSUMER,
+                        None,
+                    ))
                     .publish(durable(sessions, subjects::COORDINATOR_HUMAN_CONSUMER, None)),
                 Grant::new("read Orchestrator output (bare, or the state record that is it) through its durable `coordinator-orch-out` on the Orchestrator state stream")
                     .publish(durable(
@@ -656,6 +662,12 @@ mod tests {
             "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SESSIONS.coordinator-human",
             "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.x.arbiter.v1.session.*.human",
             "$JS.API.STREAM.DELETE.ARBITER_ORCH",
+            // The human intake is the coordinator's alone: no other reader,
+            // no way around its cap per console.
+            "arbiter.v1.human.n1",
+            "$JS.API.CONSUMER.CREATE.ARBITER_HUMAN",
+            "$JS.API.CONSUMER.MSG.NEXT.ARBITER_HUMAN.coordinator-human",
+            "$JS.API.STREAM.UPDATE.ARBITER_HUMAN",
         ] {
             assert!(!may_publish(&c, denied), "console may publish {denied}");
         }
@@ -678,8 +690,11 @@ mod tests {
                     NatsRole::Worker => stream == obj_stream(subjects::ORCH_BLOBS_BUCKET),
                     _ => false,
                 };
-                // Archiving purges a session's live subjects (docs/protocol.md, Retention).
-                let archives = role == NatsRole::Coordinator && stream.starts_with("ARBITER_");
+                // Archiving purges a session's live subjects (docs/protocol.md,
+                // Retention); the human intake holds no session's record.
+                let archives = role == NatsRole::Coordinator
+                    && stream.starts_with("ARBITER_")
+                    && stream != subjects::HUMAN_STREAM;
                 assert_eq!(
                     may_publish(&p, &subject),
                     own_blobs || (archives && stream != subjects::SUMMONS_STREAM),

@@ -5,8 +5,13 @@ pub const PREFIX: &str = "arbiter.v1";
 /// The pool a summons goes to, and a worker serves, when none is named.
 pub const DEFAULT_POOL: &str = "default";
 
-/// JetStream stream of human messages and conversation logs (limits retention).
+/// JetStream stream of conversation logs (limits retention). Streams made
+/// before [`HUMAN_STREAM`] held the human lines too.
 pub const SESSIONS_STREAM: &str = "ARBITER_SESSIONS";
+/// JetStream work-queue stream of human lines on their way to a coordinator:
+/// an inbox, stored under each console's name ([`human_intake`]) with a cap
+/// per console, so that no console can fill a stream other sessions need.
+pub const HUMAN_STREAM: &str = "ARBITER_HUMAN";
 /// JetStream work-queue stream of summons; one durable pull consumer per pool.
 pub const SUMMONS_STREAM: &str = "ARBITER_SUMMONS";
 /// JetStream stream of Orchestrator inputs and control messages.
@@ -165,6 +170,31 @@ pub fn human_of(subject: &str) -> Option<(&str, &str)> {
     let session = id_of(rest, "session", "human")?;
     is_valid_token(console).then_some((session, console))
 }
+/// Where [`HUMAN_STREAM`] stores the lines console `console` sends to any
+/// session ([`session_human_from`]): under its name alone, so that the
+/// stream's per-subject cap counts a console's lines whatever sessions they
+/// name (the session is in the payload). The stream's subject transform
+/// ([`HUMAN_INTAKE_DEST`]) moves them here.
+pub fn human_intake(console: &str) -> String {
+    format!("{PREFIX}.human.{console}")
+}
+/// Every console's stored lines ([`human_intake`]).
+pub const ALL_HUMAN_INTAKE: &str = "arbiter.v1.human.*";
+/// The destination of [`HUMAN_STREAM`]'s subject transform, whose source
+/// is [`ALL_SESSION_HUMAN_FROM`]: a line published on
+/// `session.<id>.human.<console>` is stored on `human.<console>`.
+pub const HUMAN_INTAKE_DEST: &str = "arbiter.v1.human.{{wildcard(2)}}";
+/// Who sent a human line, and to which session when its subject says so:
+/// a line stored under its console ([`human_intake`]) names its session in
+/// its payload only; the older forms ([`session_human_from`], and the bare
+/// [`session_human`] as [`ANONYMOUS_CONSOLE`]) name it in the subject too.
+pub fn human_sender(subject: &str) -> Option<(Option<&str>, &str)> {
+    if let Some((session, console)) = human_of(subject) {
+        return Some((Some(session), console));
+    }
+    let console = subject.strip_prefix(PREFIX)?.strip_prefix(".human.")?;
+    is_valid_token(console).then_some((None, console))
+}
 pub fn session_log(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.log")
 }
@@ -189,8 +219,9 @@ pub fn session_log_filters(session_id: &str) -> Vec<String> {
     vec![session_log(session_id), session_inputs(session_id)]
 }
 /// The wildcard a coordinator fences its writes to a session's log on (its
-/// `.log` and its inputs; the human's lines fall under it too and are
-/// stepped over, see `steplog::Writer::fenced_over`).
+/// `.log` and its inputs; the human's lines a session stream made before
+/// [`HUMAN_STREAM`] holds fall under it too and are stepped over, see
+/// `steplog::Writer::fenced_over`).
 pub fn session_fence(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.>")
 }
@@ -276,6 +307,19 @@ mod tests {
         assert_eq!(human_of("arbiter.v1.session.s1.human.a.b"), None);
         assert_eq!(human_of("arbiter.v1.session.s1.log"), None);
         assert_eq!(human_of("arbiter.v1.session.s1.human."), None);
+        assert_eq!(human_intake("alice"), "arbiter.v1.human.alice");
+        assert_eq!(human_sender(&human_intake("alice")), Some((None, "alice")));
+        assert_eq!(
+            human_sender(&session_human_from("s1", "alice")),
+            Some((Some("s1"), "alice"))
+        );
+        assert_eq!(
+            human_sender(&session_human("s1")),
+            Some((Some("s1"), ANONYMOUS_CONSOLE))
+        );
+        assert_eq!(human_sender("arbiter.v1.human.a.b"), None);
+        assert_eq!(human_sender("arbiter.v1.human."), None);
+        assert_eq!(human_sender("arbiter.v1.session.s1.log"), None);
     }
 
     #[test]

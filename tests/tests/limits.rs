@@ -149,8 +149,12 @@ async fn a_console_past_its_limits_is_refused_and_others_are_not() {
     );
 }
 
+/// A session stream an older version made holds the human lines, read
+/// through `coordinator-human` on it (and, older still, only the bare
+/// subject). The coordinator's start gives the human subjects to the human
+/// intake, takes the lines the old consumer had not, and deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_date() {
+async fn a_session_stream_made_before_the_human_intake_gives_its_lines_up() {
     use arbiter_protocol::subjects;
     use async_nats::jetstream::{consumer::pull, stream};
 
@@ -159,57 +163,99 @@ async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_
         ..Default::default()
     })
     .await;
-    // As an older version left them: the bare human subject only.
+    // As an older version left them: the human subjects in the session
+    // stream, its consumer there, and a line it had not taken yet.
     let js = sys.bus.js.clone();
+    js.delete_stream(subjects::HUMAN_STREAM).await.unwrap();
     js.delete_stream(subjects::SESSIONS_STREAM).await.unwrap();
     let old = js
         .create_stream(stream::Config {
             name: subjects::SESSIONS_STREAM.into(),
             subjects: vec![
                 subjects::ALL_SESSION_HUMAN.into(),
+                subjects::ALL_SESSION_HUMAN_FROM.into(),
                 subjects::ALL_SESSION_LOG.into(),
+                subjects::ALL_SESSION_IN.into(),
             ],
             storage: stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
+            allow_direct: true,
             ..Default::default()
         })
         .await
         .unwrap();
     old.create_consumer(pull::Config {
         durable_name: Some(subjects::COORDINATOR_HUMAN_CONSUMER.into()),
-        filter_subject: subjects::ALL_SESSION_HUMAN.into(),
+        filter_subjects: vec![
+            subjects::ALL_SESSION_HUMAN.into(),
+            subjects::ALL_SESSION_HUMAN_FROM.into(),
+        ],
         ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
         ..Default::default()
     })
     .await
     .unwrap();
+    let log = sys.watch_log("s-upgraded").await;
+    sys.mock.push(
+        &arbiter_lane("sent before the upgrade"),
+        arbiter("address_human", "Heard."),
+    );
+    sys.mock.push(
+        &arbiter_lane("sent before the upgrade"),
+        arbiter("address_human", "Heard again."),
+    );
+    sys.send_as("carol", "s-upgraded", "sent before the upgrade")
+        .await;
 
     sys.spawn_coordinator();
-    arbiter_tests::eventually(WAIT, "the stream to take console identities", || async {
-        let mut stream = js.get_stream(subjects::SESSIONS_STREAM).await.ok()?;
-        let info = stream.info().await.ok()?;
-        info.config
-            .subjects
-            .contains(&subjects::ALL_SESSION_HUMAN_FROM.to_owned())
+    sys.settled("s-upgraded", 2).await;
+    let subjects_of = |name: &'static str| {
+        let js = js.clone();
+        async move {
+            let mut stream = js.get_stream(name).await.unwrap();
+            let mut subjects = stream.info().await.unwrap().config.subjects.clone();
+            subjects.sort();
+            subjects
+        }
+    };
+    assert_eq!(
+        subjects_of(subjects::SESSIONS_STREAM).await,
+        vec![
+            subjects::ALL_SESSION_IN.to_owned(),
+            subjects::ALL_SESSION_LOG.to_owned(),
+        ]
+    );
+    assert_eq!(
+        subjects_of(subjects::HUMAN_STREAM).await,
+        vec![
+            subjects::ALL_SESSION_HUMAN.to_owned(),
+            subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
+        ]
+    );
+    // Once empty, the old consumer is deleted.
+    eventually(WAIT, "the old consumer to be deleted", || async {
+        let stream = js.get_stream(subjects::SESSIONS_STREAM).await.ok()?;
+        stream
+            .get_consumer::<pull::Config>(subjects::COORDINATOR_HUMAN_CONSUMER)
+            .await
+            .is_err()
             .then_some(())
     })
     .await;
-    let log = sys.watch_log("s-upgraded").await;
-    sys.mock.push(
-        &arbiter_lane("from a named console"),
-        arbiter("address_human", "Heard."),
-    );
-    sys.send_as("carol", "s-upgraded", "from a named console")
+    // A line sent now goes through the intake.
+    sys.send_as("carol", "s-upgraded", "sent after the upgrade")
         .await;
-    sys.settled("s-upgraded", 2).await;
+    sys.settled("s-upgraded", 4).await;
     assert_eq!(
         briefs(&log.bodies()),
         vec![
-            pair("You", "from a named console"),
+            pair("You", "sent before the upgrade"),
             pair("Arbiter", "Heard."),
+            pair("You", "sent after the upgrade"),
+            pair("Arbiter", "Heard again."),
         ]
     );
-    let stream = js.get_stream(subjects::SESSIONS_STREAM).await.unwrap();
+    let stream = js.get_stream(subjects::HUMAN_STREAM).await.unwrap();
     let mut consumer = stream
         .get_consumer::<pull::Config>(subjects::COORDINATOR_HUMAN_CONSUMER)
         .await
@@ -225,8 +271,8 @@ async fn a_stream_and_consumer_made_before_console_identities_are_brought_up_to_
     assert_eq!(
         filters,
         vec![
+            subjects::ALL_HUMAN_INTAKE.to_owned(),
             subjects::ALL_SESSION_HUMAN.to_owned(),
-            subjects::ALL_SESSION_HUMAN_FROM.to_owned(),
         ]
     );
 }
@@ -292,9 +338,11 @@ async fn a_full_session_inbox_stalls_no_other_session_and_loses_nothing() {
         sys.send(stuck, &c.repeat(250 * 1024)).await;
     }
     // 300 more: the inbox holds 256, the rest are put back again and again.
+    // From eight consoles: the intake keeps 64 untaken lines of one.
     const MORE: usize = 300;
     for i in 0..MORE {
-        sys.send(stuck, &format!("more {i}")).await;
+        sys.send_as(&format!("c{}", i % 8), stuck, &format!("more {i}"))
+            .await;
     }
 
     // Another session takes its message meanwhile (its log shows it).

@@ -185,7 +185,9 @@ pub(crate) async fn unfinished(
         let id = id.to_owned();
         seen.insert(id.clone());
         // The last message over the whole session: on `.log`, an input, or
-        // a human line no step took yet (work undone).
+        // (in a session stream made before the human intake) a human line
+        // no step took yet: work undone. A line in the intake comes again
+        // from the consumer and wakes its session by itself.
         let fence = subjects::session_fence(&id);
         let last = match log.last(&fence).await {
             Ok(Some(last)) if subjects::human_of(&last.subject).is_some() => {
