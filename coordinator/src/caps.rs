@@ -4,9 +4,14 @@
 //! work while its Arbiter is thinking or has queued input, or an Orchestrator
 //! is active; it counts against the console whose message put it to work.
 //!
-//! The intake asks [`Caps::admit`] for every human message; a refused one
-//! never reaches its session's Arbiter. Sessions say when they stop being at
-//! work ([`Caps::settle`]). Decisions are pure: time is passed in.
+//! The intake asks [`Caps::spend`] for every human message as it comes,
+//! before anything else is done with it (before its session is looked up or
+//! made), and [`Caps::admit`] once it knows its session; a refused one never
+//! reaches its session's Arbiter. Sessions say when they stop being at work
+//! ([`Caps::settle`]). A limit's refusals are said in a session's log once
+//! per run ([`Caps::tell`]), so that a console sending as fast as it can
+//! cannot fill the session stream with them. Decisions are pure: time is
+//! passed in.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -136,13 +141,15 @@ impl fmt::Display for Refusal {
                 "Message refused: console {console:?} already has {max} sessions at work, the \
                  most it may have at once. Send it again once one of them is idle, or raise \
                  the limit (arbiter-coordinator --max-sessions-per-console, or \
-                 ARBITER_MAX_SESSIONS_PER_CONSOLE)."
+                 ARBITER_MAX_SESSIONS_PER_CONSOLE). Until one is idle, any more messages it \
+                 sends to other sessions are refused as well, and not logged one by one."
             ),
             Refusal::Rate { console, rate } => write!(
                 f,
                 "Message refused: console {console:?} is sending faster than {rate} messages. \
                  Wait a moment and send it again, or raise the limit (arbiter-coordinator \
-                 --console-rate, or ARBITER_CONSOLE_RATE)."
+                 --console-rate, or ARBITER_CONSOLE_RATE). Until it slows down, any more \
+                 messages it sends are refused as well, and not logged one by one."
             ),
         }
     }
@@ -161,6 +168,25 @@ struct Counts {
     /// Each session counted: against whom, and why.
     sessions: HashMap<String, Counted>,
     buckets: HashMap<String, Bucket>,
+    /// Consoles in a run of refusals by a limit, the first of which was
+    /// told, with how many have not been.
+    runs: HashMap<(String, Limit), u64>,
+}
+
+/// Which limit refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Limit {
+    Rate,
+    Sessions,
+}
+
+impl Refusal {
+    fn key(&self) -> (String, Limit) {
+        match self {
+            Refusal::Rate { console, .. } => (console.clone(), Limit::Rate),
+            Refusal::Sessions { console, .. } => (console.clone(), Limit::Sessions),
+        }
+    }
 }
 
 /// Why a session counts: it is at work, or a message admitted for it has not
@@ -184,30 +210,39 @@ impl Caps {
         }
     }
 
-    /// Whether console `console` may send a message to `session` now. An
-    /// admitted message spends one of the console's tokens, and a session
-    /// not counted yet counts against the console from now on, until it has
-    /// taken the message ([`Caps::taken`]) and is not at work. Messages are
-    /// counted whatever becomes of them (a duplicate too).
-    pub(crate) fn admit(&self, console: &str, session: &str, now: Instant) -> Result<(), Refusal> {
+    /// Spends one of console `console`'s tokens for a message it sent:
+    /// every message, whatever becomes of it (a duplicate, one that does not
+    /// decode, one for an archived session). `Err` when it has none left.
+    /// A message let through ends the console's run of rate refusals.
+    pub(crate) fn spend(&self, console: &str, now: Instant) -> Result<(), Refusal> {
+        let Some(rate) = self.limits.rate else {
+            return Ok(());
+        };
         let mut counts = self.lock();
-        if let Some(rate) = self.limits.rate {
-            let bucket = counts.buckets.entry(console.to_owned()).or_insert(Bucket {
-                tokens: f64::from(rate.burst),
-                at: now,
+        let bucket = counts.buckets.entry(console.to_owned()).or_insert(Bucket {
+            tokens: f64::from(rate.burst),
+            at: now,
+        });
+        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * rate.per_second()).min(f64::from(rate.burst));
+        bucket.at = now;
+        if bucket.tokens < 1.0 {
+            return Err(Refusal::Rate {
+                console: console.to_owned(),
+                rate,
             });
-            let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
-            bucket.tokens =
-                (bucket.tokens + elapsed * rate.per_second()).min(f64::from(rate.burst));
-            bucket.at = now;
-            if bucket.tokens < 1.0 {
-                return Err(Refusal::Rate {
-                    console: console.to_owned(),
-                    rate,
-                });
-            }
-            bucket.tokens -= 1.0;
         }
+        bucket.tokens -= 1.0;
+        counts.end_run(console, Limit::Rate);
+        Ok(())
+    }
+
+    /// Whether console `console` may send a message to `session` now (its
+    /// token spent, [`Caps::spend`]). A session not counted yet counts
+    /// against the console from now on, until it has taken the message
+    /// ([`Caps::taken`]) and is not at work.
+    pub(crate) fn admit(&self, console: &str, session: &str) -> Result<(), Refusal> {
+        let mut counts = self.lock();
         if let Some(counted) = counts.sessions.get_mut(session) {
             counted.in_flight += 1;
             return Ok(());
@@ -222,7 +257,28 @@ impl Caps {
             });
         }
         counts.count(session, console, false, 1);
+        counts.end_run(console, Limit::Sessions);
         Ok(())
+    }
+
+    /// Whether `refusal` is to be said in its session's log: the first of a
+    /// run of refusals of one console by one limit is; those after it are
+    /// not (only counted), until the limit lets a message of the console
+    /// through again (the rate: a token spent; sessions: one fewer at work,
+    /// or a new one counted). So a console refused by a limit puts at most
+    /// one entry in the logs per message the limit lets through.
+    pub(crate) fn tell(&self, refusal: &Refusal) -> bool {
+        let mut counts = self.lock();
+        match counts.runs.entry(refusal.key()) {
+            std::collections::hash_map::Entry::Occupied(mut untold) => {
+                *untold.get_mut() += 1;
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(run) => {
+                run.insert(0);
+                true
+            }
+        }
     }
 
     /// A session has taken a message [`Caps::admit`] let through.
@@ -260,6 +316,23 @@ impl Caps {
 }
 
 impl Counts {
+    /// A limit let a message of `console` through: its run of refusals ends.
+    fn end_run(&mut self, console: &str, limit: Limit) {
+        if self.runs.is_empty() {
+            return;
+        }
+        if let Some(untold) = self.runs.remove(&(console.to_owned(), limit))
+            && untold > 0
+        {
+            tracing::info!(
+                console,
+                ?limit,
+                refused = untold + 1,
+                "a run of messages refused by a console limit ended; only its first was logged"
+            );
+        }
+    }
+
     fn count(&mut self, session: &str, console: &str, at_work: bool, in_flight: u32) {
         self.sessions.insert(
             session.to_owned(),
@@ -285,6 +358,7 @@ impl Counts {
                 self.by_console.remove(&counted.console);
             }
         }
+        self.end_run(&counted.console, Limit::Sessions);
     }
 }
 
@@ -340,23 +414,22 @@ mod tests {
             max_sessions: Some(2),
             rate: None,
         });
-        let t = Instant::now();
-        assert_eq!(caps.admit("alice", "s1", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s1"), Ok(()));
         // Admitted, not taken yet: a step of s1 before it does not uncount it.
         caps.settle("s1", None);
         assert_eq!(caps.at_work("alice"), 1);
-        assert_eq!(caps.admit("alice", "s2", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s2"), Ok(()));
         // A session already counted takes more messages.
-        assert_eq!(caps.admit("alice", "s1", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s1"), Ok(()));
         assert_eq!(
-            caps.admit("alice", "s3", t),
+            caps.admit("alice", "s3"),
             Err(Refusal::Sessions {
                 console: "alice".into(),
                 max: 2
             })
         );
         // Another console is not affected.
-        assert_eq!(caps.admit("bob", "s4", t), Ok(()));
+        assert_eq!(caps.admit("bob", "s4"), Ok(()));
         // s1 takes its messages, works, and goes idle: room for another.
         caps.taken("s1");
         caps.settle("s1", Some("alice"));
@@ -364,7 +437,7 @@ mod tests {
         assert_eq!(caps.at_work("alice"), 2);
         caps.settle("s1", None);
         assert_eq!(caps.at_work("alice"), 1);
-        assert_eq!(caps.admit("alice", "s3", t), Ok(()));
+        assert_eq!(caps.admit("alice", "s3"), Ok(()));
         // A session at work counts against the console that put it to work.
         caps.settle("s5", Some("carol"));
         caps.settle("s5", Some("alice"));
@@ -379,30 +452,74 @@ mod tests {
         });
         let t = Instant::now();
         for _ in 0..3 {
-            assert_eq!(caps.admit("alice", "s1", t), Ok(()));
+            assert_eq!(caps.spend("alice", t), Ok(()));
         }
-        let refused = caps.admit("alice", "s1", t).unwrap_err();
+        let refused = caps.spend("alice", t).unwrap_err();
         assert_eq!(
             refused.to_string(),
             "Message refused: console \"alice\" is sending faster than 60/min,burst=3 \
              messages. Wait a moment and send it again, or raise the limit \
-             (arbiter-coordinator --console-rate, or ARBITER_CONSOLE_RATE)."
+             (arbiter-coordinator --console-rate, or ARBITER_CONSOLE_RATE). Until it slows \
+             down, any more messages it sends are refused as well, and not logged one by one."
         );
-        assert_eq!(caps.admit("bob", "s2", t), Ok(()));
+        assert_eq!(caps.spend("bob", t), Ok(()));
         // One a second comes back.
-        assert!(
-            caps.admit("alice", "s1", t + Duration::from_millis(500))
-                .is_err()
-        );
-        assert_eq!(
-            caps.admit("alice", "s1", t + Duration::from_secs(1)),
-            Ok(())
-        );
+        assert!(caps.spend("alice", t + Duration::from_millis(500)).is_err());
+        assert_eq!(caps.spend("alice", t + Duration::from_secs(1)), Ok(()));
         // Never more than the burst, however long it waited.
         let later = t + Duration::from_secs(3600);
         for _ in 0..3 {
-            assert_eq!(caps.admit("alice", "s1", later), Ok(()));
+            assert_eq!(caps.spend("alice", later), Ok(()));
         }
-        assert!(caps.admit("alice", "s1", later).is_err());
+        assert!(caps.spend("alice", later).is_err());
+    }
+
+    /// The first refusal of a run is said, the others only counted, until
+    /// the limit lets one through: a console sending as fast as it can puts
+    /// one entry in the logs per message let through, not one per message.
+    #[test]
+    fn a_run_of_refusals_is_told_once() {
+        let caps = Caps::new(ConsoleCaps {
+            max_sessions: Some(1),
+            rate: Some(rate("60/min,burst=2")),
+        });
+        let t = Instant::now();
+        let told = |at: Instant| caps.spend("alice", at).map_err(|r| caps.tell(&r));
+        assert_eq!(told(t), Ok(()));
+        assert_eq!(told(t), Ok(()));
+        assert_eq!(
+            (0..1000).map(|_| told(t)).collect::<Vec<_>>(),
+            std::iter::once(Err(true))
+                .chain(std::iter::repeat_n(Err(false), 999))
+                .collect::<Vec<_>>()
+        );
+        // Another console's run is its own.
+        assert_eq!(caps.spend("bob", t), Ok(()));
+        // A token later: one let through, and the next refusal is told again.
+        let later = t + Duration::from_secs(1);
+        assert_eq!(told(later), Ok(()));
+        assert_eq!(told(later), Err(true));
+        assert_eq!(told(later), Err(false));
+
+        // The sessions limit: alice has one at work.
+        assert_eq!(caps.admit("alice", "s1"), Ok(()));
+        let sessions = |session: &str| caps.admit("alice", session).map_err(|r| caps.tell(&r));
+        assert_eq!(sessions("s2"), Err(true));
+        assert_eq!(sessions("s3"), Err(false));
+        assert_eq!(sessions("s2"), Err(false));
+        // A message to the session at work is no room: the run goes on.
+        assert_eq!(sessions("s1"), Ok(()));
+        assert_eq!(sessions("s4"), Err(false));
+        // s1 goes idle: room again, and the run is over.
+        caps.taken("s1");
+        caps.taken("s1");
+        caps.settle("s1", None);
+        assert_eq!(sessions("s5"), Ok(()));
+        assert_eq!(sessions("s6"), Err(true));
+        // Runs of the two limits are apart.
+        assert_eq!(
+            caps.spend("alice", later).map_err(|r| caps.tell(&r)),
+            Err(false)
+        );
     }
 }

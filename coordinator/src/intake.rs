@@ -477,6 +477,22 @@ impl Registry {
             incoming.delivery.ack().await;
             return;
         };
+        // Every line spends a token of its console before anything is done
+        // with it, and only the first of a run of refusals goes on to be
+        // said: a console sending as fast as it can makes no session, no
+        // lease and no log entry per line. A line another coordinator passed
+        // here spent its token there.
+        let mut refused = None;
+        if matches!(incoming.delivery, Delivery::Js(_))
+            && let Err(refusal) = self.shared.caps.spend(console, Instant::now())
+        {
+            if !self.shared.caps.tell(&refusal) {
+                incoming.delivery.ack().await;
+                return;
+            }
+            tracing::warn!(subject, %refusal, "human message refused by a console limit");
+            refused = Some(refusal);
+        }
         // The session: the subject's, or for a line the intake stores under
         // its console, the one its payload names.
         let session_id = match named {
@@ -527,8 +543,19 @@ impl Registry {
             tracing::error!(subject, %error, "malformed human message rejected");
             error
         };
+        let decoded = decode::<HumanMessage>(subject, &incoming.payload);
+        if let Some(refusal) = refused {
+            let message_id = decoded.ok().map(|human| human.message_id);
+            let input = Input::Refused {
+                message_id,
+                refusal,
+                ack: Some(msg),
+            };
+            self.deliver(session_id, input).await;
+            return;
+        }
         // The session acknowledges the message once the step that took it is stored.
-        let input = match decode::<HumanMessage>(subject, &incoming.payload) {
+        let input = match decoded {
             Ok(human) if human.session_id != session_id => Input::Malformed(
                 rejected(WireError::MalformedMessage {
                     subject: subject.to_owned(),
@@ -547,20 +574,24 @@ impl Registry {
                 }),
                 Some(msg),
             ),
-            Ok(message) => match self.shared.caps.admit(console, session_id, Instant::now()) {
+            Ok(message) => match self.shared.caps.admit(console, session_id) {
                 Ok(()) => Input::Human {
                     message,
                     console: console.to_owned(),
                     trace,
                     ack: Some(msg),
                 },
-                Err(refusal) => {
+                Err(refusal) if self.shared.caps.tell(&refusal) => {
                     tracing::warn!(subject, %refusal, "human message refused by a console limit");
                     Input::Refused {
-                        message,
+                        message_id: Some(message.message_id),
                         refusal,
                         ack: Some(msg),
                     }
+                }
+                Err(_) => {
+                    msg.ack().await;
+                    return;
                 }
             },
             Err(error) => Input::Malformed(rejected(error), Some(msg)),

@@ -58,9 +58,10 @@ pub(crate) enum Input {
         trace: TraceContext,
         ack: Ack,
     },
-    /// A human message a console limit refused: logged, never queued.
+    /// A human message a console limit refused, the first of a run of
+    /// them (see `caps.rs`): logged, never queued. Its id, when it decoded.
     Refused {
-        message: HumanMessage,
+        message_id: Option<String>,
         refusal: Refusal,
         ack: Ack,
     },
@@ -731,13 +732,13 @@ impl Session {
                 });
             }
             Input::Refused {
-                message,
+                message_id,
                 refusal,
                 ack,
             } => {
                 self.keep_ack(ack);
                 // A message already taken (delivered again) stays taken.
-                if self.remember(&message.message_id) {
+                if message_id.is_none_or(|id| self.remember(&id)) {
                     self.log(LogBody::System(arbiter_protocol::SystemEntry {
                         text: refusal.to_string(),
                     }));

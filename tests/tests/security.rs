@@ -3,6 +3,7 @@
 //! every process on its own role's credential.
 
 pub mod deleted;
+pub mod flood;
 pub mod permissions;
 pub mod plaintext;
 pub mod reference_worker;
