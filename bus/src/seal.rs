@@ -134,7 +134,7 @@ impl Sealer {
             let key = XChaCha20Poly1305::generate_key(&mut OsRng);
             let mut headers = HeaderMap::new();
             headers.insert(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
-            let subject = format!("$KV.{}.{KEY_NAME}", subjects::COORDINATOR_LEASES_BUCKET);
+            let subject = subjects::kv_subject(subjects::COORDINATOR_LEASES_BUCKET, KEY_NAME);
             let ack = js
                 .publish_with_headers(subject, headers, BASE64.encode(&key).into())
                 .await

@@ -11,12 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use arbiter_protocol::subjects;
 use async_nats::Client;
 use futures::StreamExt as _;
 use serde::Deserialize;
 
-/// The micro service name every worker registers under.
-const WORKER_SERVICE: &str = "arbiter-worker";
 /// How long the answers to one ping are gathered.
 const PING_WINDOW: Duration = Duration::from_millis(750);
 /// A pool seen served within this long is not asked about again.
@@ -105,7 +104,7 @@ async fn gather(
     let inbox = client.new_inbox();
     let mut replies = client.subscribe(inbox.clone()).await?;
     client
-        .publish_with_reply(format!("$SRV.PING.{WORKER_SERVICE}"), inbox, "".into())
+        .publish_with_reply(subjects::worker_service_ping(), inbox, "".into())
         .await?;
     let window = tokio::time::sleep(PING_WINDOW);
     tokio::pin!(window);

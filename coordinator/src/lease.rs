@@ -173,7 +173,7 @@ impl Leases {
     }
 
     fn subject(key: &str) -> String {
-        format!("$KV.{}.{key}", subjects::COORDINATOR_LEASES_BUCKET)
+        subjects::kv_subject(subjects::COORDINATOR_LEASES_BUCKET, key)
     }
 
     /// One write of a key fenced on `expect`, with the liveness TTL when

@@ -1,4 +1,6 @@
-//! Every NATS subject, stream and bucket name is built here and nowhere else.
+//! Every NATS subject, stream, bucket and consumer name of the protocol.
+//! Code outside `arbiter-protocol` takes them from here rather than spell
+//! one (`scripts/check-architecture` lists the few places that still do).
 
 /// Prefix of every subject; the `v1` moves only on a breaking change.
 pub const PREFIX: &str = "arbiter.v1";
@@ -50,7 +52,13 @@ pub fn memory_key(workspace: &str, entry_id: &str) -> String {
 /// The subject a put of memory entry `key` is published on (a KV put is a
 /// JetStream publish on it).
 pub fn memory_put(key: &str) -> String {
-    format!("$KV.{MEMORY_BUCKET}.{key}")
+    kv_subject(MEMORY_BUCKET, key)
+}
+/// The subject under which KV bucket `bucket` stores `key`: where a put is
+/// published when it needs headers the KV API does not take (a fence on the
+/// key's last revision, a TTL).
+pub fn kv_subject(bucket: &str, key: &str) -> String {
+    format!("$KV.{bucket}.{key}")
 }
 
 /// The key of a session's owner in [`COORDINATOR_LEASES_BUCKET`].
@@ -72,6 +80,37 @@ pub const ALL_COORDINATOR_FORWARD: &str = "arbiter.v1.coordinator.*.forward";
 
 /// The NATS micro service every worker registers as (presence).
 pub const WORKER_SERVICE: &str = "arbiter-worker";
+/// The request every worker's presence service answers, with its pool,
+/// runtime and lanes in the reply's metadata: who is up.
+pub fn worker_service_ping() -> String {
+    format!("$SRV.PING.{WORKER_SERVICE}")
+}
+/// The name of the endpoint of [`WORKER_SERVICE`] on which a worker answers
+/// with its live slots.
+pub const WORKER_PRESENCE_ENDPOINT: &str = "presence";
+/// The subject of one worker's [`WORKER_PRESENCE_ENDPOINT`]. The worker id is
+/// reduced to one subject token: at most 64 characters, each one not
+/// alphanumeric, `-` or `_` (`.`, `*`, `>`, a space) becoming `_`.
+pub fn worker_presence(worker_id: &str) -> String {
+    let token: String = worker_id
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let token = if token.is_empty() { "_" } else { &token };
+    format!("{PREFIX}.worker.{token}.{WORKER_PRESENCE_ENDPOINT}")
+}
+/// What a worker's presence says it speaks (its `protocol` metadata): the
+/// subjects' version and the payloads' [`crate::VERSION`].
+pub fn presence_protocol() -> String {
+    format!("{PREFIX} v{}", crate::VERSION)
+}
 
 /// Durable consumer through which the coordinator reads human messages.
 pub const COORDINATOR_HUMAN_CONSUMER: &str = "coordinator-human";
@@ -328,5 +367,22 @@ mod tests {
         for bad in ["", "a.b", "a*", ">", "a b", &"x".repeat(65)] {
             assert!(!is_valid_token(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn presence_is_one_token_per_worker() {
+        assert_eq!(worker_presence("w-1"), "arbiter.v1.worker.w-1.presence");
+        assert_eq!(
+            worker_presence("host.example.com:2"),
+            "arbiter.v1.worker.host_example_com_2.presence"
+        );
+        assert_eq!(worker_presence(""), "arbiter.v1.worker._.presence");
+        assert_eq!(worker_service_ping(), "$SRV.PING.arbiter-worker");
+        assert_eq!(
+            presence_protocol(),
+            format!("arbiter.v1 v{}", crate::VERSION)
+        );
+        assert_eq!(kv_subject("b", "k.1"), "$KV.b.k.1");
+        assert_eq!(memory_put("w.e1"), "$KV.arbiter_memory.w.e1");
     }
 }

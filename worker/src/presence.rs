@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arbiter_protocol::subjects;
 use async_nats::Client;
 use async_nats::service::{Service, ServiceExt as _};
 use futures::StreamExt as _;
@@ -15,31 +16,10 @@ use futures::StreamExt as _;
 use crate::slots::{Slots, WorkerPresence};
 use crate::{Error, Result};
 
-/// The service name all workers share.
-pub const SERVICE_NAME: &str = "arbiter-worker";
-/// The name of the endpoint that reports a worker's slots.
-pub const PRESENCE_ENDPOINT: &str = "presence";
-
-/// The subject on which one worker answers with its [`WorkerPresence`].
-/// The worker id is reduced to one subject token (`.`, `*`, `>` and spaces become `_`).
-pub fn presence_subject(worker_id: &str) -> String {
-    let token: String = worker_id
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!(
-        "{}.worker.{}.{PRESENCE_ENDPOINT}",
-        arbiter_protocol::subjects::PREFIX,
-        if token.is_empty() { "_" } else { &token }
-    )
-}
+/// The service name all workers share, and the subject on which one worker
+/// answers with its [`WorkerPresence`]: the protocol's, named here for
+/// whoever drives a worker (the tests).
+pub use subjects::{WORKER_SERVICE as SERVICE_NAME, worker_presence as presence_subject};
 
 /// The running presence service; [`Presence::stop`] takes it off the fleet.
 pub(crate) struct Presence {
@@ -70,14 +50,7 @@ pub(crate) async fn start(
             .to_owned(),
         ),
         ("slots_total".to_owned(), now.slots_total.to_string()),
-        (
-            "protocol".to_owned(),
-            format!(
-                "{} v{}",
-                arbiter_protocol::subjects::PREFIX,
-                arbiter_protocol::VERSION
-            ),
-        ),
+        ("protocol".to_owned(), subjects::presence_protocol()),
     ]);
     let stats_slots = slots.clone();
     let service = client
@@ -92,7 +65,7 @@ pub(crate) async fn start(
         .map_err(|e| Error::Presence(e.to_string()))?;
     let mut endpoint = service
         .endpoint_builder()
-        .name(PRESENCE_ENDPOINT)
+        .name(subjects::WORKER_PRESENCE_ENDPOINT)
         .add(presence_subject(&now.worker_id))
         .await
         .map_err(|e| Error::Presence(e.to_string()))?;
@@ -124,18 +97,4 @@ impl Presence {
 /// Decodes a presence reply (for the coordinator and tests).
 pub fn decode_presence(payload: &[u8]) -> serde_json::Result<WorkerPresence> {
     serde_json::from_slice(payload)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn presence_subjects_are_one_token_per_worker() {
-        assert_eq!(presence_subject("w-1"), "arbiter.v1.worker.w-1.presence");
-        assert_eq!(
-            presence_subject("host.example.com:2"),
-            "arbiter.v1.worker.host_example_com_2.presence"
-        );
-    }
 }
