@@ -10,7 +10,7 @@ use arbiter_protocol::{
 };
 use chrono::Utc;
 
-use crate::session::{Input, Session};
+use crate::session::{Session, Task};
 use crate::state::{Active, Effect, Pending};
 use crate::summons::{FleetView, Lane, Target, summons_target};
 use crate::team::pick_members;
@@ -289,16 +289,10 @@ impl Session {
             first.get_or_insert(orch_id);
         }
         tracing::info!(number, size, pool = %pool, runtime = ?runtime, directed, strategy = strategy.as_str(), ?lane, "summoned");
-        // Off the session's path: a summons nobody can take is worth a word.
-        let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
+        // A summons nobody can take is worth a word: asked once the step is
+        // stored, off the session's path (the answer comes back as an input).
         if let Some(orch_id) = first {
-            tokio::spawn(async move {
-                if !shared.fleet.pool_served(&shared.bus.client, &pool).await
-                    && let Some(inbox) = inbox.upgrade()
-                {
-                    let _ = inbox.send(Input::NoWorker { orch_id, pool }).await;
-                }
-            });
+            self.tasks.push(Task::CheckPool { orch_id, pool });
         }
     }
 

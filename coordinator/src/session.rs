@@ -88,6 +88,16 @@ impl Input {
     }
 }
 
+/// I/O that a decision asks for, as data: the session's loop runs it once
+/// the step that decided it is stored, and its result comes back as an
+/// [`Input`] (issue #40: decisions do no I/O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Task {
+    /// Ask whether a worker of `pool` is up: [`Input::NoWorker`] when none
+    /// answers.
+    CheckPool { orch_id: String, pool: String },
+}
+
 /// Cloneable address of a session actor.
 #[derive(Clone)]
 pub(crate) struct SessionHandle {
@@ -149,6 +159,8 @@ pub(crate) struct Session {
     effects: Vec<Effect>,
     /// Inputs of the current step, acknowledged after it is stored.
     acks: Vec<crate::forward::Delivery>,
+    /// I/O decided in the current step, started after it is stored.
+    pub(crate) tasks: Vec<Task>,
     /// Transcript turns already stored.
     stored_turns: usize,
     rev: u64,
@@ -215,6 +227,7 @@ pub(crate) fn spawn(
         inbox: tx.downgrade(),
         effects: Vec::new(),
         acks: Vec::new(),
+        tasks: Vec::new(),
         stored_turns: 0,
         rev: 0,
         writer,
@@ -609,6 +622,7 @@ impl Session {
         for delivery in self.acks.drain(..) {
             delivery.ack().await;
         }
+        self.run_tasks();
         let owner = self
             .state
             .owner
@@ -618,6 +632,25 @@ impl Session {
             .caps
             .settle(&self.id, self.at_work().then_some(owner));
         true
+    }
+
+    /// Starts the tasks the step decided, each off the session's path; what
+    /// one finds comes back through the inbox.
+    fn run_tasks(&mut self) {
+        for task in self.tasks.drain(..) {
+            let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
+            match task {
+                Task::CheckPool { orch_id, pool } => {
+                    tokio::spawn(async move {
+                        if !shared.fleet.pool_served(&shared.bus.client, &pool).await
+                            && let Some(inbox) = inbox.upgrade()
+                        {
+                            let _ = inbox.send(Input::NoWorker { orch_id, pool }).await;
+                        }
+                    });
+                }
+            }
+        }
     }
 
     /// Whether an Arbiter turn is to start (or go on after a restart), no
