@@ -509,6 +509,7 @@ pub async fn setup(
     arbiter_bus::retention::apply_limits(&bus.js, &limits).await?;
     for pool in pools {
         arbiter_bus::setup::ensure_pool_consumer(&bus.js, pool).await?;
+        arbiter_bus::setup::ensure_urgent_consumer(&bus.js, pool).await?;
     }
     Ok(())
 }

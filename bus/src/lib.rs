@@ -8,6 +8,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
+pub mod direct;
 pub mod memory;
 pub mod metrics;
 pub mod retention;
@@ -87,6 +88,13 @@ pub enum BusError {
     Deleted { stream: String },
     #[error("JetStream {what} failed: {message}")]
     JetStream { what: String, message: String },
+    /// The server denied a read this credential's role is given now: the
+    /// credential was issued before (it keeps the grants it was signed with).
+    #[error(
+        "{what} failed: NATS denied it ({denied}); a credential issued before its role could \
+         read this way lacks the permission: issue it again (docs/security.md)"
+    )]
+    NotAllowed { what: String, denied: String },
     #[error("cannot encode a message for {subject}: {message}")]
     Encode { subject: String, message: String },
 }
@@ -112,6 +120,14 @@ pub async fn connect(url: &str, name: &str, wait_for_server: bool) -> Result<Cli
     Ok(connect_with(&NatsOptions::url(url), name, reach)
         .await?
         .client)
+}
+
+/// Whether `tokens` (dot-separated) can stand in a subject filter as they
+/// are: no empty token, no wildcard, no whitespace.
+pub(crate) fn valid_filter_tokens(tokens: &str) -> bool {
+    tokens
+        .split('.')
+        .all(|t| !t.is_empty() && t != "*" && t != ">" && !t.chars().any(char::is_whitespace))
 }
 
 /// A URL with any user:password part hidden, for messages and logs.

@@ -1,12 +1,12 @@
 //! Reading and removing a workspace's memory in the KV bucket
 //! `arbiter_memory` (one `MemoryEntry` per key `<workspace>.<id>`): the
 //! coordinator reads it for a new session's first prompt, the console lists
-//! and forgets entries. The coordinator writes entries as effects of a
+//! and forgets entries (listed from the subjects the bucket holds, with no
+//! consumer). The coordinator writes entries as effects of a
 //! session's stored step (`coordinator/src/memory.rs`).
 
 use arbiter_protocol::{MemoryEntry, subjects};
 use async_nats::jetstream::{self, kv};
-use futures::StreamExt;
 
 use crate::{BusError, Result};
 
@@ -22,15 +22,8 @@ pub async fn open(js: &jetstream::Context) -> Result<kv::Store> {
 /// be decoded is skipped with a warning.
 pub async fn entries(store: &kv::Store, workspace: &str) -> Result<Vec<MemoryEntry>> {
     let prefix = format!("{workspace}.");
-    let error = |e: &dyn std::fmt::Display| BusError::js("reading the memory bucket", e);
-    let mut keys = store.keys().await.map_err(|e| error(&e))?;
-    let mut mine = Vec::new();
-    while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| error(&e))?;
-        if key.starts_with(&prefix) {
-            mine.push(key);
-        }
-    }
+    let mut mine: Vec<String> = crate::direct::keys(store, &prefix).await?;
+    mine.retain(|key| key.starts_with(&prefix));
     let mut entries = Vec::with_capacity(mine.len());
     for key in mine {
         if let Some(entry) = get_key(store, &key).await? {

@@ -254,7 +254,7 @@ pub async fn archive(bus: &Bus, session_id: &str, force: bool) -> Result<Report>
     // comes first, so nothing archived is lost.
     // An archive whose status mark was refused (the session woke) left its
     // lines live too: those are taken once.
-    if let Ok(earlier) = read_archive(&bus.js, session_id).await {
+    if let Ok(earlier) = read_archive(bus, session_id).await {
         let live: std::collections::HashSet<String> = gathered
             .lines
             .iter()
@@ -548,23 +548,43 @@ pub struct Archive {
 }
 
 /// Reads the archive of `session_id` (bucket [`subjects::ARCHIVE_BUCKET`]).
-pub async fn read_archive(js: &jetstream::Context, session_id: &str) -> Result<Archive> {
+pub async fn read_archive(bus: &Bus, session_id: &str) -> Result<Archive> {
     let unreadable = |message: String| RetentionError::Unreadable {
         id: session_id.to_owned(),
         message,
     };
-    let store = js
+    let store = bus
+        .js
         .get_object_store(subjects::ARCHIVE_BUCKET)
         .await
         .map_err(|e| unreadable(format!("opening the archive bucket: {e}")))?;
-    let mut object = store
-        .get(subjects::session_archive(session_id).as_str())
-        .await
-        .map_err(|e| unreadable(e.to_string()))?;
-    let mut compressed = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(&mut object, &mut compressed)
-        .await
-        .map_err(|e| unreadable(e.to_string()))?;
+    let name = subjects::session_archive(session_id);
+    // By direct gets, with no consumer (a console may make none); through
+    // the object store's own reader for a credential from before.
+    let read = crate::direct::object(
+        &bus.client,
+        Some(&bus.alarms),
+        &store,
+        subjects::ARCHIVE_BUCKET,
+        &name,
+    )
+    .await;
+    let compressed = match read {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(unreadable(format!("no object {name} in the archive"))),
+        Err(BusError::NotAllowed { .. }) => {
+            let mut object = store
+                .get(name.as_str())
+                .await
+                .map_err(|e| unreadable(e.to_string()))?;
+            let mut compressed = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut object, &mut compressed)
+                .await
+                .map_err(|e| unreadable(e.to_string()))?;
+            compressed
+        }
+        Err(e) => return Err(unreadable(e.to_string())),
+    };
     let mut text = String::new();
     flate2::read::GzDecoder::new(compressed.as_slice())
         .read_to_string(&mut text)

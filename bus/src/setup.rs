@@ -510,18 +510,34 @@ pub fn urgent_consumer_config(pool: &str, lease: Duration) -> jetstream::consume
 /// Makes `pool-<pool>` if it is missing (so that the queue's lag can be read,
 /// for example by an autoscaler, before any worker of the pool has run).
 pub async fn ensure_pool_consumer(js: &jetstream::Context, pool: &str) -> Result<()> {
+    ensure_summons_consumer(js, pool_consumer_config(pool, DEFAULT_LEASE)).await
+}
+
+/// Makes `urgent-<pool>` if it is missing (`arbiter-admin setup` does, with
+/// `pool-<pool>`): a worker's create of its own summons consumers is then an
+/// update of its lease, which the server never lets turn a pull consumer
+/// into a push one (docs/security.md, "No consumer that writes where its
+/// role may not").
+pub async fn ensure_urgent_consumer(js: &jetstream::Context, pool: &str) -> Result<()> {
+    ensure_summons_consumer(js, urgent_consumer_config(pool, DEFAULT_LEASE)).await
+}
+
+async fn ensure_summons_consumer(
+    js: &jetstream::Context,
+    config: jetstream::consumer::pull::Config,
+) -> Result<()> {
     let stream = js
         .get_stream(subjects::SUMMONS_STREAM)
         .await
         .map_err(|e| BusError::js("opening the summons stream", e))?;
-    let name = subjects::pool_consumer(pool);
+    let name = config.durable_name.clone().unwrap_or_default();
     if stream
         .get_consumer::<jetstream::consumer::pull::Config>(&name)
         .await
         .is_err()
     {
         stream
-            .get_or_create_consumer(&name, pool_consumer_config(pool, DEFAULT_LEASE))
+            .get_or_create_consumer(&name, config)
             .await
             .map_err(|e| BusError::js(format!("creating the consumer {name}"), e))?;
     }

@@ -132,7 +132,11 @@ pub struct StepLog {
     stream: stream::Stream,
     stream_name: String,
     blobs: object_store::ObjectStore,
+    blobs_name: String,
     inline_limit: usize,
+    /// Replays and objects are read by direct get, with no consumer
+    /// ([`StepLog::reading_directly`]).
+    direct_reads: bool,
     /// Until when [`StepLog::last_msg_id`] answers at once with an error
     /// (a direct get failed: a stream without `allow_direct`, a credential
     /// from before it, which costs a timeout each time), shared by clones.
@@ -171,8 +175,19 @@ impl StepLog {
             stream_name: stream.to_owned(),
             direct_off_until: Default::default(),
             blobs: store,
+            blobs_name: blobs.to_owned(),
+            direct_reads: false,
             inline_limit: INLINE_LIMIT.min(max_payload.saturating_sub(HEADROOM).max(1024)),
         })
+    }
+
+    /// Reads replays (of one subject or wildcard) and objects by direct get
+    /// instead of through consumers: for a role that may make none (the
+    /// worker; docs/security.md, "No consumer that writes where its role
+    /// may not"). The stream and the object store must allow direct gets.
+    pub fn reading_directly(mut self) -> Self {
+        self.direct_reads = true;
+        self
     }
 
     /// The bus this log writes through.
@@ -275,6 +290,26 @@ impl StepLog {
             return Ok(payload.to_vec());
         };
         let failed = |e: &dyn Display| format!("reading {name} from the object store: {e}");
+        if self.direct_reads {
+            let bus = &self.bus;
+            let read = crate::direct::object(
+                &bus.client,
+                Some(&bus.alarms),
+                &self.blobs,
+                &self.blobs_name,
+                &name,
+            )
+            .await;
+            match read {
+                Ok(Some(bytes)) => return Ok(bytes),
+                Ok(None) => return Err(failed(&"no such object")),
+                // A credential from before direct reads: read it as before.
+                Err(e @ BusError::NotAllowed { .. }) => {
+                    tracing::debug!(error = %e, "reading the object through a consumer");
+                }
+                Err(e) => return Err(failed(&e)),
+            }
+        }
         let mut object = self.blobs.get(&name).await.map_err(|e| failed(&e))?;
         let mut bytes = Vec::new();
         object
@@ -294,27 +329,54 @@ impl StepLog {
     /// (a session's `.log` and its inputs).
     pub async fn replay_all(&self, subjects: &[String]) -> Result<Option<Replay>, String> {
         let subject = subjects.join(", ");
-        let Some((messages, last_seq)) = self
-            .bus
-            .replay_subjects(&self.stream_name, subjects)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(None);
-        };
-        let mut records = Vec::with_capacity(messages.len());
-        for msg in messages {
-            let seq = msg
-                .info()
-                .map_err(|e| format!("replaying {subject}: {e}"))?
-                .stream_sequence;
+        let read: Vec<(u64, String, Bytes)>;
+        let last_seq;
+        match subjects {
+            [one] if self.direct_reads => {
+                let bus = &self.bus;
+                let replayed =
+                    crate::direct::replay(&bus.client, Some(&bus.alarms), &self.stream_name, one)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                let Some((messages, last)) = replayed else {
+                    return Ok(None);
+                };
+                last_seq = last;
+                read = messages
+                    .into_iter()
+                    .map(|m| (m.seq, m.subject, m.payload))
+                    .collect();
+            }
+            _ => {
+                let Some((messages, last)) = self
+                    .bus
+                    .replay_subjects(&self.stream_name, subjects)
+                    .await
+                    .map_err(|e| e.to_string())?
+                else {
+                    return Ok(None);
+                };
+                last_seq = last;
+                let mut out = Vec::with_capacity(messages.len());
+                for msg in messages {
+                    let seq = msg
+                        .info()
+                        .map_err(|e| format!("replaying {subject}: {e}"))?
+                        .stream_sequence;
+                    out.push((seq, msg.subject.to_string(), msg.payload.clone()));
+                }
+                read = out;
+            }
+        }
+        let mut records = Vec::with_capacity(read.len());
+        for (seq, subject_of, payload) in read {
             let bytes = self
-                .resolve(&msg.payload)
+                .resolve(&payload)
                 .await
                 .map_err(|e| format!("record {seq} of {subject}: {e}"))?;
             records.push(Stored {
                 seq,
-                subject: msg.subject.to_string(),
+                subject: subject_of,
                 bytes,
             });
         }

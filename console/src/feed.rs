@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tracing::Instrument as _;
 
+use arbiter_bus::direct::Follow;
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{Connection, NatsOptions, Reach};
 use arbiter_protocol::roles::NatsRole;
@@ -15,7 +16,7 @@ use arbiter_protocol::{
     ArbiterDelta, LogEntry, OrchestratorStatus, SessionStatus, WireError, subjects,
 };
 use async_nats::connection::State;
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::consumer::DeliverPolicy;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
@@ -156,7 +157,7 @@ struct Attached {
     session_sub: async_nats::Subscriber,
     delta_sub: async_nats::Subscriber,
     orch_sub: async_nats::Subscriber,
-    log: pull::Ordered,
+    log: Follow,
 }
 
 /// Where an attempt to attach stopped.
@@ -371,7 +372,7 @@ pub(crate) fn stalled(stored: u64, delivered: u64, quiet: Duration) -> bool {
 async fn follow_log(
     bus: Bus,
     session_id: String,
-    mut log: pull::Ordered,
+    mut log: Follow,
     tx: mpsc::Sender<FeedEvent>,
     watches: Watches,
 ) {
@@ -390,9 +391,7 @@ async fn follow_log(
                 Some(Ok(message)) => {
                     errors = 0;
                     last_delivery = tokio::time::Instant::now();
-                    if let Ok(info) = message.info() {
-                        last_stream_seq = Some(info.stream_sequence);
-                    }
+                    last_stream_seq = Some(message.seq);
                     let event = match arbiter_bus::decode::<LogEntry>(&message.subject, &message.payload) {
                         Ok(entry) => {
                             delivered = delivered.max(entry.seq);

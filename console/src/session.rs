@@ -5,11 +5,12 @@ use std::future::Future;
 use std::time::Duration;
 use tracing::Instrument as _;
 
+use arbiter_bus::direct::Follow;
 use arbiter_bus::{Bus, TraceContext};
 use arbiter_bus::{NatsOptions, Reach};
 use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{LogEntry, SessionStatus, WireError, subjects};
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::consumer::DeliverPolicy;
 use futures::StreamExt;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 use tokio::time::Instant;
@@ -101,7 +102,7 @@ struct Attached {
     status_sub: async_nats::Subscriber,
     /// The latest status from the bucket, if the session has one.
     status: Option<SessionStatus>,
-    log: pull::Ordered,
+    log: Follow,
 }
 
 async fn attach(nats: &NatsOptions, session_id: &str) -> Result<Attached> {
@@ -168,37 +169,54 @@ pub(crate) async fn stored_status(bus: &Bus, session_id: &str) -> Result<Option<
     }
 }
 
-/// An ordered consumer over the whole log of the session, from its first entry.
-async fn open_log(bus: &Bus, session_id: &str) -> Result<pull::Ordered> {
+/// The whole log of the session, from its first entry on.
+async fn open_log(bus: &Bus, session_id: &str) -> Result<Follow> {
     open_log_from(bus, session_id, DeliverPolicy::All).await
 }
 
-/// An ordered consumer over the log of the session, from where `deliver_policy` says.
+/// The log of the session, from where `deliver_policy` says (`All`,
+/// `ByStartSequence` or `New`): its entries on `.log` and the ones that
+/// are inputs (protocol v3), in stream order. Read by direct gets, woken by
+/// core subscriptions on those subjects: a console may make no consumer
+/// (docs/security.md, "No consumer that writes where its role may not").
 pub(crate) async fn open_log_from(
     bus: &Bus,
     session_id: &str,
     deliver_policy: DeliverPolicy,
-) -> Result<pull::Ordered> {
+) -> Result<Follow> {
     let log_error = |e: &dyn std::fmt::Display| ConsoleError::Log {
         session_id: session_id.to_owned(),
         message: e.to_string(),
     };
-    let consumer = bus
-        .js
-        .create_consumer_on_stream(
-            pull::OrderedConfig {
-                // The log's entries on `.log` and the ones that are
-                // inputs (protocol v3), in stream order.
-                name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
-                filter_subjects: subjects::session_log_filters(session_id),
-                deliver_policy,
-                ..Default::default()
-            },
-            subjects::SESSIONS_STREAM,
-        )
-        .await
-        .map_err(|e| log_error(&e))?;
-    consumer.messages().await.map_err(|e| log_error(&e))
+    let from = match deliver_policy {
+        DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
+        DeliverPolicy::New => {
+            let stream = bus
+                .js
+                .get_stream(subjects::SESSIONS_STREAM)
+                .await
+                .map_err(|e| log_error(&e))?;
+            stream.cached_info().state.last_sequence + 1
+        }
+        _ => 1,
+    };
+    let log = subjects::session_log(session_id);
+    let inputs = subjects::session_inputs(session_id);
+    let input_prefix = inputs.trim_end_matches('>').to_owned();
+    let keep = {
+        let log = log.clone();
+        move |subject: &str| subject == log || subject.starts_with(&input_prefix)
+    };
+    Follow::open(
+        bus,
+        subjects::SESSIONS_STREAM,
+        &subjects::session_fence(session_id),
+        keep,
+        &[log, inputs],
+        from,
+    )
+    .await
+    .map_err(|e| log_error(&e))
 }
 
 struct Console<'a, W, E> {
@@ -223,7 +241,7 @@ where
         &mut self,
         input: R,
         mut status_sub: async_nats::Subscriber,
-        mut log: pull::Ordered,
+        mut log: Follow,
         shutdown: impl Future<Output = ()>,
     ) -> Result<()> {
         tokio::pin!(shutdown);
@@ -257,11 +275,13 @@ where
                     Some(Ok(message)) => {
                         log_errors = 0;
                         last_delivery = Instant::now();
-                        if let Ok(info) = message.info() {
-                            last_stream_seq = Some(info.stream_sequence);
-                        }
+                        last_stream_seq = Some(message.seq);
                         let seq = self.log_message(&message.subject, &message.payload).await?;
                         delivered = delivered.max(seq.unwrap_or(0));
+                    }
+                    // A credential from before the console read this way.
+                    Some(Err(e @ arbiter_bus::BusError::NotAllowed { .. })) => {
+                        return Err(self.log_error(e));
                     }
                     Some(Err(e)) => {
                         if log_errors == 0 {
@@ -326,7 +346,7 @@ where
             at.format("%Y-%m-%d %H:%M UTC")
         );
         write_line(self.notices, &notice).await?;
-        let archive = arbiter_bus::retention::read_archive(&self.bus.js, self.session_id)
+        let archive = arbiter_bus::retention::read_archive(&self.bus, self.session_id)
             .await
             .map_err(|e| self.log_error(e))?;
         let subject = subjects::session_log(self.session_id);
@@ -352,7 +372,7 @@ where
     /// an entry whose seq was already printed or reported is skipped.
     /// Opens the log again after stream sequence `after` (from the start
     /// when nothing was taken yet), trying for `arbiter_bus::RIDE_OUT`.
-    async fn reopen_log(&self, after: Option<u64>) -> Result<pull::Ordered> {
+    async fn reopen_log(&self, after: Option<u64>) -> Result<Follow> {
         let deliver_policy = match after {
             Some(seq) => DeliverPolicy::ByStartSequence {
                 start_sequence: seq + 1,

@@ -7,7 +7,6 @@ use async_nats::jetstream::context::{
     GetStreamError, GetStreamErrorKind, KeyValueError, KeyValueErrorKind,
 };
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use tokio::io::AsyncWrite;
 use unicode_width::UnicodeWidthStr;
 
@@ -30,10 +29,13 @@ pub async fn list(nats: &arbiter_bus::NatsOptions) -> Result<Vec<SessionStatus>>
         Err(e) if is_missing_bucket(&e) => return Ok(Vec::new()),
         Err(e) => return Err(error(&e)),
     };
-    let mut keys = bucket.keys().await.map_err(|e| error(&e))?;
+    // Listed from the subjects the bucket holds: a console may make no
+    // consumer, which a KV key listing is (docs/security.md).
+    let keys = arbiter_bus::direct::keys(&bucket, "")
+        .await
+        .map_err(|e| error(&e))?;
     let mut statuses = Vec::new();
-    while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| error(&e))?;
+    for key in keys {
         let Some(bytes) = bucket.get(&key).await.map_err(|e| error(&e))? else {
             continue;
         };

@@ -83,7 +83,9 @@ pub struct Grant {
     pub operation: &'static str,
     pub publish: Vec<String>,
     pub subscribe: Vec<String>,
-    /// Subjects the allows above would match but the role must not touch.
+    /// Subjects the allows above would match but the role must not touch
+    /// (none since no role but the coordinator and the admin may make a
+    /// consumer on a stream whose durables another role owns).
     pub deny_publish: Vec<String>,
 }
 
@@ -98,7 +100,6 @@ impl Grant {
     }
     fs_builder!(publish);
     fs_builder!(subscribe);
-    fs_builder!(deny_publish);
 }
 
 /// A role's whole permission set, as the server config or JWT carries it.
@@ -157,6 +158,20 @@ fn durable(stream: &str, name: &str, filter: Option<&str>) -> Vec<String> {
     out
 }
 
+/// A durable pull consumer the role binds to and may make, or update (its
+/// ack wait), only on the create subject that names its filter, which the
+/// server checks against the config: info, pull, ack. The only consumer
+/// create the worker has (docs/security.md, "No consumer that writes where
+/// its role may not").
+fn bound_durable(stream: &str, name: &str, filter: &str) -> Vec<String> {
+    vec![
+        api(&format!("CONSUMER.CREATE.{stream}.{name}.{filter}")),
+        api(&format!("CONSUMER.INFO.{stream}.{name}")),
+        api(&format!("CONSUMER.MSG.NEXT.{stream}.{name}")),
+        format!("$JS.ACK.{stream}.{name}.>"),
+    ]
+}
+
 /// What an ordered consumer on `stream` needs: its first create is unnamed
 /// (the filter only in the payload), a recreate deletes the old one and
 /// creates `<name>_<n>` with the filter in the subject.
@@ -170,18 +185,6 @@ fn ordered(stream: &str) -> Vec<String> {
     ]
 }
 
-/// Every API subject that touches `name` on `stream`: for denying a durable
-/// to a role whose wildcards would otherwise reach it.
-fn deny_durable(stream: &str, name: &str) -> Vec<String> {
-    vec![
-        api(&format!("CONSUMER.CREATE.{stream}.{name}")),
-        api(&format!("CONSUMER.CREATE.{stream}.{name}.>")),
-        api(&format!("CONSUMER.DELETE.{stream}.{name}")),
-        api(&format!("CONSUMER.MSG.NEXT.{stream}.{name}")),
-        format!("$JS.ACK.{stream}.{name}.>"),
-    ]
-}
-
 fn kv_stream(bucket: &str) -> String {
     format!("KV_{bucket}")
 }
@@ -191,19 +194,30 @@ fn obj_stream(bucket: &str) -> String {
 }
 
 /// Putting and getting objects of one object store: chunks and metadata on
-/// `$O.<bucket>.>`, the metadata lookup by direct get, the read through an
-/// ordered push consumer with flow control, and the purge of an overwritten
-/// object's old chunks.
+/// `$O.<bucket>.>`, the metadata lookup by direct get, the read by direct
+/// gets of its chunks or through an ordered push consumer with flow
+/// control, and the purge of an overwritten object's old chunks.
 fn object_store(bucket: &str) -> Vec<String> {
     let stream = obj_stream(bucket);
-    vec![
-        format!("$O.{bucket}.>"),
-        api(&format!("DIRECT.GET.{stream}.>")),
-        msg_get(&stream),
-        api(&format!("STREAM.PURGE.{stream}")),
+    let mut out = object_store_direct(bucket);
+    out.extend([
         api(&format!("CONSUMER.CREATE.{stream}")),
         api(&format!("CONSUMER.CREATE.{stream}.>")),
         format!("$JS.FC.{stream}.>"),
+    ]);
+    out
+}
+
+/// [`object_store`] with no consumer: an object is read by direct gets of
+/// its metadata and its chunks.
+fn object_store_direct(bucket: &str) -> Vec<String> {
+    let stream = obj_stream(bucket);
+    vec![
+        format!("$O.{bucket}.>"),
+        api(&format!("DIRECT.GET.{stream}")),
+        api(&format!("DIRECT.GET.{stream}.>")),
+        msg_get(&stream),
+        api(&format!("STREAM.PURGE.{stream}")),
     ]
 }
 
@@ -389,10 +403,10 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             for pool in who.pools {
                 let name = subjects::pool_consumer(pool);
                 let filter = subjects::summon(pool);
-                pool_subjects.extend(durable(summons, &name, Some(&filter)));
+                pool_subjects.extend(bound_durable(summons, &name, &filter));
                 let name = subjects::urgent_consumer(pool);
                 let filter = subjects::summon_urgent(pool);
-                pool_subjects.extend(durable(summons, &name, Some(&filter)));
+                pool_subjects.extend(bound_durable(summons, &name, &filter));
                 urgent_subjects.push(filter);
             }
             vec![
@@ -405,7 +419,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         &obj_stream(subjects::ORCH_BLOBS_BUCKET),
                         &kv_stream(subjects::SESSIONS_BUCKET),
                     ])),
-                Grant::new("take summonses of its own pools through `pool-<pool>`, emergencies first through `urgent-<pool>` (bind, update its ack wait to the lease, fetch, renew, ack), woken by a core subscription on the emergency lane")
+                Grant::new("take summonses of its own pools through `pool-<pool>`, emergencies first through `urgent-<pool>` (bind; make it, or update its ack wait to the lease, only on the subject that names its filter; fetch, renew, ack), woken by a core subscription on the emergency lane")
                     .publish(pool_subjects)
                     .publish([msg_get(summons)])
                     .subscribe(urgent_subjects),
@@ -429,25 +443,10 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         api(&format!("DIRECT.GET.{orch}.>")),
                     ])
                     .subscribe([subjects::ALL_ORCH_IN, subjects::ALL_ORCH_CTL]),
-                Grant::new("or, as protocol v1 workers do, through a durable `orch-<orch_id>` made on claim and deleted at the end; never the coordinator's durable")
-                    .publish([
-                        api(&format!("CONSUMER.CREATE.{orch}.*")),
-                        api(&format!("CONSUMER.DELETE.{orch}.*")),
-                        api(&format!("CONSUMER.INFO.{orch}.*")),
-                        api(&format!("CONSUMER.MSG.NEXT.{orch}.*")),
-                        format!("$JS.ACK.{orch}.*.>"),
-                        msg_get(orch),
-                    ])
-                    .deny_publish(deny_durable(orch, subjects::COORDINATOR_ORCH_CONSUMER)),
-                Grant::new("claim and replay Orchestrator state records and outputs (fenced writes, last record, replay), and check between lease renewals whose the last record is (a direct get); never the coordinator's durable")
-                    .publish([msg_get(orch_state), api(&format!("DIRECT.GET.{orch_state}"))])
-                    .publish(ordered(orch_state))
-                    .deny_publish(deny_durable(
-                        orch_state,
-                        subjects::COORDINATOR_ORCH_CONSUMER,
-                    )),
-                Grant::new("Orchestrator state records too large for one message")
-                    .publish(object_store(subjects::ORCH_BLOBS_BUCKET)),
+                Grant::new("claim and replay Orchestrator state records and outputs (fenced writes, last record, replay by direct gets), and check between lease renewals whose the last record is (a direct get)")
+                    .publish([msg_get(orch_state), api(&format!("DIRECT.GET.{orch_state}"))]),
+                Grant::new("Orchestrator state records too large for one message (read by direct gets)")
+                    .publish(object_store_direct(subjects::ORCH_BLOBS_BUCKET)),
                 Grant::new("answer presence: the `arbiter-worker` micro service (replies go to the asker's inbox)")
                     .subscribe([
                         "$SRV.PING".to_owned(),
@@ -468,38 +467,35 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     .publish(stream_info([sessions, kv.as_str()])),
                 Grant::new("send the human's lines, under its own name")
                     .publish([subjects::session_human_from("*", who.name)]),
-                Grant::new("replay and follow a session's log (a named ordered consumer filtered on `session.<id>.log` and `session.<id>.in.>`: two filters, so the server sees none in the create subject); never the coordinator's durable")
-                    .publish([
-                        api(&format!("CONSUMER.CREATE.{sessions}.*")),
-                        api(&format!("CONSUMER.CREATE.{sessions}.*.{}", subjects::ALL_SESSION_LOG)),
-                        api(&format!("CONSUMER.DELETE.{sessions}.*")),
-                        api(&format!("CONSUMER.INFO.{sessions}.*")),
-                        api(&format!("CONSUMER.MSG.NEXT.{sessions}.*")),
-                    ])
-                    .deny_publish(deny_durable(sessions, subjects::COORDINATOR_HUMAN_CONSUMER)),
-                Grant::new("read session status: the bucket (one key, or every key for `sessions`) and the live subjects")
-                    .publish([
-                        api(&format!("DIRECT.GET.{kv}.>")),
-                        api(&format!("CONSUMER.CREATE.{kv}")),
-                        format!("$JS.FC.{kv}.>"),
-                    ])
+                Grant::new("replay and follow a session's log (its entries on `session.<id>.log` and its inputs on `session.<id>.in.>`) by batched direct gets, woken by core subscriptions on those subjects")
+                    .publish([api(&format!("DIRECT.GET.{sessions}"))])
+                    .subscribe([
+                        subjects::ALL_SESSION_LOG.to_owned(),
+                        format!("{PREFIX}.session.*.in.>"),
+                    ]),
+                Grant::new("read session status: the bucket (one key by direct get; for `sessions`, its keys from the subjects its stream holds) and the live subjects")
+                    .publish([api(&format!("DIRECT.GET.{kv}.>"))])
                     .subscribe([
                         format!("{PREFIX}.session.*.status"),
                         format!("{PREFIX}.session.*.delta"),
                         subjects::ALL_ORCH_STATUS.to_owned(),
                     ]),
-                Grant::new("`arbiter-console memory` (list, show, forget): read a workspace's memory entries, remove one")
+                Grant::new("`arbiter-console memory` (list, show, forget): list a workspace's memory entries (the subjects the bucket's stream holds), read them, remove one")
                     .publish(stream_info([kv_stream(subjects::MEMORY_BUCKET).as_str()]))
-                    .publish(memory_bucket()),
-                Grant::new("read an archived session's log (one object of the archive bucket)")
+                    .publish({
+                        let stream = kv_stream(subjects::MEMORY_BUCKET);
+                        [
+                            format!("$KV.{}.>", subjects::MEMORY_BUCKET),
+                            api(&format!("DIRECT.GET.{stream}.>")),
+                        ]
+                    }),
+                Grant::new("read an archived session's log (one object of the archive bucket, by direct gets of its metadata and chunks)")
                     .publish({
                         let archive = obj_stream(subjects::ARCHIVE_BUCKET);
                         [
                             api(&format!("STREAM.INFO.{archive}")),
+                            api(&format!("DIRECT.GET.{archive}")),
                             api(&format!("DIRECT.GET.{archive}.>")),
-                            api(&format!("CONSUMER.CREATE.{archive}")),
-                            api(&format!("CONSUMER.CREATE.{archive}.>")),
-                            format!("$JS.FC.{archive}.>"),
                         ]
                     }),
             ]
@@ -631,6 +627,7 @@ mod tests {
             "$JS.API.CONSUMER.DELETE.ARBITER_ORCH_STATE.coordinator-orch-out",
             "$JS.ACK.ARBITER_ORCH_STATE.coordinator-orch-out.1.2.3.4.5.6",
             "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SUMMONS.pool-gpu",
+            "$JS.API.CONSUMER.CREATE.ARBITER_ORCH.orch-o1",
         ] {
             assert!(!may_publish(&w, denied), "worker may publish {denied}");
         }
@@ -639,7 +636,7 @@ mod tests {
             "arbiter.v1.orch.o1.state",
             "arbiter.v1.orch.o1.status",
             "$JS.API.CONSUMER.MSG.NEXT.ARBITER_SUMMONS.pool-default",
-            "$JS.API.CONSUMER.CREATE.ARBITER_ORCH.orch-o1",
+            "$JS.API.CONSUMER.CREATE.ARBITER_SUMMONS.pool-default.arbiter.v1.summon.default",
             "$JS.ACK.ARBITER_SUMMONS.pool-default.1.2.3.4.5.6",
         ] {
             assert!(may_publish(&w, allowed), "worker may not publish {allowed}");
@@ -671,10 +668,57 @@ mod tests {
         ] {
             assert!(!may_publish(&c, denied), "console may publish {denied}");
         }
-        assert!(may_publish(
+        assert!(!may_publish(
             &c,
             "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.console-1.arbiter.v1.session.s1.log"
         ));
+    }
+
+    /// A consumer create carries its delivery subject in the payload, which
+    /// permissions never see: a role that may make a consumer may make one
+    /// that delivers onto any subject, and a stream that captures it stores
+    /// what it delivers. So the console makes none (it reads by direct get),
+    /// and the worker only its own two summons durables, on the subject
+    /// that names their filter: on the summons stream, whose own subjects
+    /// the server refuses as a delivery subject (docs/security.md, "No
+    /// consumer that writes where its role may not").
+    #[test]
+    fn no_console_or_worker_consumer_can_deliver_where_the_role_may_not_publish() {
+        let creates = |p: &Permissions| -> Vec<String> {
+            p.publish_allow
+                .iter()
+                .filter(|s| s.starts_with("$JS.API.CONSUMER.") && s.contains("CREATE"))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(creates(&perms(NatsRole::Console)), Vec::<String>::new());
+        assert!(
+            !perms(NatsRole::Console)
+                .publish_allow
+                .iter()
+                .any(|s| s.starts_with("$JS.FC.")),
+            "a console needs no flow control: it has no push consumer"
+        );
+        assert_eq!(
+            creates(&perms(NatsRole::Worker)),
+            [
+                "$JS.API.CONSUMER.CREATE.ARBITER_SUMMONS.pool-default.arbiter.v1.summon.default",
+                "$JS.API.CONSUMER.CREATE.ARBITER_SUMMONS.urgent-default.arbiter.v1.summon.default.urgent",
+            ]
+        );
+        for stream in all_streams() {
+            for role in [NatsRole::Console, NatsRole::Worker] {
+                let p = perms(role);
+                for create in [
+                    format!("$JS.API.CONSUMER.CREATE.{stream}"),
+                    format!("$JS.API.CONSUMER.CREATE.{stream}.x"),
+                    format!("$JS.API.CONSUMER.CREATE.{stream}.x.arbiter.v1.summon.default"),
+                    format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.x"),
+                ] {
+                    assert!(!may_publish(&p, &create), "{role} may publish {create}");
+                }
+            }
+        }
     }
 
     #[test]

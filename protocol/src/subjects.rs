@@ -61,6 +61,20 @@ pub fn kv_subject(bucket: &str, key: &str) -> String {
     format!("$KV.{bucket}.{key}")
 }
 
+/// Where a direct get of `stream` is asked for with the request in its
+/// payload (a batch, `next_by_subj`, a wildcard): any message of the stream.
+pub fn direct_get(stream: &str) -> String {
+    format!("$JS.API.DIRECT.GET.{stream}")
+}
+/// The stream that holds object store `bucket`.
+pub fn object_stream(bucket: &str) -> String {
+    format!("OBJ_{bucket}")
+}
+/// The chunks of one version (`nuid`) of an object of store `bucket`.
+pub fn object_chunks(bucket: &str, nuid: &str) -> String {
+    format!("$O.{bucket}.C.{nuid}")
+}
+
 /// The key of a session's owner in [`COORDINATOR_LEASES_BUCKET`].
 pub fn session_lease_key(session_id: &str) -> String {
     format!("session.{session_id}")

@@ -15,7 +15,6 @@ use arbiter_protocol::{
     HumanMessage, LogBody, LogEntry, SessionState, SessionStatus, VERSION, subjects,
 };
 use arbiter_tests::{Gate, MockAnthropic, MockReply, SecureCluster, eventually};
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use common::*;
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
@@ -33,13 +32,11 @@ const BRIEF_II: &str = "Write the docs for src/auth/.";
 /// What the human's console receives: every log entry it is delivered, in
 /// order, connected with the console credential to all three nodes. It
 /// follows the log as `arbiter-console`'s screen does (`console/src/feed.rs`):
-/// an ordered consumer, started over from the last entry seen when the
-/// connection came back on another node (the consumer lived on the dead one)
-/// or when the consumer ends. One more rule the console binaries do not
-/// have (see `stalls`): an ordered consumer whose node died while this
-/// client stayed connected elsewhere has been seen to deliver nothing more
-/// (async-nats recreating it never finished); after 10 s behind the stored
-/// log it is started over too, and counted.
+/// batched direct gets woken by core subscriptions (a console may make no
+/// consumer), started over from the last entry seen when the connection
+/// came back on another node, or after 10 s behind the stored log (counted,
+/// see `stalls`: an ordered consumer, which consoles read through before,
+/// was seen to stall so once its node died).
 struct ConsoleView {
     seen: Arc<Mutex<Vec<LogEntry>>>,
     /// How many times the view started over because its consumer stalled.
@@ -50,26 +47,28 @@ struct ConsoleView {
 /// How long the view may stay behind the stored log before it starts over.
 const STALL: Duration = Duration::from_secs(10);
 
-async fn open_log(bus: &Bus, session: &str, after: Option<u64>) -> Option<pull::Ordered> {
-    let consumer = bus
-        .js
-        .create_consumer_on_stream(
-            pull::OrderedConfig {
-                name: Some(format!("console-{}", uuid::Uuid::new_v4().simple())),
-                filter_subjects: subjects::session_log_filters(session),
-                deliver_policy: match after {
-                    Some(seq) => DeliverPolicy::ByStartSequence {
-                        start_sequence: seq + 1,
-                    },
-                    None => DeliverPolicy::All,
-                },
-                ..Default::default()
-            },
-            subjects::SESSIONS_STREAM,
-        )
-        .await
-        .ok()?;
-    consumer.messages().await.ok()
+async fn open_log(
+    bus: &Bus,
+    session: &str,
+    after: Option<u64>,
+) -> Option<arbiter_bus::direct::Follow> {
+    let log = subjects::session_log(session);
+    let inputs = subjects::session_inputs(session);
+    let input_prefix = inputs.trim_end_matches('>').to_owned();
+    let keep = {
+        let log = log.clone();
+        move |subject: &str| subject == log || subject.starts_with(&input_prefix)
+    };
+    arbiter_bus::direct::Follow::open(
+        bus,
+        subjects::SESSIONS_STREAM,
+        &subjects::session_fence(session),
+        keep,
+        &[log, inputs],
+        after.map_or(1, |seq| seq + 1),
+    )
+    .await
+    .ok()
 }
 
 /// The stream sequence of the session's last stored log entry (0: none, or
@@ -111,7 +110,7 @@ impl ConsoleView {
                     next = messages.next() => match next {
                         Some(Ok(msg)) => {
                             let entry: LogEntry = serde_json::from_slice(&msg.payload).unwrap();
-                            last_stream_seq = msg.info().ok().map(|i| i.stream_sequence);
+                            last_stream_seq = Some(msg.seq);
                             // A step entry carries the coordinator's record: consoles skip it.
                             if !matches!(entry.body, LogBody::Step(_)) {
                                 sink.lock().unwrap().push(entry);
@@ -119,7 +118,7 @@ impl ConsoleView {
                             progress_at = Instant::now();
                             false
                         }
-                        // The consumer recreating itself.
+                        // A batch that failed (an election): the next look asks again.
                         Some(Err(_)) => false,
                         None => true,
                     },
@@ -570,7 +569,7 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
     );
     check_log(&admin, &view, s, 17, &sent).await;
     eprintln!(
-        "the console view started over {} time(s) because its consumer stalled",
+        "the console view started over {} time(s) because it fell behind the stored log",
         view.stalls()
     );
     assert_eq!(

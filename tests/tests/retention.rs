@@ -257,7 +257,7 @@ async fn a_soak_of_sessions_left_idle_keeps_the_streams_under_the_bound() {
         sys.status(&last).await.filter(|s| s.archived_at.is_some())
     })
     .await;
-    let archive = arbiter_bus::retention::read_archive(&sys.bus.js, &last)
+    let archive = arbiter_bus::retention::read_archive(&sys.bus, &last)
         .await
         .unwrap();
     assert_eq!(archive.log.len(), 2);
@@ -524,7 +524,7 @@ async fn a_line_to_a_session_archived_by_the_admin_changes_nothing() {
         0,
         "nothing was written live"
     );
-    let archive = arbiter_bus::retention::read_archive(&sys.bus.js, s)
+    let archive = arbiter_bus::retention::read_archive(&sys.bus, s)
         .await
         .unwrap();
     let seqs: Vec<u64> = archive

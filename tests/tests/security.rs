@@ -8,4 +8,5 @@ pub mod permissions;
 pub mod plaintext;
 pub mod reference_worker;
 pub mod refusals;
+pub mod relay;
 pub mod remote;

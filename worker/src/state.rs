@@ -295,7 +295,9 @@ pub(crate) struct StateBackend {
 impl StateBackend {
     /// Opens the state stream and the blob bucket (declared by the
     /// coordinator or `arbiter-admin setup`; [`arbiter_bus::Bus::open`] has
-    /// checked that they exist).
+    /// checked that they exist). Records and objects are read back by direct
+    /// get: the worker's role may make no consumer there (docs/security.md,
+    /// "No consumer that writes where its role may not").
     pub(crate) async fn setup(bus: &Bus) -> Result<Self, String> {
         let log = StepLog::open(
             bus,
@@ -303,7 +305,8 @@ impl StateBackend {
             subjects::ORCH_BLOBS_BUCKET,
         )
         .await
-        .map_err(|e| format!("opening the Orchestrator state: {e}"))?;
+        .map_err(|e| format!("opening the Orchestrator state: {e}"))?
+        .reading_directly();
         Ok(Self {
             bus: bus.clone(),
             log,

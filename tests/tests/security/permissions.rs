@@ -94,8 +94,9 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
                 "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.probe.arbiter.v1.session.s1.log",
                 r#"{"stream_name":"ARBITER_SESSIONS","config":{"name":"probe","filter_subject":"arbiter.v1.session.s1.log","deliver_policy":"all","ack_policy":"none","inactive_threshold":5000000000}}"#,
             ),
-            // The coordinator reads a log whole to archive its session.
-            vec![C, K, A],
+            // The coordinator reads a log whole to archive its session; a
+            // console reads it by direct get (it may make no consumer).
+            vec![C, A],
         ),
         (
             "follow a session's log and its inputs (one consumer, two filters)",
@@ -103,7 +104,15 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
                 "$JS.API.CONSUMER.CREATE.ARBITER_SESSIONS.probe2",
                 r#"{"stream_name":"ARBITER_SESSIONS","config":{"name":"probe2","filter_subjects":["arbiter.v1.session.s1.log","arbiter.v1.session.s1.in.>"],"deliver_policy":"all","ack_policy":"none","inactive_threshold":5000000000}}"#,
             ),
-            vec![C, K, A],
+            vec![C, A],
+        ),
+        (
+            "list the sessions bucket's keys (a consumer on it)",
+            req(
+                "$JS.API.CONSUMER.CREATE.KV_arbiter_sessions",
+                r#"{"stream_name":"KV_arbiter_sessions","config":{"deliver_policy":"last_per_subject","ack_policy":"none","inactive_threshold":5000000000}}"#,
+            ),
+            vec![C, A],
         ),
         (
             "store an input to an Orchestrator (a log entry on its own subject)",
@@ -129,7 +138,8 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
         (
             "read any message of the sessions stream by direct get",
             req("$JS.API.DIRECT.GET.ARBITER_SESSIONS", r#"{"seq":1}"#),
-            vec![A],
+            // How a console replays and follows a log.
+            vec![K, A],
         ),
         (
             "read the coordinators' sealing key (their leases bucket)",
@@ -150,7 +160,8 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
         (
             "wake on an Orchestrator's inputs (core subscription)",
             sub("arbiter.v1.session.s1.in.o1.*"),
-            vec![W],
+            // A console following its log wakes on them too.
+            vec![W, K],
         ),
         (
             "see Orchestrator output as it is published (core subscription)",
@@ -165,7 +176,7 @@ fn matrix() -> Vec<(&'static str, Op, Vec<NatsRole>)> {
         (
             "follow a session's log live (core subscription)",
             sub("arbiter.v1.session.s1.log"),
-            vec![],
+            vec![K],
         ),
         (
             "read another role's replies (its inbox)",
