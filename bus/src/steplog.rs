@@ -143,6 +143,9 @@ pub struct StepLog {
     direct_off_until: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
+/// How long a replay by direct gets waits for the replica answering them to
+/// hold the leader's last record.
+const REPLICA_CATCH_UP: Duration = Duration::from_secs(3);
 /// How long direct gets are left alone after one failed.
 const DIRECT_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// How long a direct get is waited for. Shorter than other reads: the caller
@@ -333,12 +336,7 @@ impl StepLog {
         let last_seq;
         match subjects {
             [one] if self.direct_reads => {
-                let bus = &self.bus;
-                let replayed =
-                    crate::direct::replay(&bus.client, Some(&bus.alarms), &self.stream_name, one)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                let Some((messages, last)) = replayed else {
+                let Some((messages, last)) = self.replay_direct(one).await? else {
                     return Ok(None);
                 };
                 last_seq = last;
@@ -381,6 +379,57 @@ impl StepLog {
             });
         }
         Ok(Some(Replay { records, last_seq }))
+    }
+
+    /// The records of `subject` by direct gets, made good against the
+    /// stream's leader: any replica may answer a direct get, a moment behind
+    /// the leader, so the leader's last record (`STREAM.MSG.GET`) is read too,
+    /// and what the replica lacked is asked for again until it is there (a
+    /// claim fences its first write on the last sequence a replay returns).
+    async fn replay_direct(
+        &self,
+        subject: &str,
+    ) -> Result<Option<(Vec<crate::direct::Stored>, u64)>, String> {
+        let bus = &self.bus;
+        let (client, alarms) = (&bus.client, Some(&bus.alarms));
+        let mut out = crate::direct::replay(client, alarms, &self.stream_name, subject)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|(messages, _)| messages)
+            .unwrap_or_default();
+        let Some(leader) = self.last(subject).await?.map(|l| l.seq) else {
+            return Ok(None);
+        };
+        let deadline = std::time::Instant::now() + REPLICA_CATCH_UP;
+        let mut last = out.last().map_or(0, |m| m.seq);
+        while last < leader {
+            let batch = crate::direct::batch(
+                client,
+                alarms,
+                &self.stream_name,
+                subject,
+                last + 1,
+                crate::direct::BATCH,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            match batch.messages.last().map(|m| m.seq) {
+                Some(seq) => {
+                    last = seq;
+                    out.extend(batch.messages);
+                }
+                None if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(FIRST_BACKOFF).await;
+                }
+                None => {
+                    return Err(format!(
+                        "replaying {subject}: the direct gets reach sequence {last}, the \
+                         stream's leader holds {leader} (a replica behind for {REPLICA_CATCH_UP:?})"
+                    ));
+                }
+            }
+        }
+        Ok((!out.is_empty()).then_some((out, leader.max(last))))
     }
 
     /// A writer of `subject` whose last record has sequence `last_seq` (0:
