@@ -402,9 +402,35 @@ pub fn decode<T: DeserializeOwned>(subject: &str, payload: &[u8]) -> Result<T, W
     })
 }
 
+/// The stream a message was copied from when the server stored a JetStream
+/// API answer in its place: whoever may make a direct get names where its
+/// answer goes (the reply subject, which permissions never check), and the
+/// server adds `Nats-Stream` to every such answer, which no process of
+/// Arbiter ever sets on what it publishes. Every reader of a subject that
+/// some role's publish may not reach rejects such a message (a summons, a
+/// human line, an Orchestrator's output; docs/security.md, "No consumer
+/// that writes where its role may not").
+pub fn relayed(headers: Option<&async_nats::HeaderMap>) -> Option<&str> {
+    headers?
+        .get(async_nats::header::NATS_STREAM)
+        .map(|v| v.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_answer_stored_in_a_message_s_place_is_told_by_its_stream_header() {
+        let mut answer = async_nats::HeaderMap::new();
+        answer.insert(async_nats::header::NATS_STREAM, "KV_arbiter_memory");
+        answer.insert(async_nats::header::NATS_SUBJECT, "$KV.arbiter_memory.w.m1");
+        assert_eq!(relayed(Some(&answer)), Some("KV_arbiter_memory"));
+        let mut published = async_nats::HeaderMap::new();
+        published.insert(async_nats::header::NATS_MESSAGE_ID, "m1");
+        assert_eq!(relayed(Some(&published)), None);
+        assert_eq!(relayed(None), None);
+    }
 
     #[test]
     fn credentials_are_hidden_in_urls() {

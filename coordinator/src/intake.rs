@@ -470,6 +470,9 @@ impl Registry {
     }
 
     async fn on_human(&mut self, incoming: Incoming) {
+        let Some(incoming) = unless_relayed(incoming, "human line").await else {
+            return;
+        };
         let subject = incoming.subject.clone();
         let subject = subject.as_str();
         let Some((named, console)) = subjects::human_sender(subject) else {
@@ -600,6 +603,9 @@ impl Registry {
     }
 
     async fn on_orchestrator(&mut self, incoming: Incoming) {
+        let Some(incoming) = unless_relayed(incoming, "Orchestrator output").await else {
+            return;
+        };
         let subject = incoming.subject.clone();
         let subject = subject.as_str();
         if let Delivery::Js(msg) = &incoming.delivery {
@@ -640,6 +646,23 @@ impl Registry {
             }
         }
     }
+}
+
+/// `incoming`, unless it is a JetStream API answer the server stored in a
+/// message's place (see [`arbiter_bus::relayed`]): such a one is acked and
+/// dropped, with an error in the coordinator's log, and never reaches a
+/// session. Whoever made it could make a direct get, not publish here.
+async fn unless_relayed(incoming: Incoming, what: &str) -> Option<Incoming> {
+    let Some(stream) = arbiter_bus::relayed(incoming.headers.as_ref()) else {
+        return Some(incoming);
+    };
+    tracing::error!(
+        subject = %incoming.subject,
+        stream,
+        "a {what} stored by a direct get's answer, not published by its sender, rejected"
+    );
+    incoming.delivery.ack().await;
+    None
 }
 
 /// The session a human line's payload names, read leniently (so that a

@@ -361,18 +361,6 @@ async fn pool_consumer_missing(bus: &Bus, name: &str) -> bool {
         .is_err_and(|e| e.to_string().to_lowercase().contains("not found"))
 }
 
-/// The stream a summons was copied from, when the server stored a direct
-/// get's answer on the summons subject: anyone who may make a direct get
-/// names where its answer goes (the reply subject, which permissions never
-/// check), and the server adds `Nats-Stream` to every such answer. A
-/// coordinator's summons never carries it (docs/security.md, "No consumer
-/// that writes where its role may not").
-fn relayed(headers: Option<&async_nats::HeaderMap>) -> Option<&str> {
-    headers?
-        .get(async_nats::header::NATS_STREAM)
-        .map(|v| v.as_str())
-}
-
 /// One fetch of at most one summons, left unacknowledged: it becomes the
 /// Orchestrator's lease. A malformed one is logged, terminated (never
 /// redelivered) and skipped. `wait`: how long to wait for one; `None`:
@@ -393,7 +381,7 @@ async fn fetch_one(
     while let Some(next) = batch.next().await {
         let msg = next.map_err(|e| js_error("fetching a summons", e))?;
         let subject = msg.subject.to_string();
-        if let Some(stream) = relayed(msg.headers.as_ref()) {
+        if let Some(stream) = arbiter_bus::relayed(msg.headers.as_ref()) {
             tracing::error!(
                 subject,
                 stream,
