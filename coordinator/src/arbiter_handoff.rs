@@ -103,11 +103,19 @@ impl Generations {
 /// What asking the Arbiter for its packet came to.
 pub(crate) type Asked = Result<ArbiterPacket, LlmError>;
 
+/// The request for the packet, as the handoff rule decides it: the call,
+/// not started, and the meter that counts it. The session's loop starts it
+/// ([`RunningHandoff::start`], `session/turn.rs`).
+pub(crate) struct HandoffCall {
+    pub(crate) call: futures::future::BoxFuture<'static, Asked>,
+    pub(crate) meter: arbiter_llm::meter::Meter,
+}
+
 /// The request for the packet, running as its own task; aborted if the
 /// session stops first.
 pub(crate) struct RunningHandoff {
-    task: tokio::task::JoinHandle<Asked>,
-    meter: arbiter_llm::meter::Meter,
+    pub(crate) task: tokio::task::JoinHandle<Asked>,
+    pub(crate) meter: arbiter_llm::meter::Meter,
 }
 
 impl RunningHandoff {
@@ -174,7 +182,7 @@ impl Session {
     /// Asks the Arbiter for its packet: its transcript, then the request.
     /// A reply that fails the schema or [`ArbiterPacket::check`] is sent
     /// back with the reason, at most `schema_repairs` times.
-    pub(crate) fn start_handoff(&self) -> RunningHandoff {
+    pub(crate) fn handoff_call(&self) -> HandoffCall {
         let mut messages: Vec<Message> = Vec::new();
         let ask = self.handoff_request();
         let last = self.transcript.len().saturating_sub(1);
@@ -209,11 +217,11 @@ impl Session {
             session.id = %self.id,
         );
         self.trace.adopt(&span);
-        let task = tokio::spawn(tracing::Instrument::instrument(
+        let call = Box::pin(tracing::Instrument::instrument(
             ask_packet(Arc::new(model), request, schema, repairs),
             span,
         ));
-        RunningHandoff { task, meter }
+        HandoffCall { call, meter }
     }
 
     fn handoff_request(&self) -> String {

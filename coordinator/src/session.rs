@@ -403,7 +403,9 @@ impl Session {
             );
             // The Arbiter's handoff runs between turns; input waits meanwhile.
             if turn.is_none() && handoff.is_none() && self.handoff_due() {
-                handoff = Some(self.start_handoff());
+                handoff = Some(crate::arbiter_handoff::RunningHandoff::start(
+                    self.handoff_call(),
+                ));
                 self.status_dirty = true;
             }
             if turn.is_none() && self.turn_due() {

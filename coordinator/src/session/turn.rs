@@ -31,6 +31,17 @@ impl RunningTurn {
     }
 }
 
+impl crate::arbiter_handoff::RunningHandoff {
+    /// Starts the packet's request that the handoff rule decided, as a task
+    /// of its own.
+    pub(crate) fn start(decided: crate::arbiter_handoff::HandoffCall) -> Self {
+        Self {
+            task: tokio::spawn(decided.call),
+            meter: decided.meter,
+        }
+    }
+}
+
 impl Session {
     /// Everything queued, in arrival order, as one user message; the notes
     /// gathered since the last delivery go first, as a digest.
