@@ -59,15 +59,17 @@ async fn services(
         .env("ARBITER_MAX_ORCHESTRATORS", "2")
         .spawn()
         .unwrap();
-    // The console needs the streams the coordinator makes.
+    // The console needs the streams the coordinator makes, every one of
+    // them (the coordinator makes them one after another; the console stops
+    // at once, saying so, when one is missing).
     let js = nats.jetstream().await;
-    arbiter_tests::eventually(Duration::from_secs(20), "the streams", || async {
-        js.get_stream(arbiter_protocol::subjects::SESSIONS_STREAM)
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
+    for stream in arbiter_protocol::roles::streams_used(arbiter_protocol::roles::NatsRole::Console)
+    {
+        arbiter_tests::eventually(Duration::from_secs(20), "the streams", || async {
+            js.get_stream(&stream).await.ok().map(|_| ())
+        })
+        .await;
+    }
     (coordinator, worker)
 }
 
