@@ -48,6 +48,20 @@ pub async fn summon_as(
     workspace: Option<&str>,
     msg_id: &str,
 ) {
+    publish_summons(&sys.bus, pool, session, orch_id, brief, workspace, msg_id).await;
+}
+
+/// Publishes a summons on `bus` (the admin's in an open system; a
+/// coordinator's credential in a secure one, which alone may summon).
+pub async fn publish_summons(
+    bus: &arbiter_bus::Bus,
+    pool: &str,
+    session: &str,
+    orch_id: &str,
+    brief: &str,
+    workspace: Option<&str>,
+    msg_id: &str,
+) {
     let summon = Summon {
         member: None,
         v: VERSION,
@@ -63,15 +77,14 @@ pub async fn summon_as(
         budget: None,
         emergency: false,
     };
-    sys.bus
-        .publish_js(
-            subjects::summon(pool),
-            msg_id,
-            &TraceContext::none(),
-            &summon,
-        )
-        .await
-        .unwrap();
+    bus.publish_js(
+        subjects::summon(pool),
+        msg_id,
+        &TraceContext::none(),
+        &summon,
+    )
+    .await
+    .unwrap();
 }
 
 /// Sends the Arbiter's `seq`-th message to an Orchestrator, as a

@@ -21,7 +21,7 @@ use arbiter_tests::{MockAnthropic, MockReply, eventually};
 use serde_json::json;
 
 use crate::common::*;
-use crate::direct::{Watch, tool_results, worker_ready};
+use crate::direct::{Watch, publish_summons, tool_results, worker_ready};
 
 /// What `/` may hold in the sandbox, as docs/tools.md lists it: the system
 /// directories, `/dev`, `/proc`, the private `/tmp` and `/var/tmp`, and the
@@ -290,33 +290,6 @@ impl Drop for StopGroup {
     }
 }
 
-/// Summons an Orchestrator to pool `default`, as the coordinator does.
-async fn summon_as_coordinator(bus: &Bus, session: &str, orch_id: &str, brief: &str) {
-    let summon = arbiter_protocol::Summon {
-        member: None,
-        v: VERSION,
-        session_id: session.into(),
-        orch_id: orch_id.into(),
-        number: 1,
-        brief: brief.into(),
-        workspace: None,
-        pool: "default".into(),
-        summoned_at: chrono::Utc::now(),
-        runtime: None,
-        handoff: None,
-        budget: None,
-        emergency: false,
-    };
-    bus.publish_js(
-        subjects::summon("default"),
-        orch_id,
-        &TraceContext::none(),
-        &summon,
-    )
-    .await
-    .unwrap();
-}
-
 /// The top-level names of the `PATH` directories and `RUSTUP_HOME`: the
 /// toolchain's mount points.
 fn toolchain_tops() -> Vec<String> {
@@ -435,7 +408,16 @@ async fn by_hand_by_flags_or_by_environment_bash_reads_no_secret_of_the_deployme
         );
         sys.mock.push(&lane, orch(true, "Nothing found."));
         let (session, orch_id) = (format!("s-reach-{n}"), format!("o-reach-{n}"));
-        summon_as_coordinator(&coordinator, &session, &orch_id, &brief).await;
+        publish_summons(
+            &coordinator,
+            "default",
+            &session,
+            &orch_id,
+            &brief,
+            None,
+            &orch_id,
+        )
+        .await;
         watch.wait_output(&orch_id, 1).await;
         let (out, _) = tool_results(&sys.mock.requests_for(&lane)[1]).remove(0);
         let mut extra = tops(&[&home, &workspaces]);
