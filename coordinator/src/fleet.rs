@@ -20,6 +20,11 @@ use serde::Deserialize;
 const PING_WINDOW: Duration = Duration::from_millis(750);
 /// A pool seen served within this long is not asked about again.
 const SEEN_FRESH: Duration = Duration::from_secs(10);
+/// How long a ping nobody of the pool answered waits before it asks again:
+/// a worker busy starting an Orchestrator, or reconnecting after a node of
+/// the cluster died, can miss one window; a notice that no worker is up
+/// is only given when two pings this far apart both found none.
+const PING_AGAIN: Duration = Duration::from_secs(2);
 
 /// Pools seen served, and when.
 #[derive(Default)]
@@ -38,17 +43,23 @@ impl Fleet {
         if fresh {
             return true;
         }
-        match ping(client, pool).await {
-            Ok(true) => {
-                self.lock().insert(pool.to_owned(), Instant::now());
-                true
+        for attempt in 0..2 {
+            if attempt > 0 {
+                tokio::time::sleep(PING_AGAIN).await;
             }
-            Ok(false) => false,
-            Err(e) => {
-                tracing::debug!(error = %e, "could not ping the workers");
-                true
+            match ping(client, pool).await {
+                Ok(true) => {
+                    self.lock().insert(pool.to_owned(), Instant::now());
+                    return true;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not ping the workers");
+                    return true;
+                }
             }
         }
+        false
     }
 
     /// What the workers that are up offer, enough to tell whether one

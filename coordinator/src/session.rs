@@ -795,7 +795,12 @@ impl Session {
                 self.log(LogBody::Error(ErrorEntry { error }));
             }
             Input::NoWorker { orch_id, pool } => {
-                let Some(active) = self.state.member(&orch_id) else {
+                // Gone, or heard from since (a worker took it after all).
+                let Some(active) = self
+                    .state
+                    .member(&orch_id)
+                    .filter(|active| active.outputs_seen == 0)
+                else {
                     return;
                 };
                 let text = format!(

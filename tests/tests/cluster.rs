@@ -200,7 +200,7 @@ async fn send(console: &Bus, session: &str, text: &str) -> String {
     message_id
 }
 
-async fn settled(admin: &Bus, session: &str, n: u64) -> SessionStatus {
+async fn settled(admin: &Bus, view: &ConsoleView, session: &str, n: u64) -> SessionStatus {
     let last = Mutex::new(None);
     let waited = tokio::time::timeout(CLUSTER_WAIT, async {
         loop {
@@ -222,8 +222,15 @@ async fn settled(admin: &Bus, session: &str, n: u64) -> SessionStatus {
     .await;
     waited.unwrap_or_else(|_| {
         panic!(
-            "the session did not settle at {n} entries within {CLUSTER_WAIT:?}; last read: {:?}",
-            last.lock().unwrap()
+            "the session did not settle at {n} entries within {CLUSTER_WAIT:?}; last read: {:?}\nthe console shows: {:#?}",
+            last.lock().unwrap(),
+            briefs(
+                &view
+                    .entries()
+                    .into_iter()
+                    .map(|e| e.body)
+                    .collect::<Vec<_>>()
+            )
         )
     })
 }
@@ -478,7 +485,7 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
     );
     mock.push(&lane, orch(true, "Complete. Auth system in /src/auth/."));
     hold.open();
-    settled(&admin, s, 12).await;
+    settled(&admin, &view, s, 12).await;
     view.wait_len(12, "the whole first flow").await;
     eprintln!(
         "first kill ({}): the interjection was accepted {accepted:?} after the kill and relayed after {relayed:?}",
@@ -549,7 +556,7 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
     cluster.kill(second);
     let killed = Instant::now();
     hold_ii.open();
-    settled(&admin, s, 17).await;
+    settled(&admin, &view, s, 17).await;
     eprintln!(
         "second kill ({}): Orchestrator II's report, release and the Arbiter's answer stored {:?} after the kill",
         cluster.name(second),
