@@ -4,25 +4,18 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-pub mod arbiter_handoff;
-mod budget;
 mod caps;
-mod consensus;
 mod delta;
 mod fleet;
 mod forward;
-mod guard;
 mod intake;
 mod lease;
-mod memory;
-mod outputs;
 pub mod prompt;
+pub use rules::arbiter_handoff;
 pub mod retention;
-mod route;
+pub(crate) mod rules;
 mod session;
 mod state;
-mod summons;
-mod team;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -131,8 +124,8 @@ impl Default for Config {
             intent_retries: 2,
             output_gap_wait: DEFAULT_OUTPUT_GAP_WAIT,
             console_caps: ConsoleCaps::default(),
-            loop_rounds: guard::DEFAULT_LOOP_ROUNDS,
-            max_turns_per_message: guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
+            loop_rounds: rules::guard::DEFAULT_LOOP_ROUNDS,
+            max_turns_per_message: rules::guard::DEFAULT_MAX_TURNS_PER_MESSAGE,
             prices: arbiter_llm::price::PriceTable::defaults(),
             retention: retention::Retention::default(),
             budget: arbiter_protocol::Budget::default(),
@@ -184,7 +177,7 @@ pub(crate) struct Shared {
     /// read once when such a session is restored.
     pub legacy_steps: arbiter_bus::steplog::StepLog,
     pub model: Arc<dyn Model>,
-    pub config: Config,
+    pub config: Arc<Config>,
     pub fleet: fleet::Fleet,
     /// The per-console limits and what they count.
     pub caps: caps::Caps,
@@ -271,7 +264,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         model,
         fleet: fleet::Fleet::default(),
         caps: caps::Caps::new(config.console_caps.clone()),
-        config,
+        config: Arc::new(config),
         output_schema: Arc::new(arbiter_llm::schema::for_model::<
             arbiter_protocol::ArbiterOutput,
         >()),

@@ -181,27 +181,27 @@ pub(crate) struct Snapshot {
     pub owner: Option<String>,
     /// Set while no Arbiter turn may start until the human writes (see `guard.rs`).
     #[serde(default)]
-    pub hold: Option<crate::guard::Hold>,
+    pub hold: Option<crate::rules::guard::Hold>,
     /// Arbiter turns started since the human's last message.
     #[serde(default)]
     pub turns_since_human: u32,
     /// The exchange with the active Orchestrator, as the loop guard sees it.
     #[serde(default)]
-    pub exchange: crate::guard::Exchange,
+    pub exchange: crate::rules::guard::Exchange,
     /// The last handoff packet of an active Orchestrator, until a summons
     /// carries it to the successor.
     #[serde(default)]
     pub handoff: Option<arbiter_protocol::PriorHandoff>,
     /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
     #[serde(default)]
-    pub arbiter: crate::arbiter_handoff::Generations,
+    pub arbiter: crate::rules::arbiter_handoff::Generations,
     /// What the session's model requests cost so far: its Arbiter's, and
     /// each Orchestrator's as its last message said.
     #[serde(default)]
     pub spend: arbiter_protocol::SessionSpend,
     /// Its budget caps as a console set them, and the 80 % notes (see `budget.rs`).
     #[serde(default)]
-    pub budget: crate::budget::BudgetState,
+    pub budget: crate::rules::budget::BudgetState,
     /// The workspace whose memory the session reads and writes (see
     /// `memory.rs`); none: it has no memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,7 +225,8 @@ impl Snapshot {
         self.team.iter_mut().find(|a| a.orch_id == orch_id)
     }
 
-    pub(crate) fn new() -> Self {
+    /// A new session's snapshot, made at `created_at`.
+    pub(crate) fn new(created_at: DateTime<Utc>) -> Self {
         Self {
             active: None,
             team: Vec::new(),
@@ -239,15 +240,15 @@ impl Snapshot {
             turn_in_flight: false,
             turns: 0,
             seen_ids: VecDeque::new(),
-            created_at: Utc::now(),
+            created_at,
             owner: None,
             hold: None,
             turns_since_human: 0,
-            exchange: crate::guard::Exchange::default(),
+            exchange: crate::rules::guard::Exchange::default(),
             handoff: None,
-            arbiter: crate::arbiter_handoff::Generations::default(),
+            arbiter: crate::rules::arbiter_handoff::Generations::default(),
             spend: arbiter_protocol::SessionSpend::default(),
-            budget: crate::budget::BudgetState::default(),
+            budget: crate::rules::budget::BudgetState::default(),
             workspace: None,
         }
     }
@@ -694,7 +695,7 @@ mod tests {
                 text: "{\"intent\":\"address_human\"}".into(),
             },
         ];
-        let snapshot = Snapshot::new();
+        let snapshot = Snapshot::new(Utc::now());
         let outbox = vec![Effect::Control(Control {
             v: VERSION,
             orch_id: "o1".into(),

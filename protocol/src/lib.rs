@@ -87,6 +87,15 @@ pub fn roman(mut n: u32) -> String {
     out
 }
 
+/// `part` as a percentage of `whole`, for showing (0 when `whole` is 0):
+/// context used of a budget, spend of a cap.
+pub fn percent(part: u64, whole: u64) -> f32 {
+    if whole == 0 {
+        return 0.0;
+    }
+    (part as f64 / whole as f64 * 100.0) as f32
+}
+
 /// The name a session shows for its Orchestrator number `n`: `Orchestrator II`.
 pub fn orchestrator_name(n: u32) -> String {
     format!("Orchestrator {}", roman(n))

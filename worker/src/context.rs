@@ -21,13 +21,7 @@ pub(crate) fn tokens_of(response: &Response) -> Option<u64> {
 }
 
 /// `tokens` as a percentage of `budget` (0 when there is no budget).
-pub fn percent(tokens: u64, budget: u64) -> f32 {
-    if budget == 0 {
-        0.0
-    } else {
-        (tokens as f64 / budget as f64 * 100.0) as f32
-    }
-}
+pub use arbiter_protocol::percent;
 
 /// What an Orchestrator is told after a tool call at `pct` % of its context.
 pub fn orchestrator_warning(pct: f32) -> Option<String> {

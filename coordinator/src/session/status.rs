@@ -20,7 +20,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use arbiter_protocol::{SessionStatus, subjects};
+
 use super::*;
+use crate::rules::status::Shape;
 
 /// How often status is republished while nothing changes (consoles use it as a heartbeat).
 pub(super) const STATUS_HEARTBEAT: Duration = Duration::from_secs(2);
@@ -76,76 +79,75 @@ impl StatusWriter {
     }
 }
 
-impl Session {
-    pub(super) async fn publish_status(&mut self, thinking: bool, changed: bool) {
-        let team: Vec<arbiter_protocol::ActiveOrchestrator> = self
-            .state
-            .team
-            .iter()
-            .map(|a| arbiter_protocol::ActiveOrchestrator {
-                orch_id: a.orch_id.clone(),
-                number: a.number,
-                member: a.member,
-                reported: a.reported,
-            })
-            .collect();
-        let status = SessionStatus {
-            v: VERSION,
-            session_id: self.id.clone(),
-            state: if thinking || !self.state.queue.is_empty() {
-                arbiter_protocol::SessionState::Thinking
-            } else {
-                arbiter_protocol::SessionState::Idle
-            },
-            queued: u32::try_from(self.state.queue.len()).unwrap_or(u32::MAX),
-            arbiter_context_pct: percent(
-                self.state.context_tokens,
-                self.shared.config.context_budget,
-            ),
-            arbiter_context_tokens: self.state.context_tokens,
-            active: team.first().cloned(),
-            team,
-            summoned: self.state.summoned,
-            last_seq: self.state.log_seq,
-            created_at: self.state.created_at,
-            at: Utc::now(),
-            spend: self.state.spend.clone(),
-            archived_at: None,
-            budget: self.budget(),
-        };
-        let bus = &self.shared.bus;
-        if changed {
-            self.status_dirty = false;
-            self.status_unstored = true;
+/// Publishes a session's status on every change and heartbeat, and puts
+/// it in the bucket when the module's rule says so.
+#[derive(Default)]
+pub(super) struct StatusPublisher {
+    /// The status changed since it was last published.
+    dirty: bool,
+    /// The status changed since it was last put in the bucket.
+    unstored: bool,
+    /// When the bucket last got the status.
+    stored_at: Option<Instant>,
+    /// The status last put in the bucket was settled.
+    stored_settled: bool,
+    /// Its active Orchestrator, number summoned and budget.
+    stored_shape: Option<Shape>,
+    /// Puts the status in the bucket (started with the first put).
+    writer: Option<StatusWriter>,
+}
+
+impl StatusPublisher {
+    pub(super) fn new() -> Self {
+        Self {
+            dirty: true,
+            ..Self::default()
         }
-        // Nothing happens until a human writes: no Orchestrator at work.
-        let settled = status.state == arbiter_protocol::SessionState::Idle
-            && (self.state.team.iter().all(|a| a.asked) || self.state.hold.is_some());
-        // What a reader of the bucket acts on: which Orchestrator, how many, the caps.
-        let shape = (
-            status.active.as_ref().map(|a| a.orch_id.clone()),
-            status.summoned,
-            serde_json::to_string(&status.budget).unwrap_or_default(),
-        );
+    }
+
+    /// The status changed: it goes out at the next publish.
+    pub(super) fn touch(&mut self) {
+        self.dirty = true;
+    }
+
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Publishes `status`; `changed`: it is published for a change (not
+    /// as a heartbeat), `settled`: the core says nothing happens until a
+    /// human writes.
+    pub(super) async fn publish(
+        &mut self,
+        bus: &arbiter_bus::Bus,
+        status: &SessionStatus,
+        settled: bool,
+        changed: bool,
+    ) {
+        if changed {
+            self.dirty = false;
+            self.unstored = true;
+        }
+        let shape = crate::rules::status::shape(status);
         let due = self
-            .status_stored_at
+            .stored_at
             .is_none_or(|at| at.elapsed() >= STATUS_HEARTBEAT);
-        if self.status_unstored
+        if self.unstored
             && (settled
                 || self.stored_settled
                 || self.stored_shape.as_ref() != Some(&shape)
                 || due
                 || !changed)
         {
-            match serde_json::to_vec(&status) {
+            match serde_json::to_vec(status) {
                 Ok(bytes) => {
-                    self.status_writer
+                    self.writer
                         .get_or_insert_with(|| {
-                            StatusWriter::start(bus.sessions_kv.clone(), self.id.clone())
+                            StatusWriter::start(bus.sessions_kv.clone(), status.session_id.clone())
                         })
                         .put(bytes.into());
-                    self.status_unstored = false;
-                    self.status_stored_at = Some(Instant::now());
+                    self.unstored = false;
+                    self.stored_at = Some(Instant::now());
                     self.stored_settled = settled;
                     self.stored_shape = Some(shape);
                 }
@@ -153,10 +155,17 @@ impl Session {
             }
         }
         if let Err(e) = bus
-            .publish_core(subjects::session_status(&self.id), &status)
+            .publish_core(subjects::session_status(&status.session_id), status)
             .await
         {
             tracing::warn!(error = %e, "could not publish the session status");
+        }
+    }
+
+    /// Stores the last status handed over (see [`StatusWriter::finish`]).
+    pub(super) async fn finish(self) {
+        if let Some(writer) = self.writer {
+            writer.finish().await;
         }
     }
 }

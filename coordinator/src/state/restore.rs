@@ -133,7 +133,7 @@ impl Folded {
         let skipped = self.unreadable.len() as u64;
         let (snapshot, rev, outbox) = self
             .last
-            .unwrap_or_else(|| (Snapshot::new(), 0, Vec::new()));
+            .unwrap_or_else(|| (Snapshot::new(chrono::Utc::now()), 0, Vec::new()));
         Some(Restored {
             transcript: self.transcript,
             snapshot,

@@ -8,7 +8,7 @@ use arbiter_protocol::{
 };
 use chrono::Utc;
 
-use crate::session::Session;
+use crate::rules::{Core, Now};
 use crate::state::{Active, Gather, Pending};
 
 /// Which live Orchestrators an `address_orchestrator` or
@@ -126,7 +126,7 @@ pub(crate) fn team_input(
     out
 }
 
-impl Session {
+impl Core {
     /// A parallel team of generation `number` is having its reports gathered.
     pub(crate) fn gathers(&self, number: u32) -> bool {
         self.state
@@ -153,9 +153,9 @@ impl Session {
     }
 
     pub(crate) fn team_deadline(&self) -> chrono::DateTime<Utc> {
-        let wait = chrono::Duration::from_std(self.shared.config.team_wait)
-            .unwrap_or(chrono::Duration::MAX);
-        Utc::now() + wait
+        let wait =
+            chrono::Duration::from_std(self.config.team_wait).unwrap_or(chrono::Duration::MAX);
+        self.now.wall + wait
     }
 
     /// A chain's link `prev` reported `report`: the next link is summoned
@@ -229,14 +229,14 @@ impl Session {
                 verdict,
                 missing,
             };
-            let line = crate::consensus::verdict_line(gather.number, member, &verdict);
+            let line = crate::rules::consensus::verdict_line(gather.number, member, &verdict);
             gather.verdicts.push(verdict);
             format!("{line}\n{text}")
         } else {
             text
         };
         gather.reports.push((member, text));
-        self.changed = true;
+        self.step.changed = true;
         let chained = gather.sequential && !gather.links.is_empty();
         let all_in = gather.reports.len() >= gather.members as usize;
         match raw {
@@ -250,10 +250,10 @@ impl Session {
     }
 
     /// When the team wait runs out, if a team is being gathered.
-    pub(crate) fn gather_deadline(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn gather_deadline(&self, now: Now) -> Option<tokio::time::Instant> {
         let gather = self.state.gather.as_ref()?;
-        let left = (gather.deadline - Utc::now()).to_std().unwrap_or_default();
-        Some(tokio::time::Instant::now() + left)
+        let left = (gather.deadline - now.wall).to_std().unwrap_or_default();
+        Some(now.mono + left)
     }
 
     /// The team wait ran out: what is in goes to the Arbiter.
@@ -262,9 +262,9 @@ impl Session {
             .state
             .gather
             .as_ref()
-            .is_some_and(|g| g.deadline <= Utc::now())
+            .is_some_and(|g| g.deadline <= self.now.wall)
         {
-            self.deliver_gather(Some(self.shared.config.team_wait.as_secs()));
+            self.deliver_gather(Some(self.config.team_wait.as_secs()));
         }
     }
 
@@ -294,7 +294,7 @@ impl Session {
         self.log(LogBody::System(SystemEntry { text }));
         // The tally is for the record and the Arbiter; the Arbiter decides.
         let consensus = consensus.then(|| {
-            let entry = crate::consensus::tally(number, members, &verdicts);
+            let entry = crate::rules::consensus::tally(number, members, &verdicts);
             let line = entry.summary();
             self.log(LogBody::Consensus(entry));
             line

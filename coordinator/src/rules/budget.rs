@@ -13,7 +13,7 @@ use arbiter_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::session::Session;
+use crate::rules::Core;
 use crate::state::Effect;
 
 /// What a session stores of its budget.
@@ -42,10 +42,10 @@ pub(crate) struct BudgetState {
     pub deferred_team: Vec<Summon>,
 }
 
-impl Session {
+impl Core {
     /// The caps in force, and whether the session holds at its cap.
     pub(crate) fn budget(&self) -> Budget {
-        let defaults = &self.shared.config.budget;
+        let defaults = &self.config.budget;
         Budget {
             session: self.state.budget.session.unwrap_or(defaults.session),
             orchestrator: self
@@ -91,7 +91,7 @@ impl Session {
                     "This session has used {} % of its budget ({} of {}). Wrap up: have the \
                      work finished and reported, and tell the human where things stand; at the \
                      cap no new model request starts until the human raises it.",
-                    percent(unit.used(&total), limit),
+                    share(unit.used(&total), limit),
                     unit.amount(unit.used(&total)),
                     unit.amount(limit)
                 );
@@ -115,7 +115,7 @@ impl Session {
                     let text = format!(
                         "{name} has used {} % of its budget ({} of {}); at the cap its worker \
                          stops it. Have it wrap up and report, with its handoff packet.",
-                        percent(unit.used(&spent), limit),
+                        share(unit.used(&spent), limit),
                         unit.amount(unit.used(&spent)),
                         unit.amount(limit)
                     );
@@ -230,7 +230,7 @@ impl Session {
                 // The other members of a team.
                 self.state.budget.deferred_team.push(summon);
             }
-            self.changed = true;
+            self.step.changed = true;
             return;
         }
         if self.state.member(&summon.orch_id).is_none() {
@@ -271,15 +271,16 @@ impl Session {
     fn budget_note(&mut self, text: String) {
         self.log(LogBody::System(SystemEntry { text: text.clone() }));
         self.state.budget.notes.push(text);
-        self.changed = true;
+        self.step.changed = true;
     }
 }
 
-fn percent(used: u64, limit: u64) -> u64 {
+/// The share of a cap spent, in whole percent, as a note says it.
+fn share(used: u64, limit: u64) -> u64 {
     if limit == 0 {
         return 100;
     }
-    u64::try_from(u128::from(used) * 100 / u128::from(limit)).unwrap_or(u64::MAX)
+    arbiter_protocol::percent(used, limit).floor() as u64
 }
 
 fn spent_text(spend: &Spend) -> String {
@@ -290,7 +291,7 @@ fn spent_text(spend: &Spend) -> String {
     )
 }
 
-impl Session {
+impl Core {
     /// Whether a team of `members` started at once fits the session's
     /// budget (see [`team_fits`]).
     pub(crate) fn team_budget(&self, members: usize) -> Result<(), String> {

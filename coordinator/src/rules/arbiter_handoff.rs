@@ -16,8 +16,7 @@
 
 use std::sync::Arc;
 
-use arbiter_llm::structured;
-use arbiter_llm::{LlmError, Message, Model, Request};
+use arbiter_llm::{LlmError, Message, Request};
 use arbiter_protocol::handoff::{Decision, Handoff, OpenItem};
 use arbiter_protocol::{
     ActiveLine, ArbiterHandoffEntry, ArbiterPacket, ErrorEntry, GenerationLine, LogBody, Role,
@@ -25,8 +24,10 @@ use arbiter_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::session::{Session, percent};
+use crate::rules::{Core, Now};
 use crate::state::{Turn, TurnRole};
+use arbiter_llm::Usage;
+use arbiter_protocol::percent;
 
 /// The share of its context budget, in percent, past which the Arbiter
 /// hands off (0: never).
@@ -103,41 +104,21 @@ impl Generations {
 /// What asking the Arbiter for its packet came to.
 pub(crate) type Asked = Result<ArbiterPacket, LlmError>;
 
-/// The request for the packet, as the handoff rule decides it: the call,
-/// not started, and the meter that counts it. The session's loop starts it
-/// ([`RunningHandoff::start`], `session/turn.rs`).
-pub(crate) struct HandoffCall {
-    pub(crate) call: futures::future::BoxFuture<'static, Asked>,
-    pub(crate) meter: arbiter_llm::meter::Meter,
+/// The request for the packet, as the handoff rule decides it: the shell
+/// makes it (`session/handoff.rs`), sending back a reply that fails the
+/// schema or [`ArbiterPacket::check`] with the reason, at most `repairs`
+/// times.
+pub(crate) struct HandoffAsk {
+    pub(crate) request: Request,
+    pub(crate) schema: Arc<serde_json::Value>,
+    pub(crate) repairs: u32,
 }
 
-/// The request for the packet, running as its own task; aborted if the
-/// session stops first.
-pub(crate) struct RunningHandoff {
-    pub(crate) task: tokio::task::JoinHandle<Asked>,
-    pub(crate) meter: arbiter_llm::meter::Meter,
-}
-
-impl RunningHandoff {
-    pub(crate) async fn finish(&mut self) -> Asked {
-        match (&mut self.task).await {
-            Ok(result) => result,
-            Err(e) => Err(LlmError::Stream(format!("the handoff's task stopped: {e}"))),
-        }
-    }
-}
-
-impl Drop for RunningHandoff {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Session {
+impl Core {
     /// The Arbiter's context threshold, in tokens (`None`: never hand off).
     fn handoff_threshold(&self) -> Option<u64> {
-        let pct = u64::from(self.shared.config.arbiter_handoff_pct.min(100));
-        (pct > 0).then(|| self.shared.config.context_budget * pct / 100)
+        let pct = u64::from(self.config.arbiter_handoff_pct.min(100));
+        (pct > 0).then(|| self.config.context_budget * pct / 100)
     }
 
     /// After a turn: past the threshold, a handoff is asked for (stored
@@ -164,8 +145,8 @@ impl Session {
             "Arbiter, generation {generation}: its context is {:.0} % full (it hands off past \
              {} %). It is asked for its packet, and Arbiter, generation {} takes over from it. \
              What comes meanwhile waits; the Orchestrator at work goes on.",
-            percent(tokens, self.shared.config.context_budget),
-            self.shared.config.arbiter_handoff_pct,
+            percent(tokens, self.config.context_budget),
+            self.config.arbiter_handoff_pct,
             generation + 1,
         );
         self.log(LogBody::System(SystemEntry { text }));
@@ -180,9 +161,7 @@ impl Session {
     }
 
     /// Asks the Arbiter for its packet: its transcript, then the request.
-    /// A reply that fails the schema or [`ArbiterPacket::check`] is sent
-    /// back with the reason, at most `schema_repairs` times.
-    pub(crate) fn handoff_call(&self) -> HandoffCall {
+    pub(crate) fn handoff_ask(&self) -> HandoffAsk {
         let mut messages: Vec<Message> = Vec::new();
         let ask = self.handoff_request();
         let last = self.transcript.len().saturating_sub(1);
@@ -205,23 +184,11 @@ impl Session {
             output_schema: Some(schema.clone()),
             max_output_tokens: None,
         };
-        let meter = arbiter_llm::meter::Meter::default();
-        let model = arbiter_llm::meter::Metered::new(self.shared.model.clone(), meter.clone());
-        let repairs = self.shared.config.schema_repairs;
-        let span = tracing::info_span!(
-            parent: None,
-            "invoke_agent",
-            otel.name = "invoke_agent arbiter handoff",
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = "arbiter",
-            session.id = %self.id,
-        );
-        self.trace.adopt(&span);
-        let call = Box::pin(tracing::Instrument::instrument(
-            ask_packet(Arc::new(model), request, schema, repairs),
-            span,
-        ));
-        HandoffCall { call, meter }
+        HandoffAsk {
+            request,
+            schema,
+            repairs: self.config.schema_repairs,
+        }
     }
 
     fn handoff_request(&self) -> String {
@@ -236,22 +203,17 @@ impl Session {
              (one line per Orchestrator so far: `number`, `line`), `open` (the work that \
              remains, keeping item ids), `active` (the Orchestrator at work: `number`, \
              `doing`; null if none). It goes to no one but your successor.]",
-            percent(self.state.context_tokens, self.shared.config.context_budget),
+            percent(self.state.context_tokens, self.config.context_budget),
             generation + 1
         )
     }
 
     /// Takes the packet (or builds one when the Arbiter gave none that is
     /// valid) and starts the next generation; all in the step that stores it.
-    pub(crate) fn finish_handoff(&mut self, running: &RunningHandoff, asked: Asked) {
-        let model = &self.shared.config.model.model;
-        for usage in running.meter.take() {
-            self.shared
-                .config
-                .prices
-                .charge(&mut self.state.spend.arbiter, model, usage.as_ref());
-        }
-        self.state.spend.sum();
+    /// `usage`: the model requests it made, charged to the Arbiter.
+    pub(crate) fn handoff_ended(&mut self, usage: Vec<Option<Usage>>, asked: Asked, now: Now) {
+        self.now = now;
+        self.charge_arbiter(usage);
         let Some(pending) = self.state.arbiter.pending.take() else {
             return;
         };
@@ -273,7 +235,7 @@ impl Session {
         );
         let (transcript, kept) = successor_transcript(&self.transcript, &packet, generation);
         self.transcript = transcript;
-        self.replace_transcript = true;
+        self.step.replace_transcript = true;
         let after = self.estimate_context();
         self.state.context_tokens = after;
         self.state.arbiter.handoffs += 1;
@@ -295,7 +257,7 @@ impl Session {
     /// four bytes a token.
     fn estimate_context(&self) -> u64 {
         let bytes = crate::prompt::ARBITER_SYSTEM_PROMPT.len()
-            + self.shared.output_schema.to_string().len()
+            + self.output_schema.to_string().len()
             + self.transcript.iter().map(|t| t.text.len()).sum::<usize>();
         (bytes as u64).div_ceil(4)
     }
@@ -383,41 +345,6 @@ impl Session {
             orchestrators,
             open,
             active,
-        }
-    }
-}
-
-/// Calls the model until its packet is valid, at most `1 + repairs` times.
-async fn ask_packet(
-    model: Arc<dyn Model>,
-    mut request: Request,
-    schema: Arc<serde_json::Value>,
-    repairs: u32,
-) -> Asked {
-    let mut attempt = 0;
-    loop {
-        let response = model.complete(request.clone()).await?;
-        let raw = response.text();
-        let checked = match structured::cut_short(&response.stop_reason) {
-            Some(detail) => Err(detail.to_owned()),
-            None => structured::parse_with::<ArbiterPacket>(&raw, &schema)
-                .and_then(|packet| packet.check().map(|()| packet)),
-        };
-        match checked {
-            Ok(packet) => return Ok(packet),
-            Err(detail) if attempt < repairs => {
-                tracing::warn!(attempt, %detail, "Arbiter packet rejected; asking again");
-                let messages = Arc::make_mut(&mut request.messages);
-                messages.push(Message::assistant(raw));
-                messages.push(Message::user(structured::repair_message(&detail)));
-                attempt += 1;
-            }
-            Err(detail) => {
-                return Err(LlmError::SchemaViolation {
-                    attempts: attempt + 1,
-                    detail,
-                });
-            }
         }
     }
 }

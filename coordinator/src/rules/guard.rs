@@ -11,10 +11,9 @@ use arbiter_protocol::{
     Control, ControlAction, LogBody, ReleasedEntry, SystemEntry, VERSION, member_name,
     orchestrator_name,
 };
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
-use crate::session::Session;
+use crate::rules::Core;
 use crate::state::{Effect, Pending};
 
 /// Rounds in a row without progress before an exchange is stopped, by default.
@@ -87,7 +86,7 @@ impl Exchange {
     }
 }
 
-impl Session {
+impl Core {
     /// Puts something in line for the Arbiter: queued, or with the hold.
     pub(crate) fn enqueue(&mut self, pending: Pending) {
         match self.state.hold.as_mut() {
@@ -132,7 +131,7 @@ impl Session {
     /// Before a turn starts: past the cap, the session holds instead.
     /// True when the turn may start.
     pub(crate) fn may_start_turn(&mut self) -> bool {
-        let cap = self.shared.config.max_turns_per_message;
+        let cap = self.config.max_turns_per_message;
         if cap == 0 || self.state.turns_since_human < cap {
             self.state.turns_since_human += 1;
             return true;
@@ -160,7 +159,7 @@ impl Session {
     /// echoed the report before, and no tool was called in between (as far
     /// as the worker's evidence tells; without evidence, words alone count).
     pub(crate) fn check_round(&mut self, number: u32, report: &str, tool_calls: Option<u64>) {
-        let limit = self.shared.config.loop_rounds;
+        let limit = self.config.loop_rounds;
         if self.state.exchange.round(report, tool_calls, limit) {
             let rounds = limit;
             self.hold(format!(
@@ -193,7 +192,7 @@ impl Session {
                 v: VERSION,
                 orch_id: active.orch_id.clone(),
                 action: ControlAction::Cancel,
-                sent_at: Utc::now(),
+                sent_at: self.now.wall,
             }));
             self.state.notes.retain(|(n, _)| *n != active.number);
             self.log(LogBody::Released(ReleasedEntry {

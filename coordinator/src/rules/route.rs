@@ -8,25 +8,24 @@ use arbiter_protocol::{
     Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, member_name,
     orchestrator_name,
 };
-use chrono::Utc;
 
-use crate::session::{Session, Task};
+use crate::rules::summons::{FleetView, Lane, Target, summons_target};
+use crate::rules::team::pick_members;
+use crate::rules::{Core, Task};
 use crate::state::{Active, Effect, Pending};
-use crate::summons::{FleetView, Lane, Target, summons_target};
-use crate::team::pick_members;
 
-impl Session {
+impl Core {
     /// Carries out one Arbiter decision; `fleet` is what the workers offered
     /// when the decision is a directed summons (`FleetView::wanted`).
     pub(crate) fn route(&mut self, output: ArbiterOutput, fleet: &FleetView) {
         let target = (output.intent == ArbiterIntent::SummonOrchestrator).then(|| {
             summons_target(
                 &output,
-                &self.shared.config.pool,
-                self.shared.config.orchestrator_runtime.as_deref(),
+                &self.config.pool,
+                self.config.orchestrator_runtime.as_deref(),
                 fleet,
-                self.shared.config.team_cap,
-                self.shared.config.escalate_risk,
+                self.config.team_cap,
+                self.config.escalate_risk,
             )
         });
         // A team started at once must fit the session's budget as a whole.
@@ -94,7 +93,7 @@ impl Session {
                             number: None,
                             strategy: strategy.unwrap_or_default(),
                             members: 0,
-                            pool: pool.unwrap_or_else(|| self.shared.config.pool.clone()),
+                            pool: pool.unwrap_or_else(|| self.config.pool.clone()),
                             runtime: runtime.map(|r| r.as_str().to_owned()),
                             directive,
                             rejected: Some(reason.clone()),
@@ -130,7 +129,7 @@ impl Session {
     /// system note, a bounded number of times in a row.
     fn reject(&mut self, intent: ArbiterIntent, reason: &str) {
         self.state.rejections += 1;
-        if self.state.rejections > self.shared.config.intent_retries {
+        if self.state.rejections > self.config.intent_retries {
             self.state.rejections = 0;
             let error = WireError::IntentRejected {
                 intent,
@@ -166,7 +165,7 @@ impl Session {
                 orch_id: active.orch_id.clone(),
                 seq,
                 message: text.clone(),
-                sent_at: Utc::now(),
+                sent_at: self.now.wall,
                 budget,
             }));
         }
@@ -264,10 +263,10 @@ impl Session {
             // A member of a team told of its team; its own brief follows.
             let member_brief = match member {
                 Some(m) if consensus => {
-                    crate::consensus::member_brief(number, m, size, &member_brief)
+                    crate::rules::consensus::member_brief(number, m, size, &member_brief)
                 }
                 Some(1) if sequential => {
-                    crate::team::chain_brief(number, 1, size, &brief, &member_brief)
+                    crate::rules::team::chain_brief(number, 1, size, &brief, &member_brief)
                 }
                 Some(m) if member_brief != brief => format!(
                     "You are {} of a team of {size} working at once, each in a \
@@ -292,7 +291,7 @@ impl Session {
         // A summons nobody can take is worth a word: asked once the step is
         // stored, off the session's path (the answer comes back as an input).
         if let Some(orch_id) = first {
-            self.tasks.push(Task::CheckPool { orch_id, pool });
+            self.step.tasks.push(Task::CheckPool { orch_id, pool });
         }
     }
 
@@ -343,7 +342,7 @@ impl Session {
             brief,
             workspace: None,
             pool: pool.to_owned(),
-            summoned_at: Utc::now(),
+            summoned_at: self.now.wall,
             runtime,
             handoff,
             budget: None,
@@ -360,7 +359,7 @@ impl Session {
                 v: VERSION,
                 orch_id: active.orch_id.clone(),
                 action: ControlAction::Release,
-                sent_at: Utc::now(),
+                sent_at: self.now.wall,
             }));
             if !self.state.team.iter().any(|a| a.number == active.number) {
                 self.state.notes.retain(|(n, _)| *n != active.number);

@@ -11,15 +11,14 @@ use std::time::Duration;
 
 use arbiter_protocol::memory::{self, prompt_block};
 use arbiter_protocol::{Decision, LogBody, MemoryEntry, MemoryKind, SystemEntry, VERSION};
-use chrono::Utc;
 use sha2::Digest as _;
 
-use crate::session::Session;
+use crate::rules::Core;
 use crate::state::{Effect, Pending};
 
 /// How long reading a workspace's memory may take before a new session
 /// starts without it (the log says so).
-const RECALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RECALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The id of an entry: `m` and 12 hex digits of a hash of the workspace and
 /// the words (spaces and case aside), so the same fact kept twice, by one
@@ -35,7 +34,7 @@ pub(crate) fn entry_id(workspace: &str, text: &str) -> String {
     format!("m{hex}")
 }
 
-impl Session {
+impl Core {
     /// Takes the workspace a human message names, if the session has none
     /// yet: a session's workspace is fixed by the first message that names one.
     pub(crate) fn take_workspace(&mut self, workspace: Option<String>) {
@@ -47,7 +46,7 @@ impl Session {
         }
         if memory::is_valid_workspace(&workspace) {
             self.state.workspace = Some(workspace);
-            self.changed = true;
+            self.step.changed = true;
         } else {
             let shown: String = workspace.chars().take(80).collect();
             self.log(LogBody::System(SystemEntry {
@@ -60,22 +59,31 @@ impl Session {
         }
     }
 
-    /// The memory block of the session's first prompt, read from the
-    /// bucket; the log says what it holds. `None`: no workspace, no room,
-    /// nothing kept, or the bucket could not be read in time.
-    pub(crate) async fn recall(&mut self) -> Option<String> {
-        let workspace = self.state.workspace.clone()?;
-        let budget = self.shared.config.memory_tokens;
-        if budget == 0 {
+    /// The workspace whose memory opens this Arbiter generation's first
+    /// prompt, when there is one and room for it: the shell reads its
+    /// entries (at most [`RECALL_TIMEOUT`]) and hands them to
+    /// [`Core::recalled`].
+    pub(crate) fn recall_wanted(&self) -> Option<String> {
+        if self.config.memory_tokens == 0 {
             return None;
         }
-        let read = arbiter_bus::memory::entries(&self.shared.memory, &workspace);
-        let entries = match tokio::time::timeout(RECALL_TIMEOUT, read).await {
-            Ok(Ok(entries)) => entries,
-            Ok(Err(e)) => return self.recall_failed(&workspace, &e.to_string()),
-            Err(_) => return self.recall_failed(&workspace, "no answer in 5 s"),
+        self.state.workspace.clone()
+    }
+
+    /// The memory block of the first prompt, from what reading the
+    /// workspace's entries gave (`Err`: why they could not be read); the
+    /// log says what it holds. `None`: nothing kept, or unreadable.
+    pub(crate) fn recalled(
+        &mut self,
+        workspace: &str,
+        read: Result<Vec<MemoryEntry>, String>,
+    ) -> Option<String> {
+        let budget = self.config.memory_tokens;
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(why) => return self.recall_failed(workspace, &why),
         };
-        let block = prompt_block(&workspace, &entries, budget)?;
+        let block = prompt_block(workspace, &entries, budget)?;
         let ids: Vec<&str> = entries
             .iter()
             .map(|e| e.id.as_str())
@@ -178,7 +186,7 @@ impl Session {
             text: text.trim().to_owned(),
             session_id: self.id.clone(),
             by,
-            at: Utc::now(),
+            at: self.now.wall,
         };
         self.effect(Effect::Memory(entry));
         Ok(())

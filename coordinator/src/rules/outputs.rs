@@ -16,7 +16,7 @@ use arbiter_protocol::{
 };
 use tokio::time::Instant;
 
-use crate::session::{Ack, Session};
+use crate::rules::{Ack, Core};
 use crate::state::Pending;
 
 /// Output held aside per live Orchestrator, at most (so per session, at
@@ -54,7 +54,7 @@ impl HeldOutputs {
     }
 }
 
-impl Session {
+impl Core {
     pub(crate) fn on_orchestrator(
         &mut self,
         message: OrchestratorMessage,
@@ -92,7 +92,7 @@ impl Session {
                             self.held
                                 .by_orch
                                 .get_mut(&orch_id)
-                                .and_then(|gaps| gaps.next_after(last, Instant::now()))
+                                .and_then(|gaps| gaps.next_after(last, self.now.mono))
                                 .map(|(_, held)| held)
                         }
                         // It failed: whatever it sent after is not wanted.
@@ -128,7 +128,7 @@ impl Session {
             .by_orch
             .entry(orch_id.clone())
             .or_insert_with(|| Gaps::new(wait, MAX_HELD_OUTPUTS));
-        match gaps.hold(seq, held, Instant::now()) {
+        match gaps.hold(seq, held, self.now.mono) {
             Hold::Held => {
                 tracing::warn!(orch.id = %orch_id, seq, "Orchestrator output ahead of its turn; held until the output before it arrives");
             }
@@ -154,7 +154,7 @@ impl Session {
     /// Drops the held output once its gap has stayed open for the whole
     /// wait, and says so in the log if its Orchestrator is still active.
     pub(crate) fn expire_held(&mut self) {
-        let now = Instant::now();
+        let now = self.now.mono;
         let expired: Vec<(String, Expired<Held>)> = self
             .held
             .by_orch
@@ -225,7 +225,7 @@ impl Session {
                 .set_orchestrator(&message.orch_id, number, spend);
         }
         self.trace = trace;
-        self.changed = true;
+        self.step.changed = true;
         match message.event {
             OrchestratorEvent::Output(mut output) => {
                 // From this worker the packet is on the message; take it from

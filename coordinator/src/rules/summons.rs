@@ -221,11 +221,14 @@ fn team_briefs(output: &ArbiterOutput, cap: u32) -> Result<Vec<String>, String> 
             return Err(format!(
                 "a consensus of {n} was asked for (count {n}), so nothing was summoned. \
                  Give a count of 2 or more, or leave it out for {}.",
-                crate::consensus::DEFAULT_MEMBERS
+                crate::rules::consensus::DEFAULT_MEMBERS
             ));
         }
         (SummonStrategy::Consensus, n, None) => {
-            vec![output.message.clone(); n.unwrap_or(crate::consensus::DEFAULT_MEMBERS) as usize]
+            vec![
+                output.message.clone();
+                n.unwrap_or(crate::rules::consensus::DEFAULT_MEMBERS) as usize
+            ]
         }
     };
     let n = u32::try_from(briefs.len()).unwrap_or(u32::MAX);

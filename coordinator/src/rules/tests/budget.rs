@@ -1,0 +1,1 @@
+//! Table tests: the budget rule.

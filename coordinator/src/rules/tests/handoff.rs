@@ -1,0 +1,1 @@
+//! Table tests: the handoff rule.
