@@ -129,8 +129,6 @@ pub struct App {
     pub connection: Connection,
     /// Whether the feed ever attached to the session.
     pub attached: bool,
-    /// Rendering cache of the conversation; owned by `ui`.
-    pub(crate) wrapped: crate::ui::WrapCache,
 }
 
 impl App {
@@ -145,7 +143,6 @@ impl App {
             show_musings: false,
             connection: Connection::Up,
             attached: false,
-            wrapped: crate::ui::WrapCache::default(),
         }
     }
 

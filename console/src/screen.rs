@@ -41,11 +41,14 @@ async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = 
         .in_workspace(config.workspace.clone());
     let mut tui = Tui::enter()?;
     let mut events = EventStream::new();
+    // What drawing keeps between frames (the wrapped conversation); the
+    // decisions stay in `app`.
+    let mut view = crate::ui::ScreenState::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tui.terminal
-            .draw(|frame| crate::ui::draw(frame, app, Instant::now()))?;
+            .draw(|frame| crate::ui::draw_with(frame, app, &mut view, Instant::now()))?;
         tokio::select! {
             () = &mut shutdown => break,
             event = events.next() => match event {

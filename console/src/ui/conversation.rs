@@ -7,11 +7,12 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
+use ratatui::widgets::StatefulWidget;
 
 use super::theme;
 use super::wrap::wrap;
-use crate::app::App;
-use crate::conversation::{Entry, Kind, Streaming};
+use crate::app::{App, Scroll};
+use crate::conversation::{Conversation, Entry, Kind, Streaming};
 use crate::vitals::Vitals;
 
 /// Cells left blank on each side of the text, as in the seed's layout.
@@ -21,10 +22,11 @@ const CURSOR: &str = "▍";
 /// Shown after a message this console sent that is not in the log yet.
 const UNCONFIRMED: &str = " ⋯";
 
-/// The wrapped rows of the log's entries, kept between draws: entries only
-/// ever get appended, so only new ones are wrapped.
+/// What the conversation view keeps between draws: the wrapped rows of the
+/// log's entries. Entries only ever get appended, so only new ones are
+/// wrapped; a new width or the musings shown or hidden wraps them all again.
 #[derive(Debug, Clone, Default)]
-pub struct WrapCache {
+pub struct ConversationState {
     width: usize,
     show_musings: bool,
     /// Entries wrapped so far.
@@ -32,7 +34,7 @@ pub struct WrapCache {
     rows: Vec<Line<'static>>,
 }
 
-impl WrapCache {
+impl ConversationState {
     fn update(&mut self, entries: &[Entry], width: usize, show_musings: bool) {
         if width != self.width || show_musings != self.show_musings || entries.len() < self.entries
         {
@@ -53,57 +55,80 @@ impl WrapCache {
     }
 }
 
-/// Draws the conversation into `area` and records the scroll metrics.
-pub fn render(app: &mut App, area: Rect, buf: &mut Buffer) {
-    let width = area.width.saturating_sub(2 * MARGIN) as usize;
-    app.wrapped
-        .update(app.conversation.entries(), width, app.show_musings);
-    let tail = tail_rows(app, width);
-    let total = app.wrapped.rows.len() + tail.len();
-    app.scroll.rows = total;
-    app.scroll.height = area.height as usize;
+/// The conversation area. It reads the [`App`]'s conversation and writes
+/// only the scroll metrics (rows in all, rows shown), which paging needs.
+pub struct ConversationView<'a> {
+    conversation: &'a Conversation,
+    vitals: &'a Vitals,
+    show_musings: bool,
+    scroll: &'a mut Scroll,
+}
 
-    if total == 0 && area.height > 1 {
-        let hint = Line::styled("Nothing has been said yet.", theme::dim());
-        buf.set_line(area.x + MARGIN, area.y + 1, &hint, width as u16);
-        return;
-    }
-    let first = app.scroll.first_row();
-    for (i, y) in (area.y..area.bottom()).enumerate() {
-        let index = first + i;
-        let row = if index < app.wrapped.rows.len() {
-            app.wrapped.rows.get(index)
-        } else {
-            tail.get(index - app.wrapped.rows.len())
-        };
-        if let Some(row) = row {
-            buf.set_line(area.x + MARGIN, y, row, width as u16);
+impl<'a> ConversationView<'a> {
+    pub fn new(app: &'a mut App) -> Self {
+        Self {
+            conversation: &app.conversation,
+            vitals: &app.vitals,
+            show_musings: app.show_musings,
+            scroll: &mut app.scroll,
         }
+    }
+
+    /// The rows after the log's entries: the reply being written, then the
+    /// messages sent from here that the log does not show yet.
+    fn tail_rows(&self, width: usize) -> Vec<Line<'static>> {
+        let mut rows = Vec::new();
+        if let Some(streaming) = self.conversation.streaming()
+            && (streaming.intent != Some(ArbiterIntent::Musings) || self.show_musings)
+        {
+            let mut spans = streaming_spans(streaming, self.vitals);
+            spans.push(Span::styled(CURSOR, theme::arbiter()));
+            rows.push(Line::default());
+            rows.extend(wrap(&spans, width));
+        }
+        for pending in self.conversation.pending() {
+            let spans = [
+                Span::styled("You: ", theme::human().patch(theme::note())),
+                Span::styled(pending.text.clone(), theme::note()),
+                Span::styled(UNCONFIRMED, theme::dim()),
+            ];
+            rows.push(Line::default());
+            rows.extend(wrap(&spans, width));
+        }
+        rows
     }
 }
 
-/// The rows after the log's entries: the reply being written, then the
-/// messages sent from here that the log does not show yet.
-fn tail_rows(app: &App, width: usize) -> Vec<Line<'static>> {
-    let mut rows = Vec::new();
-    if let Some(streaming) = app.conversation.streaming()
-        && (streaming.intent != Some(ArbiterIntent::Musings) || app.show_musings)
-    {
-        let mut spans = streaming_spans(streaming, &app.vitals);
-        spans.push(Span::styled(CURSOR, theme::arbiter()));
-        rows.push(Line::default());
-        rows.extend(wrap(&spans, width));
+impl StatefulWidget for ConversationView<'_> {
+    type State = ConversationState;
+
+    /// Draws the conversation into `area` and records the scroll metrics.
+    fn render(self, area: Rect, buf: &mut Buffer, wrapped: &mut ConversationState) {
+        let width = area.width.saturating_sub(2 * MARGIN) as usize;
+        wrapped.update(self.conversation.entries(), width, self.show_musings);
+        let tail = self.tail_rows(width);
+        let total = wrapped.rows.len() + tail.len();
+        self.scroll.rows = total;
+        self.scroll.height = area.height as usize;
+
+        if total == 0 && area.height > 1 {
+            let hint = Line::styled("Nothing has been said yet.", theme::dim());
+            buf.set_line(area.x + MARGIN, area.y + 1, &hint, width as u16);
+            return;
+        }
+        let first = self.scroll.first_row();
+        for (i, y) in (area.y..area.bottom()).enumerate() {
+            let index = first + i;
+            let row = if index < wrapped.rows.len() {
+                wrapped.rows.get(index)
+            } else {
+                tail.get(index - wrapped.rows.len())
+            };
+            if let Some(row) = row {
+                buf.set_line(area.x + MARGIN, y, row, width as u16);
+            }
+        }
     }
-    for pending in app.conversation.pending() {
-        let spans = [
-            Span::styled("You: ", theme::human().patch(theme::note())),
-            Span::styled(pending.text.clone(), theme::note()),
-            Span::styled(UNCONFIRMED, theme::dim()),
-        ];
-        rows.push(Line::default());
-        rows.extend(wrap(&spans, width));
-    }
-    rows
 }
 
 /// Who is speaking and what they say, styled.

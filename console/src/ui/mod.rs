@@ -1,6 +1,8 @@
 //! Drawing the full-screen console, after the layout of seed 004: the title,
 //! the conversation, the status area and the input, in one double-lined box.
-//! Drawing reads the [`App`] and records only the scroll metrics in it.
+//! Drawing reads the [`App`] and records only the scroll metrics in it; what
+//! drawing keeps for itself between draws (the conversation's wrapped rows)
+//! is a [`ScreenState`], the state of the [`Screen`] widget.
 
 mod conversation;
 mod input;
@@ -12,12 +14,12 @@ use std::time::Instant;
 
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
-use ratatui::layout::{Alignment, Rect};
+use ratatui::layout::{Alignment, Position, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, BorderType, Paragraph, Widget, Wrap};
+use ratatui::widgets::{Block, BorderType, Paragraph, StatefulWidget, Widget, Wrap};
 use unicode_width::UnicodeWidthStr;
 
-pub use conversation::WrapCache;
+use conversation::{ConversationState, ConversationView};
 
 use crate::app::App;
 
@@ -31,22 +33,66 @@ const MAX_INPUT_ROWS: u16 = 8;
 /// The conversation keeps at least this many rows.
 const MIN_CONVERSATION_ROWS: u16 = 3;
 
-/// Draws the whole screen for the moment `now` (liveness depends on it).
-pub fn draw(frame: &mut Frame<'_>, app: &mut App, now: Instant) {
-    let area = frame.area();
-    let cursor = render(app, now, area, frame.buffer_mut());
-    if let Some(cursor) = cursor {
+/// What the screen keeps between draws, beside the [`App`]: the
+/// conversation's wrapped rows, and where the last draw put the cursor.
+#[derive(Debug, Clone, Default)]
+pub struct ScreenState {
+    conversation: ConversationState,
+    cursor: Option<Position>,
+}
+
+impl ScreenState {
+    /// Where the terminal cursor goes after the last draw, if anywhere (not
+    /// when the terminal is too small).
+    pub fn cursor(&self) -> Option<Position> {
+        self.cursor
+    }
+}
+
+/// The whole screen at the moment `now` (liveness depends on it).
+pub struct Screen<'a> {
+    app: &'a mut App,
+    now: Instant,
+}
+
+impl<'a> Screen<'a> {
+    pub fn new(app: &'a mut App, now: Instant) -> Self {
+        Self { app, now }
+    }
+}
+
+impl StatefulWidget for Screen<'_> {
+    type State = ScreenState;
+
+    fn render(self, area: Rect, buf: &mut Buffer, state: &mut ScreenState) {
+        state.cursor = render(self.app, self.now, area, buf, &mut state.conversation);
+    }
+}
+
+/// Draws the whole screen for the moment `now`, keeping in `state` what the
+/// next draw can reuse. The full-screen loop draws with this.
+pub fn draw_with(frame: &mut Frame<'_>, app: &mut App, state: &mut ScreenState, now: Instant) {
+    frame.render_stateful_widget(Screen::new(app, now), frame.area(), state);
+    if let Some(cursor) = state.cursor {
         frame.set_cursor_position(cursor);
     }
 }
 
+/// Draws the whole screen for the moment `now` from nothing kept: every
+/// entry is wrapped again. For a single draw (the screen tests); the same
+/// screen as [`draw_with`] gives.
+pub fn draw(frame: &mut Frame<'_>, app: &mut App, now: Instant) {
+    draw_with(frame, app, &mut ScreenState::default(), now);
+}
+
 /// Draws into a buffer; returns where the terminal cursor goes, if anywhere.
-pub fn render(
+fn render(
     app: &mut App,
     now: Instant,
     area: Rect,
     buf: &mut Buffer,
-) -> Option<ratatui::layout::Position> {
+    conversation: &mut ConversationState,
+) -> Option<Position> {
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small(area, buf);
         return None;
@@ -116,7 +162,7 @@ pub fn render(
             .render(row(y, 1), buf);
         y += 1;
     }
-    conversation::render(app, row(y, conversation_rows), buf);
+    ConversationView::new(app).render(row(y, conversation_rows), buf, conversation);
     y += conversation_rows;
     let below = app.scroll.rows_below();
     let marker = (below > 0).then(|| format!("↓ {below} more rows · End returns to the live tail"));
@@ -209,4 +255,124 @@ fn too_small(area: Rect, buf: &mut Buffer) {
     Paragraph::new(text)
         .wrap(Wrap { trim: true })
         .render(area, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbiter_protocol::{ArbiterEntry, HumanEntry, LogBody, LogEntry, MusingEntry};
+    use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+    use pretty_assertions::assert_eq;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    use crate::app::FeedEvent;
+
+    fn log(app: &mut App, seq: u64, body: LogBody, now: Instant) {
+        let entry = LogEntry {
+            v: 1,
+            session_id: "s".into(),
+            seq,
+            at: chrono::Utc::now(),
+            body,
+        };
+        app.apply(FeedEvent::Log(entry), now);
+    }
+
+    fn say(app: &mut App, seq: u64, now: Instant) {
+        let text = format!("reply {seq}: the quick brown fox jumps over the lazy dog again");
+        log(app, seq, LogBody::Arbiter(ArbiterEntry { text }), now);
+    }
+
+    fn press(app: &mut App, code: KeyCode, modifiers: KeyModifiers) {
+        app.event(&Event::Key(KeyEvent::new(code, modifiers)));
+    }
+
+    /// Draws with the kept state and from nothing; both must show the same
+    /// screen and leave the same scroll metrics. Returns the kept draw's text.
+    fn both(app: &mut App, kept: &mut ScreenState, size: (u16, u16), now: Instant) -> String {
+        let mut screen = |state: Option<&mut ScreenState>| {
+            let mut terminal = Terminal::new(TestBackend::new(size.0, size.1)).unwrap();
+            terminal
+                .draw(|frame| match state {
+                    Some(state) => draw_with(frame, app, state, now),
+                    None => draw(frame, app, now),
+                })
+                .unwrap();
+            let metrics = (app.scroll.rows, app.scroll.height, app.scroll.first_row());
+            (terminal.backend().buffer().clone(), metrics)
+        };
+        let with = screen(Some(kept));
+        let fresh = screen(None);
+        assert_eq!(with, fresh, "a kept state draws what a fresh one does");
+        let (buffer, _) = with;
+        buffer
+            .content
+            .chunks(size.0 as usize)
+            .map(|row| row.iter().map(|cell| cell.symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_kept_wrapping_follows_scrolling_new_entries_resizing_and_musings() {
+        let now = Instant::now();
+        let mut app = App::new("s", "nats://h");
+        let mut kept = ScreenState::default();
+        both(&mut app, &mut kept, (60, 20), now);
+        for seq in 1..=30 {
+            say(&mut app, seq, now);
+        }
+        let tail = both(&mut app, &mut kept, (60, 20), now);
+        assert!(tail.contains("reply 30"), "the live tail is shown");
+        assert_eq!(app.scroll.rows_below(), 0);
+
+        press(&mut app, KeyCode::PageUp, KeyModifiers::NONE);
+        let first = app.scroll.first_row();
+        let scrolled = both(&mut app, &mut kept, (60, 20), now);
+        assert!(!scrolled.contains("reply 30"));
+        assert!(scrolled.contains("more rows"), "{scrolled}");
+
+        // New entries while scrolled up: the view stays where it was.
+        for seq in 31..=33 {
+            say(&mut app, seq, now);
+        }
+        log(
+            &mut app,
+            34,
+            LogBody::Musing(MusingEntry {
+                text: "a musing, hidden until asked for".into(),
+            }),
+            now,
+        );
+        log(
+            &mut app,
+            35,
+            LogBody::Human(HumanEntry {
+                message_id: "m".into(),
+                text: "and the human".into(),
+            }),
+            now,
+        );
+        let later = both(&mut app, &mut kept, (60, 20), now);
+        assert_eq!(app.scroll.first_row(), first);
+        let above_marker = |screen: &str| -> Vec<String> {
+            let rows = screen.lines().take_while(|row| !row.contains("more rows"));
+            rows.map(str::to_owned).collect()
+        };
+        assert_eq!(above_marker(&later), above_marker(&scrolled));
+        assert!(later.contains("20 more rows"), "{later}");
+
+        // Narrower and wider: everything is wrapped again, the scroll holds.
+        both(&mut app, &mut kept, (34, 16), now);
+        both(&mut app, &mut kept, (90, 30), now);
+        press(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+        let musings = both(&mut app, &mut kept, (90, 30), now);
+        press(&mut app, KeyCode::End, KeyModifiers::CONTROL);
+        let tail = both(&mut app, &mut kept, (90, 30), now);
+        assert!(tail.contains("a musing"), "{musings}\n{tail}");
+        assert!(tail.contains("and the human"));
+        press(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+        assert!(!both(&mut app, &mut kept, (90, 30), now).contains("a musing"));
+    }
 }
