@@ -1,1 +1,188 @@
-//! Table tests: the outputs rule.
+//! Table tests: Orchestrator output, taken in `seq` order.
+
+use super::*;
+
+fn notes(core: &Core) -> Vec<&str> {
+    core.state.notes.iter().map(|(_, t)| t.as_str()).collect()
+}
+
+fn seen(core: &Core) -> u64 {
+    core.state.team[0].outputs_seen
+}
+
+#[test]
+fn output_is_taken_in_seq_order() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "one", false), at(2));
+    core.on_input(output(&id, 2, "two", false), at(3));
+    let step = core.take_step();
+    assert_eq!(
+        shown(&step),
+        vec!["Orchestrator I (note): one", "Orchestrator I (note): two"]
+    );
+    assert!(step.changed);
+    assert_eq!(seen(&core), 2);
+    assert_eq!(notes(&core), vec!["one", "two"]);
+}
+
+#[test]
+fn outputs_of_one_message_are_taken_together_in_order() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    let Input::Orchestrator(mut first, trace, ack) = output(&id, 1, "one", false) else {
+        unreachable!()
+    };
+    let Input::Orchestrator(second, _, _) = output(&id, 2, "Done?", true) else {
+        unreachable!()
+    };
+    first.extend(second);
+    core.on_input(Input::Orchestrator(first, trace, ack), at(2));
+    assert_eq!(
+        shown(&core.take_step()),
+        vec!["Orchestrator I (note): one", "Orchestrator I: Done?"]
+    );
+    assert_eq!(seen(&core), 2);
+    assert!(core.turn_due());
+}
+
+#[test]
+fn a_duplicate_seq_is_dropped() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "one", false), at(2));
+    core.take_step();
+    core.on_input(output(&id, 1, "one again", false), at(3));
+    let step = core.take_step();
+    assert!(shown(&step).is_empty(), "{:?}", shown(&step));
+    assert!(!step.changed);
+    assert_eq!(notes(&core), vec!["one"]);
+    assert_eq!(seen(&core), 1);
+}
+
+#[test]
+fn a_seq_ahead_is_held_and_taken_when_the_gap_fills() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 2, "two", false), at(2));
+    core.on_input(output(&id, 3, "three?", true), at(2));
+    assert!(shown(&core.take_step()).is_empty());
+    assert_eq!(seen(&core), 0);
+    assert!(!core.turn_due());
+    assert!(core.held.deadline().is_some());
+    core.on_input(output(&id, 1, "one", false), at(3));
+    assert_eq!(
+        shown(&core.take_step()),
+        vec![
+            "Orchestrator I (note): one",
+            "Orchestrator I (note): two",
+            "Orchestrator I: three?"
+        ]
+    );
+    assert_eq!(seen(&core), 3);
+    assert!(core.held.deadline().is_none());
+    assert!(core.turn_due());
+}
+
+#[test]
+fn a_gap_that_never_fills_is_dropped_after_the_gap_wait_and_named() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "one", false), at(2));
+    core.on_input(output(&id, 3, "three", false), at(2));
+    core.take_step();
+    assert_eq!(core.held.deadline(), Some(at(32).mono));
+    core.tick(at(31));
+    assert!(shown(&core.take_step()).is_empty(), "not yet");
+    core.tick(at(32));
+    let lines = shown(&core.take_step());
+    assert_eq!(
+        lines,
+        vec![format!(
+            "Error: a malformed message on {} was rejected: output seq 2 of Orchestrator I \
+             never arrived within 30 s; the output held after it was dropped: seq 3",
+            arbiter_protocol::subjects::orch_out(&id)
+        )]
+    );
+    assert!(core.held.deadline().is_none());
+    assert_eq!(
+        seen(&core),
+        1,
+        "the last seq taken does not move past the gap"
+    );
+    // The missing one, late, is still taken.
+    core.on_input(output(&id, 2, "two", false), at(40));
+    assert_eq!(shown(&core.take_step()), vec!["Orchestrator I (note): two"]);
+}
+
+#[test]
+fn the_gap_wait_is_the_configured_one() {
+    let mut core = core_with(|c| c.output_gap_wait = Duration::from_secs(5));
+    core.on_input(human("Build it"), at(0));
+    turn(
+        &mut core,
+        reply("summon_orchestrator", "Build it.", serde_json::json!({})),
+        at(1),
+    );
+    core.take_step();
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 2, "two", false), at(2));
+    core.take_step();
+    core.tick(at(7));
+    let lines = shown(&core.take_step());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("output seq 1 of Orchestrator I never arrived within 5 s"),
+        "{lines:?}"
+    );
+    assert!(lines[0].ends_with("dropped: seq 2"), "{lines:?}");
+}
+
+#[test]
+fn output_from_an_orchestrator_not_live_is_ignored() {
+    let mut core = summoned("Build the auth module");
+    core.on_input(output("o-stranger", 1, "Let me in.", true), at(2));
+    let step = core.take_step();
+    assert!(shown(&step).is_empty());
+    assert!(!step.changed);
+    assert!(!core.turn_due());
+    assert!(core.state.queue.is_empty());
+}
+
+#[test]
+fn output_from_a_released_orchestrator_is_ignored() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Done.", true), at(2));
+    turn(
+        &mut core,
+        reply("release_orchestrators", "Done.", serde_json::json!({})),
+        at(3),
+    );
+    core.take_step();
+    core.on_input(output(&id, 2, "One more thing.", true), at(4));
+    assert!(shown(&core.take_step()).is_empty());
+    assert!(!core.turn_due());
+}
+
+#[test]
+fn a_report_asks_and_a_note_does_not() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Working.", false), at(2));
+    assert!(!core.state.team[0].asked);
+    assert!(!core.turn_due());
+    core.on_input(output(&id, 2, "TOML or YAML?", true), at(3));
+    assert!(core.state.team[0].asked);
+    assert!(core.state.team[0].reported);
+    assert!(core.turn_due());
+    // The notes go first, as a digest, in the Arbiter's next turn.
+    assert!(matches!(
+        start_turn(&mut core, at(4)),
+        TurnStart::New { .. }
+    ));
+    assert_eq!(
+        core.transcript.last().unwrap().text,
+        "Notes sent while working:\n- Orchestrator I: Working.\n\nOrchestrator I: TOML or YAML?"
+    );
+}
