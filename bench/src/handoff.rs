@@ -9,9 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::ctx::Ctx;
 use crate::hist::Latency;
 use crate::load;
-use crate::run::Ctx;
 
 pub struct Handoff {
     pub sessions: u32,

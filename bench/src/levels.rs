@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use crate::baseline::{Baseline, Probe};
+use crate::ctx::Ctx;
 use crate::hist::Latency;
 use crate::load::{self, Driven};
 use crate::model::{HopSample, Schedule, session_id};
-use crate::run::Ctx;
 use crate::timeline::{Event, Tap};
 
 /// How long the set-up sessions are watched doing nothing.

@@ -12,6 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod baseline;
 mod cli;
+mod ctx;
 mod handoff;
 mod hist;
 mod levels;

@@ -7,8 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::ctx::Ctx;
 use crate::load::{self, openings, send_paced, to_each};
-use crate::run::Ctx;
 use crate::system::System;
 
 /// Time for freed memory and background tasks to settle before a reading.

@@ -1,74 +1,19 @@
 //! One benchmark run: the mock model, then each phase on a fresh system,
 //! printing each part of the report as soon as its phase is done.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arbiter_tests::MockAnthropic;
 
 use crate::baseline::{Baseline, Probe};
 use crate::cli::{Phase, RunOptions};
+use crate::ctx::Ctx;
 use crate::levels::{self, Level};
 use crate::memory::{self, Memory};
-use crate::model::Recorder;
 use crate::report::Report;
 use crate::saturation;
 use crate::start::{self, Start};
-use crate::system::{Shape, System};
 use crate::{machine, timeline};
-
-/// What every phase shares.
-pub struct Ctx {
-    pub opts: RunOptions,
-    /// The OTLP endpoint the next systems' children export to (the otel phase).
-    pub otlp: std::sync::Mutex<Option<String>>,
-    pub mock: MockAnthropic,
-    pub recorder: Arc<Recorder>,
-    /// The workers' runtime for the systems started from now on.
-    pub runtime: std::sync::Mutex<arbiter_worker::Runtime>,
-    dir: PathBuf,
-    _temp: Option<tempfile::TempDir>,
-}
-
-impl Ctx {
-    /// A fresh system (server, coordinator, workers) for one phase.
-    pub async fn system(
-        &self,
-        name: &str,
-        workers: usize,
-        slots_per_worker: usize,
-    ) -> anyhow::Result<System> {
-        self.recorder.reset()?;
-        let runtime = *self
-            .runtime
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dir = self.dir.join(name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let otlp = self
-            .otlp
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        System::start(
-            &self.mock,
-            &self.recorder,
-            Shape {
-                nats_config: self.opts.nats_config.as_deref(),
-                workers: workers.max(1),
-                slots_per_worker,
-                dir: &dir,
-                otlp: otlp.as_deref(),
-                runtime,
-                claude_bin: self.opts.claude_bin.as_deref(),
-                codex_bin: self.opts.codex_bin.as_deref(),
-            },
-        )
-        .await
-    }
-}
 
 pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     let nats_version = machine::check_nats()?;
@@ -78,29 +23,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
             .with_context(|| format!("no nats-server config at {}", config.display()))?;
         opts.nats_config = Some(found);
     }
-    let (dir, temp) = match &opts.keep {
-        Some(dir) => (dir.clone(), None),
-        None => {
-            let temp = tempfile::Builder::new()
-                .prefix("arbiter-bench-")
-                .tempdir()?;
-            (temp.path().to_owned(), Some(temp))
-        }
-    };
-    let mock = MockAnthropic::start().await;
-    mock.set_recording(false);
-    let recorder = Arc::new(Recorder::new()?);
-    let responder = recorder.clone();
-    mock.set_responder(move |request| responder.respond(request));
-    let ctx = Ctx {
-        opts,
-        otlp: std::sync::Mutex::new(None),
-        mock,
-        recorder,
-        runtime: std::sync::Mutex::new(arbiter_worker::Runtime::Native),
-        dir,
-        _temp: temp,
-    };
+    let ctx = Ctx::new(opts).await?;
     let profile = match &ctx.opts.nats_config {
         Some(path) => format!("nats-server config {}", path.display()),
         None => "nats-server defaults (no config file)".to_owned(),

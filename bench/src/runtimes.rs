@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use arbiter_worker::Runtime;
 
+use crate::ctx::Ctx;
 use crate::hist::{Latency, bytes, micros};
 use crate::levels;
 use crate::load;
 use crate::procs;
-use crate::run::Ctx;
 
 /// One runtime's figures.
 struct Figures {

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use crate::ctx::Ctx;
 use crate::load;
 use crate::model::Recorder;
-use crate::run::Ctx;
 use crate::system::send_human;
 
 pub struct Saturation {

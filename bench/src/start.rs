@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::ctx::Ctx;
 use crate::hist::Latency;
 use crate::load;
-use crate::run::Ctx;
 
 pub struct Start {
     pub sessions: u32,

@@ -7,9 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::ctx::Ctx;
 use crate::hist::Latency;
 use crate::load;
-use crate::run::Ctx;
 
 /// The team sizes measured (1: a solo Orchestrator, for comparison).
 pub const SIZES: [u32; 3] = [1, 3, 10];
