@@ -478,46 +478,39 @@ pub fn read_creds_info(text: &str) -> Option<CredsInfo> {
 /// Checks every file the options name before connecting, so that a wrong
 /// path or a bad file is one clear line, not a TLS or auth error later.
 fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
-    let file_error = |what: &str, path: &Path, cause: String| BusError::File {
+    let file_error = |what: &str, path: &Path, problem: FileProblem| BusError::File {
         what: what.to_owned(),
         path: path.display().to_string(),
-        cause,
+        problem,
     };
     let mut info = None;
     for (what, path) in options.files() {
-        let text = std::fs::read(path).map_err(|e| file_error(what, path, io_cause(&e)))?;
+        let text =
+            std::fs::read(path).map_err(|e| file_error(what, path, FileProblem::Unreadable(e)))?;
         let text = String::from_utf8_lossy(&text);
         if what.contains("NATS_CREDS") {
             let creds = read_creds_info(&text)
-                .ok_or_else(|| file_error(what, path, "it holds no NATS user JWT".into()))?;
+                .ok_or_else(|| file_error(what, path, FileProblem::NoUserJwt))?;
             if let Some(exp) = creds
                 .expires
                 .filter(|&exp| exp <= chrono::Utc::now().timestamp())
             {
-                return Err(file_error(
-                    what,
-                    path,
-                    format!("its JWT expired at {}", format_time(exp)),
-                ));
+                return Err(file_error(what, path, FileProblem::JwtExpired { at: exp }));
             }
             if !text.contains("NKEY SEED") {
-                return Err(file_error(what, path, "it holds no nkey seed".into()));
+                return Err(file_error(what, path, FileProblem::NoSeed));
             }
             info = Some(creds);
         } else if what.contains("NATS_NKEY") {
             if !text.trim().starts_with("SU") {
-                return Err(file_error(
-                    what,
-                    path,
-                    "it does not hold a user nkey seed (SU…)".into(),
-                ));
+                return Err(file_error(what, path, FileProblem::NotUserSeed));
             }
         } else if what.contains("NATS_KEY") {
             if !text.contains("PRIVATE KEY") {
-                return Err(file_error(what, path, "it holds no PEM private key".into()));
+                return Err(file_error(what, path, FileProblem::NoPrivateKey));
             }
         } else {
-            check_certificates(&text).map_err(|cause| file_error(what, path, cause))?;
+            check_certificates(&text).map_err(|problem| file_error(what, path, problem))?;
         }
     }
     match (&options.tls_cert, &options.tls_key) {
@@ -531,37 +524,72 @@ fn check_files(options: &NatsOptions) -> Result<Option<CredsInfo>> {
     }
 }
 
+/// What is wrong with a file the connection settings name
+/// ([`BusError::File`]).
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    /// It cannot be read. The error is said in words of its kind (not kept
+    /// as a source: those words are its text).
+    #[error("{}", io_cause(.0))]
+    Unreadable(std::io::Error),
+    /// A credentials file async-nats does not take.
+    #[error("{0}")]
+    Credentials(#[source] std::io::Error),
+    #[error("it holds no NATS user JWT")]
+    NoUserJwt,
+    /// Its JWT expired `at` (seconds since the epoch).
+    #[error("its JWT expired at {}", format_time(*.at))]
+    JwtExpired { at: i64 },
+    #[error("it holds no nkey seed")]
+    NoSeed,
+    #[error("it does not hold a user nkey seed (SU…)")]
+    NotUserSeed,
+    #[error("it holds no PEM private key")]
+    NoPrivateKey,
+    #[error("it is not a PEM certificate file: {0}")]
+    NotPem(#[source] rustls_pki_types::pem::Error),
+    /// A certificate that does not parse (the parser's words).
+    #[error("it holds a certificate that cannot be read: {0}")]
+    BadCertificate(String),
+    /// The certificate of `subject` expired `on` (seconds since the epoch).
+    #[error("its certificate ({subject}) expired on {}", format_time(*.on))]
+    CertificateExpired { subject: String, on: i64 },
+    /// The certificate of `subject` is valid from `from` on.
+    #[error("its certificate ({subject}) is not valid before {}", format_time(*.from))]
+    CertificateNotYetValid { subject: String, from: i64 },
+    #[error("it holds no PEM certificate")]
+    NoCertificate,
+}
+
 /// Every certificate in a PEM file parses (as the TLS client will read it)
 /// and is valid now.
-fn check_certificates(text: &str) -> std::result::Result<(), String> {
+fn check_certificates(text: &str) -> std::result::Result<(), FileProblem> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject as _;
     let mut found = 0;
     // Read the way the TLS client reads it, so that what fails there fails here.
     for der in CertificateDer::pem_reader_iter(&mut std::io::BufReader::new(text.as_bytes())) {
-        let der = der.map_err(|e| format!("it is not a PEM certificate file: {e}"))?;
+        let der = der.map_err(FileProblem::NotPem)?;
         found += 1;
         let (_, cert) = x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| format!("it holds a certificate that cannot be read: {e}"))?;
+            .map_err(|e| FileProblem::BadCertificate(e.to_string()))?;
         let validity = cert.validity();
         let now = chrono::Utc::now().timestamp();
         if validity.not_after.timestamp() < now {
-            return Err(format!(
-                "its certificate ({}) expired on {}",
-                cert.subject(),
-                format_time(validity.not_after.timestamp())
-            ));
+            return Err(FileProblem::CertificateExpired {
+                subject: cert.subject().to_string(),
+                on: validity.not_after.timestamp(),
+            });
         }
         if validity.not_before.timestamp() > now {
-            return Err(format!(
-                "its certificate ({}) is not valid before {}",
-                cert.subject(),
-                format_time(validity.not_before.timestamp())
-            ));
+            return Err(FileProblem::CertificateNotYetValid {
+                subject: cert.subject().to_string(),
+                from: validity.not_before.timestamp(),
+            });
         }
     }
     if found == 0 {
-        return Err("it holds no PEM certificate".into());
+        return Err(FileProblem::NoCertificate);
     }
     Ok(())
 }
@@ -623,7 +651,7 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
             }
             Err(e) => e,
         };
-        let cause = error_chain(&error);
+        let cause = crate::error_chain(&error);
         match error.kind() {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                 return Err(BusError::Refused(format!(
@@ -637,12 +665,14 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
                 return Err(BusError::Tls {
                     url,
                     cause: tls_hint(&cause, options),
+                    source: error,
                 });
             }
             ConnectErrorKind::Tls => {
                 return Err(BusError::Tls {
                     url,
                     cause: tls_hint(&cause, options),
+                    source: error,
                 });
             }
             ConnectErrorKind::ServerParse => {
@@ -660,16 +690,14 @@ pub async fn connect_with(options: &NatsOptions, name: &str, reach: Reach) -> Re
                             not accept this client's certificate (missing, expired, or not \
                             signed by its CA?)"
                         .into(),
+                    source: error,
                 });
             }
         } else {
             resets = 0;
         }
         if reach == Reach::FailFast {
-            return Err(BusError::Connect {
-                url,
-                message: cause,
-            });
+            return Err(BusError::Connect { url, source: error });
         }
         if last_notice.is_none_or(|t| t.elapsed() >= WAITING_NOTICE) {
             tracing::warn!(nats = %url, error = %cause, waited = ?started.elapsed(), "NATS is not reachable yet; waiting for it");
@@ -724,14 +752,14 @@ async fn build(
             .map_err(|e| BusError::File {
                 what: "the credentials file (--creds, NATS_CREDS)".into(),
                 path: path.display().to_string(),
-                cause: e.to_string(),
+                problem: FileProblem::Credentials(e),
             })?;
     }
     if let Some(path) = &options.nkey {
         let seed = std::fs::read_to_string(path).map_err(|e| BusError::File {
             what: "the nkey seed file (--nkey, NATS_NKEY)".into(),
             path: path.display().to_string(),
-            cause: io_cause(&e),
+            problem: FileProblem::Unreadable(e),
         })?;
         connect = connect.nkey(seed.trim().to_owned());
     }
@@ -752,21 +780,6 @@ async fn build(
         connect = connect.custom_inbox_prefix(prefix);
     }
     Ok(connect)
-}
-
-/// An error with its sources, joined: async-nats' own text is often just the kind.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
-    out
 }
 
 fn is_tls_refusal(cause: &str) -> bool {

@@ -81,7 +81,7 @@ async fn read_batch(
     let mut replies = client
         .subscribe(inbox.clone())
         .await
-        .map_err(|e| BusError::js(what(), e))?;
+        .map_err(|e| crate::js_error(what(), e))?;
     let request = serde_json::json!({
         "seq": from.max(1),
         "next_by_subj": filter,
@@ -95,19 +95,19 @@ async fn read_batch(
             request.to_string().into(),
         )
         .await
-        .map_err(|e| BusError::js(what(), e))?;
+        .map_err(|e| crate::js_error(what(), e))?;
     let mut out = Batch::default();
     loop {
         let Some(message) = tokio::time::timeout(READ_ANSWER_WAIT, replies.next())
             .await
             .map_err(|_| {
-                BusError::js(
+                crate::js_error(
                     what(),
                     format!("no answer within {READ_ANSWER_WAIT:?} (a leader election?)"),
                 )
             })?
         else {
-            return Err(BusError::js(what(), "the reply subscription ended"));
+            return Err(crate::js_error(what(), "the reply subscription ended"));
         };
         match message.status.map(|s| s.as_u16()) {
             None => out
@@ -123,13 +123,13 @@ async fn read_batch(
             // Nothing at or after `from`.
             Some(404) => return Ok(out),
             Some(503) => {
-                return Err(BusError::js(
+                return Err(crate::js_error(
                     what(),
                     "no responders (the stream is missing or allows no direct get)",
                 ));
             }
             Some(code) => {
-                return Err(BusError::js(
+                return Err(crate::js_error(
                     what(),
                     format!(
                         "{code} {}",
@@ -154,7 +154,7 @@ fn stored(headers: Option<&HeaderMap>, payload: Bytes) -> Result<Stored> {
             seq,
             payload,
         }),
-        _ => Err(BusError::js(
+        _ => Err(crate::js_error(
             "a direct get",
             "the server's answer has no Nats-Subject or Nats-Sequence",
         )),
@@ -197,7 +197,7 @@ pub async fn object(
     let info = match store.info(name).await {
         Ok(info) => info,
         Err(e) if e.kind() == InfoErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(BusError::js(what(), e)),
+        Err(e) => return Err(crate::js_error(what(), e)),
     };
     if info.deleted {
         return Ok(None);
@@ -219,7 +219,7 @@ pub async fn object(
         from = last + 1;
     }
     if read != info.chunks || bytes.len() != info.size {
-        return Err(BusError::js(
+        return Err(crate::js_error(
             what(),
             format!(
                 "{read} of its {} chunks read, {} of its {} bytes (purged meanwhile?)",
@@ -238,8 +238,7 @@ pub async fn object(
 /// consumer that writes where its role may not"). A deleted or purged key
 /// is listed too (its marker is stored on its subject); a get finds nothing.
 pub async fn keys(store: &async_nats::jetstream::kv::Store, prefix: &str) -> Result<Vec<String>> {
-    let error =
-        |e: &dyn std::fmt::Display| BusError::js(format!("listing the keys of {}", store.name), e);
+    let what = || format!("listing the keys of {}", store.name);
     let base = store.prefix.clone();
     // A prefix that is not whole subject tokens is filtered here, not by the server.
     let filter = match prefix.strip_suffix('.') {
@@ -252,10 +251,10 @@ pub async fn keys(store: &async_nats::jetstream::kv::Store, prefix: &str) -> Res
         .stream
         .info_with_subjects(filter)
         .await
-        .map_err(|e| error(&e))?;
+        .map_err(|e| crate::js_error(what(), e))?;
     let mut keys = Vec::new();
     while let Some(next) = subjects.next().await {
-        let (subject, _) = next.map_err(|e| error(&e))?;
+        let (subject, _) = next.map_err(|e| crate::js_error(what(), e))?;
         if let Some(key) = subject.strip_prefix(&base)
             && key.starts_with(prefix)
         {
@@ -303,7 +302,7 @@ impl Follow {
                 bus.client
                     .subscribe(subject.clone())
                     .await
-                    .map_err(|e| BusError::js(format!("subscribing to {subject}"), e))?,
+                    .map_err(|e| crate::js_error(format!("subscribing to {subject}"), e))?,
             );
         }
         let state = FollowState {

@@ -46,20 +46,36 @@ const RIDE_OUT_STEP: Duration = Duration::from_secs(1);
 
 pub type Result<T, E = BusError> = std::result::Result<T, E>;
 
+/// What a bus operation failed on. Each variant is a kind a caller can
+/// match on; where the failure came from another error, that error is kept
+/// (`std::error::Error::source`) and its text is part of this one's, as the
+/// logs and messages say it. Say one with its sources on one line with
+/// [`error_chain`], which does not repeat a source the text already holds.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
-    #[error("cannot connect to NATS at {url}: {message}")]
-    Connect { url: String, message: String },
+    /// A server that could not be reached (at once, or within the wait).
+    #[error("cannot connect to NATS at {url}: {}", error_chain(.source))]
+    Connect {
+        url: String,
+        source: async_nats::ConnectError,
+    },
     /// The server refused the credentials (at connect, or on a reconnect: revoked).
     #[error("{0}")]
     Refused(String),
+    /// TLS failed: `cause` says which side refused what, with a hint.
     #[error("TLS with NATS at {url} failed: {cause}")]
-    Tls { url: String, cause: String },
-    #[error("cannot use {what} {path}: {cause}")]
+    Tls {
+        url: String,
+        cause: String,
+        source: async_nats::ConnectError,
+    },
+    /// A file the connection settings name cannot be used.
+    #[error("cannot use {what} {path}: {problem}")]
     File {
         what: String,
         path: String,
-        cause: String,
+        #[source]
+        problem: connect::FileProblem,
     },
     #[error("{0}")]
     Config(String),
@@ -86,6 +102,7 @@ pub enum BusError {
          (it creates the streams again; what they held is gone) or run `arbiter-admin setup`"
     )]
     Deleted { stream: String },
+    /// A JetStream operation failed; made by [`js_error`].
     #[error("JetStream {what} failed: {message}")]
     JetStream { what: String, message: String },
     /// The server denied a read this credential's role is given now: the
@@ -95,17 +112,42 @@ pub enum BusError {
          read this way lacks the permission: issue it again (docs/security.md)"
     )]
     NotAllowed { what: String, denied: String },
-    #[error("cannot encode a message for {subject}: {message}")]
-    Encode { subject: String, message: String },
+    /// A payload that does not encode as JSON.
+    #[error("cannot encode a message for {subject}: {source}")]
+    Encode {
+        subject: String,
+        source: serde_json::Error,
+    },
 }
 
-impl BusError {
-    pub(crate) fn js(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
-        BusError::JetStream {
-            what: what.into(),
-            message: e.to_string(),
-        }
+/// A failed JetStream operation: `what` was being done ("publish to …",
+/// "opening the memory bucket"), `e` is what failed, the server's error or
+/// words of the caller's own.
+pub fn js_error(
+    what: impl Into<String>,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> BusError {
+    BusError::JetStream {
+        what: what.into(),
+        message: e.into().to_string(),
     }
+}
+
+/// An error and its sources on one line, joined by `: `, leaving out a
+/// source whose text is already said (async-nats' own text is often just
+/// the kind, or already holds its source's).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = e.source();
+    }
+    out
 }
 
 /// Connects with a client name and no credential (tests, local tools);
@@ -213,7 +255,7 @@ impl Bus {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(RIDE_OUT_STEP);
                 }
-                Err(e) => return Err(BusError::js(format!("publish to {subject}"), e)),
+                Err(e) => return Err(js_error(format!("publish to {subject}"), e)),
             }
         }
     }
@@ -241,14 +283,14 @@ impl Bus {
             .js
             .get_stream_no_info(stream)
             .await
-            .map_err(|e| BusError::js(what(), e))?;
+            .map_err(|e| js_error(what(), e))?;
         let last_now = || async {
             let mut newest = None;
             for subject in subjects {
                 match answered(stream.get_last_raw_message_by_subject(subject), &what).await? {
                     Ok(last) => newest = newest.max(Some(last.sequence)),
                     Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {}
-                    Err(e) => return Err(BusError::js(what(), e)),
+                    Err(e) => return Err(js_error(what(), e)),
                 }
             }
             Ok(newest)
@@ -270,11 +312,8 @@ impl Bus {
             &what,
         )
         .await?
-        .map_err(|e| BusError::js(what(), e))?;
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| BusError::js(what(), e))?;
+        .map_err(|e| js_error(what(), e))?;
+        let mut messages = consumer.messages().await.map_err(|e| js_error(what(), e))?;
         let mut out = Vec::new();
         let mut seen = 0;
         while seen < last {
@@ -295,11 +334,8 @@ impl Bus {
                         _ => break,
                     },
                 };
-            let msg = next.map_err(|e| BusError::js(what(), e))?;
-            seen = msg
-                .info()
-                .map_err(|e| BusError::js(what(), e))?
-                .stream_sequence;
+            let msg = next.map_err(|e| js_error(what(), e))?;
+            seen = msg.info().map_err(|e| js_error(what(), e))?.stream_sequence;
             out.push(msg);
         }
         if out.is_empty() {
@@ -314,7 +350,7 @@ impl Bus {
         self.client
             .publish(subject.clone(), bytes.into())
             .await
-            .map_err(|e| BusError::js(format!("publish to {subject}"), e))
+            .map_err(|e| js_error(format!("publish to {subject}"), e))
     }
 }
 
@@ -342,7 +378,7 @@ pub(crate) async fn answered<T>(
     tokio::time::timeout(READ_ANSWER_WAIT, request)
         .await
         .map_err(|_| {
-            BusError::js(
+            js_error(
                 what(),
                 format!("no answer within {READ_ANSWER_WAIT:?} (a leader election?)"),
             )
@@ -388,9 +424,9 @@ pub fn passing(e: &jetstream::context::PublishError) -> bool {
 }
 
 fn encode<T: Serialize>(subject: &str, payload: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(payload).map_err(|e| BusError::Encode {
+    serde_json::to_vec(payload).map_err(|source| BusError::Encode {
         subject: subject.to_owned(),
-        message: e.to_string(),
+        source,
     })
 }
 
@@ -439,6 +475,55 @@ mod tests {
             "nats://<credentials>@host:4222"
         );
         assert_eq!(redact_url("nats://host:4222"), "nats://host:4222");
+    }
+
+    #[test]
+    fn errors_keep_their_source_and_say_it_once() {
+        use std::error::Error as _;
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let file = BusError::File {
+            what: "the credentials file (--creds, NATS_CREDS)".into(),
+            path: "/nonexistent/w.creds".into(),
+            problem: connect::FileProblem::Unreadable(missing),
+        };
+        assert_eq!(
+            file.to_string(),
+            "cannot use the credentials file (--creds, NATS_CREDS) /nonexistent/w.creds: no \
+             such file"
+        );
+        let Some(connect::FileProblem::Unreadable(io)) = file
+            .source()
+            .and_then(|p| p.downcast_ref::<connect::FileProblem>())
+        else {
+            panic!("the file's problem is its source: {file:?}");
+        };
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(error_chain(&file), file.to_string());
+
+        struct Unencodable;
+        impl Serialize for Unencodable {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                _: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let encode = encode("a.b", &Unencodable).unwrap_err();
+        assert_eq!(encode.to_string(), "cannot encode a message for a.b: no");
+        assert!(
+            encode
+                .source()
+                .is_some_and(|e| e.downcast_ref::<serde_json::Error>().is_some())
+        );
+        // Said once: a source whose text is already in the message is left out.
+        assert_eq!(error_chain(&encode), "cannot encode a message for a.b: no");
+
+        let js = js_error("publish to a.b", "no responders");
+        assert_eq!(
+            js.to_string(),
+            "JetStream publish to a.b failed: no responders"
+        );
     }
 
     #[test]

@@ -8,14 +8,14 @@
 use arbiter_protocol::{MemoryEntry, subjects};
 use async_nats::jetstream::{self, kv};
 
-use crate::{BusError, Result};
+use crate::Result;
 
 /// Opens the memory bucket (the coordinator and `arbiter-admin setup`
 /// create it).
 pub async fn open(js: &jetstream::Context) -> Result<kv::Store> {
     js.get_key_value(subjects::MEMORY_BUCKET)
         .await
-        .map_err(|e| BusError::js("opening the memory bucket", e))
+        .map_err(|e| crate::js_error("opening the memory bucket", e))
 }
 
 /// Every entry of `workspace`, in no particular order. An entry that cannot
@@ -42,7 +42,7 @@ async fn get_key(store: &kv::Store, key: &str) -> Result<Option<MemoryEntry>> {
     let Some(bytes) = store
         .get(key)
         .await
-        .map_err(|e| BusError::js("reading the memory bucket", e))?
+        .map_err(|e| crate::js_error("reading the memory bucket", e))?
     else {
         return Ok(None);
     };
@@ -62,5 +62,5 @@ pub async fn forget(store: &kv::Store, workspace: &str, id: &str) -> Result<()> 
     store
         .purge(subjects::memory_key(workspace, id))
         .await
-        .map_err(|e| BusError::js("removing a memory entry", e))
+        .map_err(|e| crate::js_error("removing a memory entry", e))
 }

@@ -92,7 +92,7 @@ pub async fn apply_limits(js: &jetstream::Context, limits: &Limits) -> crate::Re
         let have = stream
             .info()
             .await
-            .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+            .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?
             .config
             .clone();
         let mut want = have.clone();
@@ -119,12 +119,12 @@ pub async fn apply_limits(js: &jetstream::Context, limits: &Limits) -> crate::Re
                         let mut rollup = have.clone();
                         rollup.allow_rollup = true;
                         js.update_stream(rollup).await.map_err(|e| {
-                            BusError::js(format!("allowing rollups on stream {name}"), e)
+                            crate::js_error(format!("allowing rollups on stream {name}"), e)
                         })?;
                     }
                 }
                 Err(e) => {
-                    return Err(BusError::js(
+                    return Err(crate::js_error(
                         format!("setting the limits of stream {name}"),
                         e,
                     ));
@@ -146,7 +146,7 @@ pub async fn stream_bytes(js: &jetstream::Context) -> crate::Result<Vec<(String,
             let info = stream
                 .info()
                 .await
-                .map_err(|e| BusError::js(format!("reading stream {name}"), e))?;
+                .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?;
             out.push((name, info.state.bytes, info.state.messages));
         }
     }
@@ -160,10 +160,10 @@ pub async fn list(bus: &Bus) -> crate::Result<Vec<SessionStatus>> {
         .sessions_kv
         .keys()
         .await
-        .map_err(|e| BusError::js(what, e))?;
+        .map_err(|e| crate::js_error(what, e))?;
     let mut out = Vec::new();
     while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| BusError::js(what, e))?;
+        let key = key.map_err(|e| crate::js_error(what, e))?;
         if let Some(status) = status(bus, &key).await? {
             out.push(status);
         }
@@ -184,7 +184,7 @@ pub async fn status(bus: &Bus, session_id: &str) -> crate::Result<Option<Session
         .sessions_kv
         .get(session_id)
         .await
-        .map_err(|e| BusError::js(format!("reading the status of {session_id}"), e))?;
+        .map_err(|e| crate::js_error(format!("reading the status of {session_id}"), e))?;
     Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
 }
 
@@ -275,14 +275,14 @@ pub async fn archive(bus: &Bus, session_id: &str, force: bool) -> Result<Report>
         .js
         .get_object_store(subjects::ARCHIVE_BUCKET)
         .await
-        .map_err(|e| BusError::js("opening the archive bucket", e))?;
+        .map_err(|e| crate::js_error("opening the archive bucket", e))?;
     store
         .put(
             subjects::session_archive(session_id).as_str(),
             &mut compressed.as_slice(),
         )
         .await
-        .map_err(|e| BusError::js(format!("writing the archive of {session_id}"), e))?;
+        .map_err(|e| crate::js_error(format!("writing the archive of {session_id}"), e))?;
     let mut archived = status;
     archived.archived_at = Some(now);
     let bytes = serde_json::to_vec(&archived).unwrap_or_default();
@@ -290,7 +290,7 @@ pub async fn archive(bus: &Bus, session_id: &str, force: bool) -> Result<Report>
         .update(session_id, bytes.into(), revision)
         .await
         .map_err(|e| {
-            BusError::js(
+            crate::js_error(
                 format!("marking {session_id} archived (did it wake meanwhile?)"),
                 e,
             )
@@ -320,12 +320,12 @@ pub async fn delete(bus: &Bus, session_id: &str, force: bool) -> Result<Report> 
         store
             .delete(subjects::session_archive(session_id).as_str())
             .await
-            .map_err(|e| BusError::js(format!("deleting the archive of {session_id}"), e))?;
+            .map_err(|e| crate::js_error(format!("deleting the archive of {session_id}"), e))?;
     }
     bus.sessions_kv
         .purge(session_id)
         .await
-        .map_err(|e| BusError::js(format!("deleting the status of {session_id}"), e))?;
+        .map_err(|e| crate::js_error(format!("deleting the status of {session_id}"), e))?;
     Ok(gathered.report)
 }
 
@@ -339,7 +339,7 @@ async fn checked(bus: &Bus, session_id: &str, force: bool) -> Result<(SessionSta
         .sessions_kv
         .entry(session_id)
         .await
-        .map_err(|e| BusError::js(format!("reading the status of {session_id}"), e))?
+        .map_err(|e| crate::js_error(format!("reading the status of {session_id}"), e))?
         .filter(|e| e.operation == jetstream::kv::Operation::Put)
         .ok_or_else(missing)?;
     let status: SessionStatus =
@@ -512,11 +512,11 @@ async fn purge(bus: &Bus, session_id: &str, g: &Gathered) -> Result<()> {
             .js
             .get_stream(stream)
             .await
-            .map_err(|e| BusError::js(format!("opening {stream}"), e))?;
+            .map_err(|e| crate::js_error(format!("opening {stream}"), e))?;
         s.purge()
             .filter(filter.as_str())
             .await
-            .map_err(|e| BusError::js(format!("purging {filter}"), e))?;
+            .map_err(|e| crate::js_error(format!("purging {filter}"), e))?;
     }
     for (bucket, name) in &g.blobs {
         if let Ok(store) = bus.js.get_object_store(*bucket).await
@@ -620,23 +620,32 @@ pub async fn read_archive(bus: &Bus, session_id: &str) -> Result<Archive> {
     })
 }
 
+/// An age setting that is not one [`parse_age`] reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?}: write <n>s, <n>m, <n>h, <n>d or off")]
+pub struct BadAge {
+    /// The setting as given, trimmed.
+    pub text: String,
+}
+
 /// Parses an age setting: `<n>s`, `<n>m`, `<n>h`, `<n>d`, or `off` (`None`).
-pub fn parse_age(text: &str) -> std::result::Result<Option<std::time::Duration>, String> {
+pub fn parse_age(text: &str) -> std::result::Result<Option<std::time::Duration>, BadAge> {
     let text = text.trim();
     if text.eq_ignore_ascii_case("off") || text == "0" {
         return Ok(None);
     }
+    let bad = || BadAge {
+        text: text.to_owned(),
+    };
     let (number, unit) = text.split_at(text.len().saturating_sub(1));
     let seconds = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3_600,
         "d" => 86_400,
-        _ => return Err(format!("{text:?}: write <n>s, <n>m, <n>h, <n>d or off")),
+        _ => return Err(bad()),
     };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: write <n>s, <n>m, <n>h, <n>d or off"))?;
+    let n: u64 = number.parse().map_err(|_| bad())?;
     Ok(Some(std::time::Duration::from_secs(n * seconds)))
 }
 
@@ -650,7 +659,10 @@ mod tests {
         assert_eq!(parse_age("30d"), Ok(Some(Duration::from_secs(30 * 86_400))));
         assert_eq!(parse_age("2s"), Ok(Some(Duration::from_secs(2))));
         assert_eq!(parse_age("off"), Ok(None));
-        assert!(parse_age("3 weeks").is_err());
+        assert_eq!(
+            parse_age(" 3 weeks ").unwrap_err().to_string(),
+            "\"3 weeks\": write <n>s, <n>m, <n>h, <n>d or off"
+        );
     }
 
     #[test]

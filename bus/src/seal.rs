@@ -119,12 +119,12 @@ impl Sealer {
         let kv = js
             .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
             .await
-            .map_err(|e| crate::BusError::js(what(), e))?;
+            .map_err(|e| crate::js_error(what(), e))?;
         for _ in 0..5 {
             if let Some(value) = kv
                 .get(KEY_NAME)
                 .await
-                .map_err(|e| crate::BusError::js(what(), e))?
+                .map_err(|e| crate::js_error(what(), e))?
             {
                 return Self::from_stored(&value).ok_or_else(|| crate::BusError::Config(format!(
                     "the sealing key in {} is not 32 bytes of base64: it was changed by hand; restore it, or the sealed step records cannot be read",
@@ -138,12 +138,12 @@ impl Sealer {
             let ack = js
                 .publish_with_headers(subject, headers, BASE64.encode(&key).into())
                 .await
-                .map_err(|e| crate::BusError::js("storing the sealing key", e))?;
+                .map_err(|e| crate::js_error("storing the sealing key", e))?;
             match ack.await {
                 Ok(_) => return Ok(Self::new(&key.into())),
                 // Another coordinator stored one first: read it.
                 Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => continue,
-                Err(e) => return Err(crate::BusError::js("storing the sealing key", e)),
+                Err(e) => return Err(crate::js_error("storing the sealing key", e)),
             }
         }
         Err(crate::BusError::Config(

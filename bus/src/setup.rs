@@ -149,7 +149,7 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
                 let have = existing
                     .info()
                     .await
-                    .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+                    .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?
                     .config
                     .clone();
                 let missing: Vec<String> = config
@@ -172,17 +172,17 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
                     updated.allow_direct |= config.allow_direct;
                     js.update_stream(updated)
                         .await
-                        .map_err(|e| BusError::js(format!("updating stream {name}"), e))?;
+                        .map_err(|e| crate::js_error(format!("updating stream {name}"), e))?;
                     tracing::info!(stream = %name, subjects = ?missing, ?moved, direct, "stream given the subjects and settings this version uses");
                 }
             }
             Err(e) if !is_not_found(&e) => {
-                return Err(BusError::js(format!("reading stream {name}"), e));
+                return Err(crate::js_error(format!("reading stream {name}"), e));
             }
             Err(_) => {
                 js.create_stream(config)
                     .await
-                    .map_err(|e| BusError::js(format!("creating stream {name}"), e))?;
+                    .map_err(|e| crate::js_error(format!("creating stream {name}"), e))?;
                 tracing::info!(stream = %name, "stream created");
             }
         }
@@ -196,7 +196,7 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
             ..Default::default()
         })
         .await
-        .map_err(|e| BusError::js("creating the sessions bucket", e))?;
+        .map_err(|e| crate::js_error("creating the sessions bucket", e))?;
     }
     if js
         .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
@@ -216,7 +216,7 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
             ..Default::default()
         })
         .await
-        .map_err(|e| BusError::js("creating the coordinator leases bucket", e))?;
+        .map_err(|e| crate::js_error("creating the coordinator leases bucket", e))?;
     }
     if js.get_key_value(subjects::MEMORY_BUCKET).await.is_err() {
         js.create_key_value(kv::Config {
@@ -228,7 +228,7 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
             ..Default::default()
         })
         .await
-        .map_err(|e| BusError::js("creating the memory bucket", e))?;
+        .map_err(|e| crate::js_error("creating the memory bucket", e))?;
     }
     for bucket in [
         subjects::SESSION_BLOBS_BUCKET,
@@ -243,7 +243,7 @@ pub async fn declare_with(js: &jetstream::Context, replicas: Option<usize>) -> R
                 ..Default::default()
             })
             .await
-            .map_err(|e| BusError::js(format!("creating the object store {bucket}"), e))?;
+            .map_err(|e| crate::js_error(format!("creating the object store {bucket}"), e))?;
         }
     }
     if let Some(replicas) = replicas {
@@ -282,11 +282,11 @@ async fn set_replicas(js: &jetstream::Context, name: &str, replicas: usize) -> R
     let mut stream = js
         .get_stream(name)
         .await
-        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?;
+        .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?;
     let have = stream
         .info()
         .await
-        .map_err(|e| BusError::js(format!("reading stream {name}"), e))?
+        .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?
         .config
         .clone();
     if have.num_replicas == replicas {
@@ -298,7 +298,7 @@ async fn set_replicas(js: &jetstream::Context, name: &str, replicas: usize) -> R
         ..have
     })
     .await
-    .map_err(|e| BusError::js(format!("changing the replicas of stream {name}"), e))?;
+    .map_err(|e| crate::js_error(format!("changing the replicas of stream {name}"), e))?;
     tracing::info!(stream = %name, from, to = replicas, "stream replicas changed");
     Ok(())
 }
@@ -353,7 +353,7 @@ impl Bus {
             guarded(&alarms, role, async {
                 js.get_key_value(subjects::SESSIONS_BUCKET)
                     .await
-                    .map_err(|e| BusError::js("opening the sessions bucket", e))
+                    .map_err(|e| crate::js_error("opening the sessions bucket", e))
             })
         })
         .await?;
@@ -448,8 +448,8 @@ async fn first_missing(
             match tokio::time::timeout(CHECK_TIMEOUT, js.get_stream(name)).await {
                 Ok(Ok(_)) => Ok(false),
                 Ok(Err(e)) if is_not_found(&e) => Ok(true),
-                Ok(Err(e)) => Err(BusError::js(format!("checking stream {name}"), e)),
-                Err(_) => Err(BusError::js(
+                Ok(Err(e)) => Err(crate::js_error(format!("checking stream {name}"), e)),
+                Err(_) => Err(crate::js_error(
                     format!("checking stream {name}"),
                     "no answer from JetStream (is it enabled on the server, for this account?)",
                 )),
@@ -529,7 +529,7 @@ async fn ensure_summons_consumer(
     let stream = js
         .get_stream(subjects::SUMMONS_STREAM)
         .await
-        .map_err(|e| BusError::js("opening the summons stream", e))?;
+        .map_err(|e| crate::js_error("opening the summons stream", e))?;
     let name = config.durable_name.clone().unwrap_or_default();
     if stream
         .get_consumer::<jetstream::consumer::pull::Config>(&name)
@@ -539,7 +539,7 @@ async fn ensure_summons_consumer(
         stream
             .get_or_create_consumer(&name, config)
             .await
-            .map_err(|e| BusError::js(format!("creating the consumer {name}"), e))?;
+            .map_err(|e| crate::js_error(format!("creating the consumer {name}"), e))?;
     }
     Ok(())
 }

@@ -72,7 +72,7 @@ enum Refusal {
     /// Another writer appended: this one is fenced out.
     Fenced,
     /// The log could not be read; worth trying again.
-    Unread(String),
+    Unread(ReadError),
 }
 
 /// Sleeps `delay` and doubles it; false if `until` fires first.
@@ -86,12 +86,81 @@ async fn pause(delay: &mut Duration, until: &CancellationToken) -> bool {
 }
 
 /// Why a step was not appended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AppendError {
     /// Another writer appended in between: this one no longer owns the subject.
+    #[error("another writer appended to the step log: fenced out")]
     Fenced,
     /// Given up on because `until` was cancelled.
+    #[error("stopped before the step was stored")]
     Stopped,
+}
+
+/// Why a step log could not be read ([`StepLog::last`], [`StepLog::replay`]
+/// and the other reads): every kind is worth trying again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// A JetStream read failed, or had no answer in time.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    /// The server would not give the last record of `subject`.
+    #[error("reading the last record of {subject}: {source}")]
+    Last {
+        subject: String,
+        source: stream::LastRawMessageError,
+    },
+    /// Direct gets failed a moment ago, and are not tried for a while
+    /// ([`StepLog::last_msg_id`]).
+    #[error("reading the last record id of {subject}: direct gets failed lately")]
+    DirectOff { subject: String },
+    /// A direct get had no answer within its wait.
+    #[error("reading the last record id of {subject}: no answer within {DIRECT_ANSWER_WAIT:?}")]
+    DirectUnanswered { subject: String },
+    /// A direct get could not be asked.
+    #[error("reading the last record id of {subject}: {source}")]
+    DirectRequest {
+        subject: String,
+        source: async_nats::RequestError,
+    },
+    /// A direct get was answered with an error status.
+    #[error("reading the last record id of {subject}: the server answered {status} {description}")]
+    DirectRefused {
+        subject: String,
+        status: async_nats::StatusCode,
+        description: String,
+    },
+    /// A message of a replay over `subject` came without its metadata.
+    #[error("replaying {subject}: {source}")]
+    Metadata {
+        subject: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The replica answering direct gets lags the stream's leader.
+    #[error(
+        "replaying {subject}: the direct gets reach sequence {reached}, the stream's leader \
+         holds {leader} (a replica behind for {REPLICA_CATCH_UP:?})"
+    )]
+    Behind {
+        subject: String,
+        reached: u64,
+        leader: u64,
+    },
+    /// A pointer names an object the store does not hold.
+    #[error("reading {name} from the object store: no such object")]
+    NoObject { name: String },
+    /// The object a pointer names could not be read.
+    #[error("reading {name} from the object store: {source}")]
+    Object {
+        name: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Record `seq` of a replay over `subject` could not be resolved.
+    #[error("record {seq} of {subject}: {source}")]
+    Record {
+        seq: u64,
+        subject: String,
+        source: Box<ReadError>,
+    },
 }
 
 /// One stored record, pointer resolved.
@@ -161,12 +230,12 @@ impl StepLog {
             .js
             .get_stream(stream)
             .await
-            .map_err(|e| BusError::js(format!("opening stream {stream}"), e))?;
+            .map_err(|e| crate::js_error(format!("opening stream {stream}"), e))?;
         let store = bus
             .js
             .get_object_store(blobs)
             .await
-            .map_err(|e| BusError::js(format!("opening the object store {blobs}"), e))?;
+            .map_err(|e| crate::js_error(format!("opening the object store {blobs}"), e))?;
         // Unknown (0) before the first connect: assume the default 1 MB.
         let max_payload = match bus.client.server_info().max_payload {
             0 => 1024 * 1024,
@@ -205,11 +274,10 @@ impl StepLog {
     }
 
     /// The last record on `subject`; `None` if it has none.
-    pub async fn last(&self, subject: &str) -> Result<Option<Last>, String> {
+    pub async fn last(&self, subject: &str) -> Result<Option<Last>, ReadError> {
         let what = || format!("reading the last record of {subject}");
-        let answer = crate::answered(self.stream.get_last_raw_message_by_subject(subject), &what)
-            .await
-            .map_err(|e| e.to_string())?;
+        let answer =
+            crate::answered(self.stream.get_last_raw_message_by_subject(subject), &what).await?;
         match answer {
             Ok(msg) => Ok(Some(Last {
                 seq: msg.sequence,
@@ -222,7 +290,10 @@ impl StepLog {
                 payload: msg.payload,
             })),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(format!("reading the last record of {subject}: {e}")),
+            Err(source) => Err(ReadError::Last {
+                subject: subject.to_owned(),
+                source,
+            }),
         }
     }
 
@@ -236,15 +307,17 @@ impl StepLog {
     /// (writes stay fenced by the server), never for a fence itself.
     /// After a failure it fails at once for a while ([`DIRECT_RETRY_AFTER`]):
     /// the caller then asks the stream ([`StepLog::last`]).
-    pub async fn last_msg_id(&self, subject: &str) -> Result<Option<String>, String> {
-        let what = || format!("reading the last record id of {subject}");
+    pub async fn last_msg_id(&self, subject: &str) -> Result<Option<String>, ReadError> {
+        let subject_owned = || subject.to_owned();
         let off = || {
             self.direct_off_until
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
         if off().is_some_and(|until| std::time::Instant::now() < until) {
-            return Err(format!("{}: direct gets failed lately", what()));
+            return Err(ReadError::DirectOff {
+                subject: subject_owned(),
+            });
         }
         let api = format!("$JS.API.DIRECT.GET.{}", self.stream_name);
         let body = serde_json::json!({ "last_by_subj": subject }).to_string();
@@ -253,8 +326,15 @@ impl StepLog {
             self.bus.client.request(api, body.into()),
         )
         .await
-        .map_err(|_| format!("{}: no answer within {DIRECT_ANSWER_WAIT:?}", what()))
-        .and_then(|reply| reply.map_err(|e| format!("{}: {e}", what())));
+        .map_err(|_| ReadError::DirectUnanswered {
+            subject: subject_owned(),
+        })
+        .and_then(|reply| {
+            reply.map_err(|source| ReadError::DirectRequest {
+                subject: subject_owned(),
+                source,
+            })
+        });
         let reply = match answer {
             Ok(reply) => reply,
             Err(e) => {
@@ -264,11 +344,11 @@ impl StepLog {
         };
         match reply.status {
             Some(status) if status == async_nats::StatusCode::NOT_FOUND => Ok(None),
-            Some(status) if status != async_nats::StatusCode::OK => Err(format!(
-                "{}: the server answered {status} {}",
-                what(),
-                reply.description.unwrap_or_default()
-            )),
+            Some(status) if status != async_nats::StatusCode::OK => Err(ReadError::DirectRefused {
+                subject: subject_owned(),
+                status,
+                description: reply.description.unwrap_or_default(),
+            }),
             _ => Ok(Some(
                 reply
                     .headers
@@ -283,7 +363,7 @@ impl StepLog {
     /// A record's bytes as stored: inline, or read from the object store
     /// when the payload is a pointer (a JSON object with a `blob` field).
     /// An error is a failure to read the object, worth trying again.
-    pub async fn resolve(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
+    pub async fn resolve(&self, payload: &[u8]) -> Result<Vec<u8>, ReadError> {
         #[derive(Deserialize)]
         struct Probe {
             #[serde(default)]
@@ -292,7 +372,10 @@ impl StepLog {
         let Ok(Probe { blob: Some(name) }) = serde_json::from_slice::<Probe>(payload) else {
             return Ok(payload.to_vec());
         };
-        let failed = |e: &dyn Display| format!("reading {name} from the object store: {e}");
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| ReadError::Object {
+            name: name.clone(),
+            source,
+        };
         if self.direct_reads {
             let bus = &self.bus;
             let read = crate::direct::object(
@@ -305,32 +388,32 @@ impl StepLog {
             .await;
             match read {
                 Ok(Some(bytes)) => return Ok(bytes),
-                Ok(None) => return Err(failed(&"no such object")),
+                Ok(None) => return Err(ReadError::NoObject { name }),
                 // A credential from before direct reads: read it as before.
                 Err(e @ BusError::NotAllowed { .. }) => {
                     tracing::debug!(error = %e, "reading the object through a consumer");
                 }
-                Err(e) => return Err(failed(&e)),
+                Err(e) => return Err(failed(e.into())),
             }
         }
-        let mut object = self.blobs.get(&name).await.map_err(|e| failed(&e))?;
+        let mut object = self.blobs.get(&name).await.map_err(|e| failed(e.into()))?;
         let mut bytes = Vec::new();
         object
             .read_to_end(&mut bytes)
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| failed(e.into()))?;
         Ok(bytes)
     }
 
     /// Every record of `subject`, in order, pointers resolved; `None` for
     /// a subject with none. An error is a failure to read, worth trying again.
-    pub async fn replay(&self, subject: &str) -> Result<Option<Replay>, String> {
+    pub async fn replay(&self, subject: &str) -> Result<Option<Replay>, ReadError> {
         self.replay_all(&[subject.to_owned()]).await
     }
 
     /// [`StepLog::replay`] over several subjects at once, in stream order
     /// (a session's `.log` and its inputs).
-    pub async fn replay_all(&self, subjects: &[String]) -> Result<Option<Replay>, String> {
+    pub async fn replay_all(&self, subjects: &[String]) -> Result<Option<Replay>, ReadError> {
         let subject = subjects.join(", ");
         let read: Vec<(u64, String, Bytes)>;
         let last_seq;
@@ -349,8 +432,7 @@ impl StepLog {
                 let Some((messages, last)) = self
                     .bus
                     .replay_subjects(&self.stream_name, subjects)
-                    .await
-                    .map_err(|e| e.to_string())?
+                    .await?
                 else {
                     return Ok(None);
                 };
@@ -359,7 +441,10 @@ impl StepLog {
                 for msg in messages {
                     let seq = msg
                         .info()
-                        .map_err(|e| format!("replaying {subject}: {e}"))?
+                        .map_err(|source| ReadError::Metadata {
+                            subject: subject.clone(),
+                            source,
+                        })?
                         .stream_sequence;
                     out.push((seq, msg.subject.to_string(), msg.payload.clone()));
                 }
@@ -371,7 +456,11 @@ impl StepLog {
             let bytes = self
                 .resolve(&payload)
                 .await
-                .map_err(|e| format!("record {seq} of {subject}: {e}"))?;
+                .map_err(|e| ReadError::Record {
+                    seq,
+                    subject: subject.clone(),
+                    source: Box::new(e),
+                })?;
             records.push(Stored {
                 seq,
                 subject: subject_of,
@@ -389,12 +478,11 @@ impl StepLog {
     async fn replay_direct(
         &self,
         subject: &str,
-    ) -> Result<Option<(Vec<crate::direct::Stored>, u64)>, String> {
+    ) -> Result<Option<(Vec<crate::direct::Stored>, u64)>, ReadError> {
         let bus = &self.bus;
         let (client, alarms) = (&bus.client, Some(&bus.alarms));
         let mut out = crate::direct::replay(client, alarms, &self.stream_name, subject)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .map(|(messages, _)| messages)
             .unwrap_or_default();
         let Some(leader) = self.last(subject).await?.map(|l| l.seq) else {
@@ -411,8 +499,7 @@ impl StepLog {
                 last + 1,
                 crate::direct::BATCH,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             match batch.messages.last().map(|m| m.seq) {
                 Some(seq) => {
                     last = seq;
@@ -422,10 +509,11 @@ impl StepLog {
                     tokio::time::sleep(FIRST_BACKOFF).await;
                 }
                 None => {
-                    return Err(format!(
-                        "replaying {subject}: the direct gets reach sequence {last}, the \
-                         stream's leader holds {leader} (a replica behind for {REPLICA_CATCH_UP:?})"
-                    ));
+                    return Err(ReadError::Behind {
+                        subject: subject.to_owned(),
+                        reached: last,
+                        leader,
+                    });
                 }
             }
         }
@@ -897,7 +985,47 @@ impl Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::covers;
+    use super::{ReadError, covers};
+
+    #[test]
+    fn read_errors_say_what_failed_and_keep_why() {
+        use std::error::Error as _;
+        let behind = ReadError::Behind {
+            subject: "arbiter.v1.orch.o1.*".into(),
+            reached: 4,
+            leader: 6,
+        };
+        assert_eq!(
+            behind.to_string(),
+            "replaying arbiter.v1.orch.o1.*: the direct gets reach sequence 4, the stream's \
+             leader holds 6 (a replica behind for 3s)"
+        );
+        let record = ReadError::Record {
+            seq: 7,
+            subject: "arbiter.v1.orch.o1.*".into(),
+            source: Box::new(ReadError::NoObject {
+                name: "o1-7".into(),
+            }),
+        };
+        assert_eq!(
+            record.to_string(),
+            "record 7 of arbiter.v1.orch.o1.*: reading o1-7 from the object store: no such object"
+        );
+        assert!(
+            matches!(&record, ReadError::Record { source, .. } if matches!(**source, ReadError::NoObject { .. }))
+        );
+        assert_eq!(
+            record.source().map(ToString::to_string).as_deref(),
+            Some("reading o1-7 from the object store: no such object")
+        );
+        let off = ReadError::DirectOff {
+            subject: "arbiter.v1.orch.o1.state".into(),
+        };
+        assert_eq!(
+            off.to_string(),
+            "reading the last record id of arbiter.v1.orch.o1.state: direct gets failed lately"
+        );
+    }
 
     #[test]
     fn subject_filters_match_as_nats_matches_them() {

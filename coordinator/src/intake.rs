@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arbiter_bus::{TraceContext, decode};
+use arbiter_bus::{TraceContext, decode, js_error};
 use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
@@ -114,24 +114,21 @@ async fn consumer(
     stream
         .update_consumer(config)
         .await
-        .map_err(|e| js_error(format!("updating consumer {name}"), e))
+        .map_err(|e| js_error(format!("updating consumer {name}"), e).into())
 }
 
 /// A failure to open the consumers at start: streams deleted while the
 /// coordinator started are named as such (the user's fix is the same as
 /// for a deletion later on), anything else as the server said it.
-async fn start_error(shared: &Shared, what: String, e: impl std::fmt::Display) -> Error {
+async fn start_error(
+    shared: &Shared,
+    what: String,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> Error {
     match arbiter_bus::setup::missing_stream(&shared.bus, NatsRole::Coordinator).await {
         Ok(Some(stream)) => arbiter_bus::BusError::Deleted { stream }.into(),
-        _ => js_error(what, e),
+        _ => js_error(what, e).into(),
     }
-}
-
-fn js_error(what: String, e: impl std::fmt::Display) -> Error {
-    Error::Bus(arbiter_bus::BusError::JetStream {
-        what,
-        message: e.to_string(),
-    })
 }
 
 /// Where a session's messages go.
@@ -743,17 +740,17 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     .await?;
     let mut human_msgs = arbiter_bus::follow(&human)
         .await
-        .map_err(|e| js_error("reading human messages".into(), e))?;
+        .map_err(|e| js_error("reading human messages", e))?;
     let mut orch_msgs = arbiter_bus::follow(&orch)
         .await
-        .map_err(|e| js_error("reading Orchestrator output".into(), e))?;
+        .map_err(|e| js_error("reading Orchestrator output", e))?;
     let leases = Leases::open(&shared.bus, shared.config.id.clone()).await?;
     let forwarded = shared
         .bus
         .client
         .subscribe(subjects::coordinator_forward(&leases.id))
         .await
-        .map_err(|e| js_error("listening for forwarded messages".into(), e))?;
+        .map_err(|e| js_error("listening for forwarded messages", e))?;
     let background = CancellationToken::new();
     let (free_tx, mut free_rx) = mpsc::channel::<(String, u64)>(1024);
     let (retry_tx, mut retry_rx) = mpsc::channel::<(String, u64)>(1024);
@@ -818,7 +815,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                     if let Err(e) = registry.stop_if_ended_by_deletion().await {
                         break Err(e);
                     }
-                    break Err(js_error("reading human messages".into(), "the consumer stream ended"));
+                    break Err(js_error("reading human messages", "the consumer stream ended").into());
                 }
             },
             next = orch_msgs.next() => match next {
@@ -833,7 +830,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                     if let Err(e) = registry.stop_if_ended_by_deletion().await {
                         break Err(e);
                     }
-                    break Err(js_error("reading Orchestrator output".into(), "the consumer stream ended"));
+                    break Err(js_error("reading Orchestrator output", "the consumer stream ended").into());
                 }
             },
             Some(msg) = legacy_rx.recv() => registry.on_human(Incoming::pulled(msg)).await,

@@ -61,6 +61,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What `summons.rs` names a JetStream failure with.
+pub(crate) use arbiter_bus::js_error;
 use arbiter_bus::{Bus, Reach};
 use arbiter_llm::{Model, ModelConfig};
 use arbiter_protocol::roles::NatsRole;
@@ -355,11 +357,4 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(error) => Err(error.into()),
         None => Ok(()),
     }
-}
-
-fn js_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Bus(arbiter_bus::BusError::JetStream {
-        what: what.into(),
-        message: e.to_string(),
-    })
 }

@@ -267,23 +267,9 @@ pub(crate) struct Restored {
     pub cli_transcript: Option<String>,
 }
 
-/// Why a record was not stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WriteError {
-    /// Another worker wrote in between: this one lost the lease.
-    Fenced,
-    /// Given up on because the Orchestrator is stopping.
-    Stopped,
-}
-
-impl From<AppendError> for WriteError {
-    fn from(e: AppendError) -> Self {
-        match e {
-            AppendError::Fenced => WriteError::Fenced,
-            AppendError::Stopped => WriteError::Stopped,
-        }
-    }
-}
+/// The step log's [`AppendError`] under the name `agent.rs`,
+/// `orchestrator.rs` and the state tests still use.
+pub(crate) use arbiter_bus::steplog::AppendError as WriteError;
 
 /// The JetStream handles the state lives in.
 #[derive(Clone)]
@@ -436,7 +422,7 @@ impl StateStore {
         snapshot: &Snapshot,
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), AppendError> {
         self.write_as(append, snapshot, outbox, false, until).await
     }
 
@@ -451,7 +437,7 @@ impl StateStore {
         outbox: Vec<OrchestratorMessage>,
         claim: bool,
         until: &CancellationToken,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), AppendError> {
         self.rev += 1;
         let record = Record {
             v: VERSION,
@@ -530,7 +516,7 @@ impl StateStore {
         transcript: Vec<Message>,
         snapshot: &Snapshot,
         until: &CancellationToken,
-    ) -> Result<bool, WriteError> {
+    ) -> Result<bool, AppendError> {
         let rev = self.rev + 1;
         let record = Record {
             v: VERSION,

@@ -14,10 +14,19 @@ use crate::rules::team::pick_members;
 use crate::rules::{Core, Task};
 use crate::state::{Active, Effect, Pending};
 
+/// What became of an Arbiter decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routed {
+    Carried,
+    /// Sent back to the Arbiter (or, past the retries, given up on).
+    Rejected,
+}
+
 impl Core {
     /// Carries out one Arbiter decision; `fleet` is what the workers offered
     /// when the decision is a directed summons (`FleetView::wanted`).
-    pub(crate) fn route(&mut self, output: ArbiterOutput, fleet: &FleetView) {
+    /// Whether it was carried out or sent back.
+    pub(crate) fn route(&mut self, output: ArbiterOutput, fleet: &FleetView) -> Routed {
         let target = (output.intent == ArbiterIntent::SummonOrchestrator).then(|| {
             summons_target(
                 &output,
@@ -77,7 +86,7 @@ impl Core {
                             self.send_to_orchestrator(active, message.clone());
                         }
                     }
-                    Err(reason) => self.reject(intent, &reason),
+                    Err(reason) => return self.reject(intent, &reason),
                 }
             }
             ArbiterIntent::SummonOrchestrator => match target {
@@ -102,7 +111,7 @@ impl Core {
                             escalation: None,
                         }));
                     }
-                    self.reject(intent, &reason);
+                    return self.reject(intent, &reason);
                 }
                 None => unreachable!("a summons always has a target decision"),
             },
@@ -115,7 +124,7 @@ impl Core {
                             self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
                         }
                     }
-                    Err(reason) => self.reject(intent, &reason),
+                    Err(reason) => return self.reject(intent, &reason),
                 }
             }
             ArbiterIntent::Musings => {
@@ -123,11 +132,12 @@ impl Core {
                 self.log(LogBody::Musing(MusingEntry { text: message }));
             }
         }
+        Routed::Carried
     }
 
     /// An intent that cannot be carried out goes back to the Arbiter as a
     /// system note, a bounded number of times in a row.
-    fn reject(&mut self, intent: ArbiterIntent, reason: &str) {
+    fn reject(&mut self, intent: ArbiterIntent, reason: &str) -> Routed {
         self.state.rejections += 1;
         if self.state.rejections > self.config.intent_retries {
             self.state.rejections = 0;
@@ -136,7 +146,7 @@ impl Core {
                 reason: reason.to_owned(),
             };
             self.log(LogBody::Error(ErrorEntry { error }));
-            return;
+            return Routed::Rejected;
         }
         let text = format!(
             "Your {} could not be carried out: {reason}",
@@ -144,6 +154,7 @@ impl Core {
         );
         self.log(LogBody::System(SystemEntry { text: text.clone() }));
         self.enqueue(Pending::System { text });
+        Routed::Rejected
     }
 
     fn send_to_orchestrator(&mut self, active: Active, text: String) {

@@ -13,6 +13,7 @@ use arbiter_protocol::{
     orchestrator_name,
 };
 
+use crate::rules::route::Routed;
 use crate::rules::{Core, Now};
 use crate::state::{Pending, Turn, TurnRole};
 
@@ -150,12 +151,14 @@ impl Core {
                 // What the decision publishes continues the trace from here.
                 self.trace = TraceContext::of(&span);
                 let _in_route = span.enter();
-                self.route(reply.value, fleet);
-                match intent {
+                let routed = self.route(reply.value, fleet);
+                match (intent, routed) {
                     // The human was spoken to: their answer goes on.
-                    ArbiterIntent::AddressHuman => {}
-                    ArbiterIntent::Musings => self.question_left(Ending::Musings),
-                    _ => self.question_left(Ending::Rejected),
+                    (ArbiterIntent::AddressHuman, Routed::Carried) => {}
+                    (ArbiterIntent::Musings, _) => self.question_left(Ending::Musings),
+                    (_, Routed::Rejected) => self.question_left(Ending::Rejected),
+                    // Carried out, to someone else: the question still waits.
+                    (_, Routed::Carried) => self.question_left(Ending::Elsewhere),
                 }
             }
             Err(e) => {
@@ -197,6 +200,7 @@ impl Core {
         let why = match ending {
             Ending::Musings => "ended in musings again",
             Ending::Rejected => "could not be carried out",
+            Ending::Elsewhere => "went to someone else",
             Ending::Failed => "failed",
         };
         self.log(LogBody::System(SystemEntry {
@@ -226,6 +230,8 @@ impl Core {
 enum Ending {
     Musings,
     Rejected,
+    /// Carried out, without answering the one who asked.
+    Elsewhere,
     Failed,
 }
 

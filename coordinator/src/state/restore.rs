@@ -2,6 +2,8 @@
 //! session from before protocol v2, from its state subject), and finding at
 //! start the sessions whose last step was left unfinished.
 
+use arbiter_bus::steplog::ReadError;
+
 use super::*;
 
 /// Any message of a session's log, read for the record it may carry: in
@@ -66,7 +68,7 @@ pub(crate) async fn load(
     legacy: &StepLog,
     sealer: &Sealer,
     session_id: &str,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, ReadError> {
     let Some(replay) = log
         .replay_all(&subjects::session_log_filters(session_id))
         .await?
@@ -147,7 +149,7 @@ impl Folded {
 }
 
 /// A session's records from before protocol v2, on its state subject.
-async fn legacy_load(legacy: &StepLog, session_id: &str) -> Result<Option<Restored>, String> {
+async fn legacy_load(legacy: &StepLog, session_id: &str) -> Result<Option<Restored>, ReadError> {
     let subject = subjects::session_state(session_id);
     let Some(replay) = legacy.replay(&subject).await? else {
         return Ok(None);

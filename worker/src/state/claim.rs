@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use arbiter_bus::steplog::AppendError;
 use arbiter_llm::{Message, MessageRole};
 use arbiter_protocol::{Summon, subjects};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use tokio_util::sync::CancellationToken;
 
-use super::{Phase, Record, Restored, Snapshot, StateBackend, StateStore, WriteError};
+use super::{Phase, Record, Restored, Snapshot, StateBackend, StateStore};
 use crate::transcript;
 
 /// Times a claim is retried when another worker writes in between.
@@ -22,7 +23,12 @@ pub(crate) async fn load(
     orch_id: &str,
 ) -> Result<Option<Restored>, String> {
     let subject = subjects::orch_records(orch_id);
-    let Some(replay) = backend.log.replay(&subject).await? else {
+    let Some(replay) = backend
+        .log
+        .replay(&subject)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(None);
     };
     let last_seq = replay.last_seq;
@@ -137,8 +143,8 @@ pub(crate) async fn claim(
     // takeover, an end, a duplicate): they are read as below.
     match fresh(backend, summon, worker_id, summons_seq, until).await {
         Ok(claim) => return Ok(Some(claim)),
-        Err(WriteError::Stopped) => return Ok(None),
-        Err(WriteError::Fenced) => {}
+        Err(AppendError::Stopped) => return Ok(None),
+        Err(AppendError::Fenced) => {}
     }
     for attempt in 1..=CLAIM_ATTEMPTS {
         let restored = load(backend, &summon.orch_id).await?;
@@ -179,8 +185,8 @@ pub(crate) async fn claim(
         };
         match written {
             Ok(claim) => return Ok(Some(claim)),
-            Err(WriteError::Stopped) => return Ok(None),
-            Err(WriteError::Fenced) => {
+            Err(AppendError::Stopped) => return Ok(None),
+            Err(AppendError::Fenced) => {
                 tracing::info!(
                     attempt,
                     "another worker wrote while claiming; reading again"
@@ -201,7 +207,7 @@ async fn fresh(
     worker_id: &str,
     summons_seq: u64,
     until: &CancellationToken,
-) -> Result<Claim, WriteError> {
+) -> Result<Claim, AppendError> {
     let mut store = StateStore::new(backend, summon, worker_id, summons_seq, 0, 0);
     let mut content = vec![arbiter_llm::Block::Text {
         text: summon.brief.clone(),

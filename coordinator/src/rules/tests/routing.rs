@@ -159,3 +159,60 @@ fn a_failed_turn_is_an_error_entry_and_the_user_turn_stays() {
     assert!(has(&lines, "Error:"), "{lines:?}");
     assert_eq!(core.transcript.len(), 1, "the user turn stays for the next message");
 }
+
+#[test]
+fn a_question_left_by_a_turn_that_answered_another_member_says_so_not_that_it_failed() {
+    let mut core = summoned("Build the auth module");
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Done.", true), at(2));
+    core.take_step();
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Review the parser.",
+            serde_json::json!({"strategy": "parallel", "count": 2}),
+        ),
+        at(3),
+    );
+    core.take_step();
+    let members: Vec<String> = core.state.team.iter().map(|a| a.orch_id.clone()).collect();
+    assert_eq!(members.len(), 2);
+    for (i, id) in members.iter().enumerate() {
+        core.on_input(output(id, 1, &format!("Question {}?", i + 1), true), at(4));
+    }
+    core.take_step();
+    turn(
+        &mut core,
+        reply(
+            "address_orchestrator",
+            "Go on, both.",
+            serde_json::json!({"members": [1, 2]}),
+        ),
+        at(5),
+    );
+    core.take_step();
+    // Gathered once; what a member reports after comes by itself.
+    core.on_input(output(&members[0], 2, "Which parser?", true), at(6));
+    core.take_step();
+    assert!(core.state.team[0].asked);
+    turn(
+        &mut core,
+        reply(
+            "address_orchestrator",
+            "Answer for two.",
+            serde_json::json!({"members": [2]}),
+        ),
+        at(7),
+    );
+    let lines = shown(&core.take_step());
+    assert!(has(&lines, "Arbiter → Orchestrator II.2: Answer for two."), "{lines:?}");
+    assert!(
+        has(
+            &lines,
+            "System: Orchestrator II.1 asked a question and is waiting for an answer, but the \
+             Arbiter's turn went to someone else."
+        ),
+        "{lines:?}"
+    );
+}
