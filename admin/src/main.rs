@@ -154,7 +154,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("arbiter-admin: {e:#}");
+            eprintln!("arbiter-admin: {}", arbiter_bus::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -103,8 +103,11 @@ pub enum BusError {
     )]
     Deleted { stream: String },
     /// A JetStream operation failed; made by [`js_error`].
-    #[error("JetStream {what} failed: {message}")]
-    JetStream { what: String, message: String },
+    #[error("JetStream {what} failed: {source}")]
+    JetStream {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The server denied a read this credential's role is given now: the
     /// credential was issued before (it keeps the grants it was signed with).
     #[error(
@@ -129,7 +132,7 @@ pub fn js_error(
 ) -> BusError {
     BusError::JetStream {
         what: what.into(),
-        message: e.into().to_string(),
+        source: e.into(),
     }
 }
 

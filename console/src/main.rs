@@ -156,7 +156,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // An error can quote what a server sent.
-            let message = arbiter_console::inert::block("arbiter-console: ", &format!("{e:#}"));
+            let message = arbiter_console::inert::block(
+                "arbiter-console: ",
+                &arbiter_bus::error_chain(e.as_ref()),
+            );
             eprintln!("{message}");
             ExitCode::FAILURE
         }

@@ -33,10 +33,7 @@ mod tests {
     use super::*;
 
     fn refused(message: &str) -> BusError {
-        BusError::JetStream {
-            what: "publish to arbiter.v1.session.s1.human.alice".into(),
-            message: message.into(),
-        }
+        arbiter_bus::js_error("publish to arbiter.v1.session.s1.human.alice", message)
     }
 
     #[test]

@@ -157,10 +157,7 @@ impl Leases {
             .js
             .get_key_value(subjects::COORDINATOR_LEASES_BUCKET)
             .await
-            .map_err(|e| arbiter_bus::BusError::JetStream {
-                what: "opening the coordinator leases bucket".into(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| arbiter_bus::js_error("opening the coordinator leases bucket", e))?;
         Ok(Self {
             id,
             bus: bus.clone(),

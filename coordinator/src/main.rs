@@ -113,7 +113,10 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line: the cause and its sources.
-            eprintln!("arbiter-coordinator: {e:#}");
+            eprintln!(
+                "arbiter-coordinator: {}",
+                arbiter_bus::error_chain(e.as_ref())
+            );
             std::process::ExitCode::FAILURE
         }
     }

@@ -35,7 +35,8 @@ use crate::outbox::Outbox;
 use crate::runtime::Runtime;
 use crate::runtime::claude::ClaudeProcess;
 use crate::slots::Seat;
-use crate::state::{EndReason, Phase, Snapshot, StateStore, WriteError};
+use crate::state::{EndReason, Phase, Snapshot, StateStore};
+use arbiter_bus::steplog::AppendError;
 use crate::status::StatusHandle;
 use crate::stop::Stopper;
 use crate::subagent;
@@ -251,7 +252,7 @@ impl Agent {
         &mut self,
         reason: EndReason,
         until: &CancellationToken,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), AppendError> {
         self.snap.phase = Phase::Ended { reason };
         self.commit(Vec::new(), until).await
     }
@@ -575,8 +576,8 @@ impl Agent {
     async fn step(&mut self, outbox: Vec<OrchestratorMessage>) -> Result<(), Stop> {
         let until = self.stopper.token().clone();
         self.commit(outbox, &until).await.map_err(|e| match e {
-            WriteError::Fenced => Stop::Fenced,
-            WriteError::Stopped => Stop::Interrupted,
+            AppendError::Fenced => Stop::Fenced,
+            AppendError::Stopped => Stop::Interrupted,
         })
     }
 
@@ -586,7 +587,7 @@ impl Agent {
         &mut self,
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), AppendError> {
         let append = self.transcript.unstored();
         // Outputs go with the turn's context; the record is them.
         let trace = arbiter_bus::TraceContext::of(&self.turn);

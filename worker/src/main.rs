@@ -190,7 +190,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line: the cause and its sources.
-            eprintln!("arbiter-worker: {e:#}");
+            eprintln!("arbiter-worker: {}", arbiter_bus::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

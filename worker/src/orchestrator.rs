@@ -351,7 +351,7 @@ async fn end_of(
                 stopper.token().cancel();
                 match agent.end(reason, shutdown).await {
                     Ok(()) => End::Done,
-                    Err(state::WriteError::Fenced) => End::Fenced,
+                    Err(arbiter_bus::steplog::AppendError::Fenced) => End::Fenced,
                     Err(_) => End::Shutdown,
                 }
             }
@@ -493,7 +493,7 @@ async fn fail_early(
     number: u32,
     message: String,
     until: &CancellationToken,
-) -> Result<(), state::WriteError> {
+) -> Result<(), arbiter_bus::steplog::AppendError> {
     tracing::error!(%message, "Orchestrator cannot start");
     snapshot.out_seq += 1;
     snapshot.phase = Phase::Ended {

@@ -267,10 +267,6 @@ pub(crate) struct Restored {
     pub cli_transcript: Option<String>,
 }
 
-/// The step log's [`AppendError`] under the name `agent.rs`,
-/// `orchestrator.rs` and the state tests still use.
-pub(crate) use arbiter_bus::steplog::AppendError as WriteError;
-
 /// The JetStream handles the state lives in.
 #[derive(Clone)]
 pub(crate) struct StateBackend {

@@ -72,7 +72,7 @@ async fn a_second_claim_fences_the_first_holder() {
     let lost = first
         .write(vec![Message::assistant("stale")], &snap, Vec::new(), &never)
         .await;
-    assert_eq!(lost, Err(WriteError::Fenced));
+    assert_eq!(lost, Err(AppendError::Fenced));
     second
         .write(Vec::new(), &snap, Vec::new(), &never)
         .await
@@ -206,7 +206,7 @@ async fn an_ended_orchestrator_is_rolled_up_into_one_snapshot_under_its_fence() 
     let before = records_on(&backend, "o-stale").await;
     assert_eq!(
         stale.roll_up(Vec::new(), &snap, &never).await,
-        Err(WriteError::Fenced)
+        Err(AppendError::Fenced)
     );
     assert_eq!(records_on(&backend, "o-stale").await, before);
 
@@ -356,7 +356,7 @@ async fn a_step_with_outputs_is_one_message_on_out_and_fences_the_state() {
             &never,
         )
         .await;
-    assert_eq!(lost, Err(WriteError::Fenced));
+    assert_eq!(lost, Err(AppendError::Fenced));
     second
         .write(
             Vec::new(),
@@ -369,7 +369,7 @@ async fn a_step_with_outputs_is_one_message_on_out_and_fences_the_state() {
     let lost = first
         .write(Vec::new(), &Snapshot::new(), Vec::new(), &never)
         .await;
-    assert_eq!(lost, Err(WriteError::Fenced));
+    assert_eq!(lost, Err(AppendError::Fenced));
     assert_eq!(second.fence().holds().await, Some(true));
 }
 
@@ -501,7 +501,7 @@ async fn a_claim_carries_over_outputs_a_pointer_record_left_unpublished() {
                 &never
             )
             .await,
-        Err(WriteError::Fenced)
+        Err(AppendError::Fenced)
     );
 }
 
@@ -576,7 +576,7 @@ async fn a_claim_never_lands_on_a_step_it_has_not_read() {
     let refused = second
         .write_as(Vec::new(), &read.snapshot, outbox, true, &never)
         .await;
-    assert_eq!(refused, Err(WriteError::Fenced));
+    assert_eq!(refused, Err(AppendError::Fenced));
     assert_eq!(first.fence().holds().await, Some(true));
     // Claiming reads again: the step is in what the second worker resumes.
     let (_, transcript) = claimed(claim(&backend, &s, 0, "w2", &never).await.unwrap());
