@@ -5,14 +5,12 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod caps;
+mod cluster;
 mod delta;
 mod fleet;
-mod forward;
-mod intake;
-mod lease;
 pub mod prompt;
+pub use cluster::retention;
 pub use rules::arbiter_handoff;
-pub mod retention;
 pub(crate) mod rules;
 mod session;
 mod state;
@@ -273,7 +271,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let alarms = shared.bus.alarms.clone();
     let sweeper = tokio::spawn(retention::sweep(shared.clone()));
     let result = tokio::select! {
-        result = intake::run(shared, shutdown) => result,
+        result = cluster::intake::run(shared, shutdown) => result,
         refused = alarms.fatal() => Err(refused.into()),
     };
     sweeper.abort();

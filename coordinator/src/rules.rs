@@ -52,7 +52,7 @@ const SEEN_IDS: usize = 256;
 /// The message an input came in (pulled, or forwarded by another
 /// coordinator), acknowledged once its step is stored. The core only
 /// carries it into the step.
-pub(crate) type Ack = Option<crate::forward::Delivery>;
+pub(crate) type Ack = Option<crate::cluster::forward::Delivery>;
 
 /// The time a decision is made at: the wall clock (what entries and
 /// messages say) and the monotonic one (deadlines).
@@ -119,7 +119,7 @@ pub(crate) struct Step {
     /// Published once the step is stored (log entries among them).
     pub effects: Vec<Effect>,
     /// Acknowledged once the step is stored.
-    pub acks: Vec<crate::forward::Delivery>,
+    pub acks: Vec<crate::cluster::forward::Delivery>,
     /// Started once the step is stored.
     pub tasks: Vec<Task>,
     /// The snapshot or transcript changed: the step is stored even with

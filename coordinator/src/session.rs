@@ -39,7 +39,7 @@ use turn::{RunningTurn, fleet_view, turn_call};
 /// Inputs a session's inbox holds. When it is full the intake never waits
 /// (that would stall every other session): it puts the message back on the
 /// server, to come again after [`PUT_BACK_DELAY`], and the session's log
-/// says so (see [`SessionHandle::offer`]).
+/// says so (see [`Handle::offer`]).
 pub(crate) const INBOX_CAPACITY: usize = 256;
 /// How long a message put back because its session's inbox was full waits
 /// before the server delivers it again.
@@ -55,7 +55,7 @@ fn now() -> Now {
 
 /// Cloneable address of a session actor.
 #[derive(Clone)]
-pub(crate) struct SessionHandle {
+pub(crate) struct Handle {
     tx: mpsc::Sender<Input>,
     /// Messages put back since the session last said so in its log.
     put_back: Arc<AtomicU64>,
@@ -73,7 +73,7 @@ pub(crate) enum Refused {
     Stopped(Box<Input>),
 }
 
-impl SessionHandle {
+impl Handle {
     /// Hands `input` to the session without waiting.
     pub(crate) fn offer(&self, input: Input) -> Result<(), Refused> {
         self.tx.try_send(input).map_err(|e| match e {
@@ -117,7 +117,7 @@ pub(crate) struct Session {
     cancel: CancellationToken,
     /// Messages the intake put back because the inbox was full.
     put_back: Arc<AtomicU64>,
-    /// See [`SessionHandle::is_idle`].
+    /// See [`Handle::is_idle`].
     idle: Arc<AtomicBool>,
 }
 
@@ -133,7 +133,7 @@ pub(crate) fn spawn(
     cancel: CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
     ended: mpsc::UnboundedSender<String>,
-) -> SessionHandle {
+) -> Handle {
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let writer = state::writer(&shared.steps, &id, 0);
@@ -171,7 +171,7 @@ pub(crate) fn spawn(
         arbiter_bus::metrics::session_live(-1);
         let _ = ended.send(id);
     });
-    SessionHandle {
+    Handle {
         tx,
         put_back,
         idle,
@@ -263,7 +263,7 @@ impl Session {
         }
         self.idle.store(false, Ordering::Relaxed);
         inbox.close();
-        let mut pending: Vec<crate::forward::Delivery> = self.core.take_step().acks;
+        let mut pending: Vec<crate::cluster::forward::Delivery> = self.core.take_step().acks;
         while let Ok(input) = inbox.try_recv() {
             pending.extend(input.into_ack());
         }
@@ -271,7 +271,9 @@ impl Session {
             tracing::info!(session.id = %self.core.id, messages = pending.len(), "session stopped: messages it had not stored go back to be routed again");
         }
         for delivery in pending {
-            delivery.put_back(crate::forward::RETRY_DELAY).await;
+            delivery
+                .put_back(crate::cluster::forward::RETRY_DELAY)
+                .await;
         }
         self.status.finish().await;
     }

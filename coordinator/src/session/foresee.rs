@@ -67,7 +67,8 @@ impl Early {
         if self.turn == turn {
             return;
         }
-        let Ok((session, outputs)) = crate::intake::outputs_of(&message.subject, &message.payload)
+        let Ok((session, outputs)) =
+            crate::cluster::intake::outputs_of(&message.subject, &message.payload)
         else {
             return;
         };

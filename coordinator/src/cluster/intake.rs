@@ -24,9 +24,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::forward::{Delivery, Forwarder, Incoming, RETRY_DELAY};
-use crate::lease::{Leases, Owner};
-use crate::session::{Input, Refused, SessionHandle};
+use crate::cluster::forward::{Delivery, Forwarder, Incoming, RETRY_DELAY};
+use crate::cluster::lease::{Leases, Owner};
+use crate::session::{self, Input, Refused};
 use crate::state;
 use crate::{Error, Result, Shared};
 
@@ -145,7 +145,7 @@ enum Route {
 struct Registry {
     shared: Arc<Shared>,
     leases: Leases,
-    sessions: HashMap<String, SessionHandle>,
+    sessions: HashMap<String, session::Handle>,
     /// Sessions of other coordinators this one passes messages to.
     forwarders: HashMap<String, Forwarder>,
     /// Sessions being handed over: their lease is released when their actor ends.
