@@ -36,13 +36,13 @@ use crate::runtime::Runtime;
 use crate::runtime::claude::ClaudeProcess;
 use crate::slots::Seat;
 use crate::state::{EndReason, Phase, Snapshot, StateStore};
-use arbiter_bus::steplog::AppendError;
 use crate::status::StatusHandle;
 use crate::stop::Stopper;
 use crate::subagent;
 use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
+use arbiter_bus::steplog::AppendError;
 
 mod budget;
 mod cli;
