@@ -686,7 +686,7 @@ impl Writer {
 
     /// The `Nats-Msg-Id` of the record with `rev`.
     pub fn msg_id(&self, rev: u64) -> String {
-        format!("{}:state:{rev}:{}", self.id, self.lease)
+        arbiter_protocol::subjects::step_msg_id(&self.id, rev, &self.lease)
     }
 
     /// Whether a message id was written by this writer.

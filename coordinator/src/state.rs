@@ -271,31 +271,33 @@ impl Effect {
     /// it again is a no-op on the server.
     fn address(&self) -> (String, String) {
         match self {
-            Effect::Log(e) => (entry_subject(e), format!("{}:log:{}", e.session_id, e.seq)),
+            Effect::Log(e) => (
+                entry_subject(e),
+                subjects::log_entry_msg_id(&e.session_id, e.seq),
+            ),
             Effect::Summon(s) if s.emergency => {
                 (subjects::summon_urgent(&s.pool), s.orch_id.clone())
             }
             Effect::Summon(s) => (subjects::summon(&s.pool), s.orch_id.clone()),
             Effect::Input(i) => (
                 subjects::orch_in(&i.orch_id),
-                format!("{}:in:{}", i.orch_id, i.seq),
+                subjects::orch_in_msg_id(&i.orch_id, i.seq),
             ),
             Effect::Control(c) => (
                 subjects::orch_ctl(&c.orch_id),
-                format!(
-                    "{}:ctl:{}",
-                    c.orch_id,
+                subjects::orch_ctl_msg_id(
+                    &c.orch_id,
                     match c.action {
                         ControlAction::Release => "release",
                         ControlAction::Cancel => "cancel",
-                    }
+                    },
                 ),
             ),
             Effect::Memory(m) => {
                 let key = subjects::memory_key(&m.workspace, &m.id);
                 (
                     subjects::memory_put(&key),
-                    format!("{}:memory:{key}", m.session_id),
+                    subjects::memory_msg_id(&m.session_id, &key),
                 )
             }
         }

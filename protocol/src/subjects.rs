@@ -176,6 +176,28 @@ pub fn orch_state(orch_id: &str) -> String {
 pub fn orch_out_msg_id(orch_id: &str, seq: u64, lease: &str) -> String {
     format!("{orch_id}:out:{seq}:{lease}")
 }
+/// The `Nats-Msg-Id` of a step record with `rev`, of the writer `id`
+/// holding `lease` (a session's or an Orchestrator's step log).
+pub fn step_msg_id(id: &str, rev: u64, lease: &str) -> String {
+    format!("{id}:state:{rev}:{lease}")
+}
+/// The `Nats-Msg-Id` of a session's log entry `seq`: publishing it again is
+/// a no-op on the server.
+pub fn log_entry_msg_id(session_id: &str, seq: u64) -> String {
+    format!("{session_id}:log:{seq}")
+}
+/// The `Nats-Msg-Id` of input `seq` to an Orchestrator on `orch.<id>.in`.
+pub fn orch_in_msg_id(orch_id: &str, seq: u64) -> String {
+    format!("{orch_id}:in:{seq}")
+}
+/// The `Nats-Msg-Id` of a control (`release`, `cancel`) to an Orchestrator.
+pub fn orch_ctl_msg_id(orch_id: &str, action: &str) -> String {
+    format!("{orch_id}:ctl:{action}")
+}
+/// The `Nats-Msg-Id` of a memory put a session decided (`key`: [`memory_key`]).
+pub fn memory_msg_id(session_id: &str, key: &str) -> String {
+    format!("{session_id}:memory:{key}")
+}
 /// Every record of one Orchestrator in [`ORCH_STATE_STREAM`] (its `.state`
 /// and its `.out`): what a worker replays and fences its writes on.
 pub fn orch_records(orch_id: &str) -> String {
