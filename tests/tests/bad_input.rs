@@ -85,65 +85,7 @@ async fn a_summons_with_an_unknown_strategy_is_refused_with_the_strategies_there
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_arbiter_that_never_matches_its_schema_becomes_a_visible_error_and_loses_nothing() {
-    let sys = System::start().await;
-    let s = "s-giveup";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("First words");
-    sys.mock
-        .push(&arb, MockReply::text("I refuse to speak JSON."));
-    sys.mock
-        .push(&arb, MockReply::text(r#"{"intent":"address_human"}"#));
-    sys.mock.push(
-        &arb,
-        MockReply::text(r#"{"intent":"address_human","message":"x","mood":"dark"}"#),
-    );
-    sys.send(s, "First words").await;
-    sys.settled(s, 2).await;
-    let bodies = log.bodies();
-    // What the human sees: an error entry naming the Arbiter and the attempts.
-    match &bodies[1] {
-        LogBody::Error(e) => match &e.error {
-            WireError::SchemaViolation {
-                attempts, detail, ..
-            } => {
-                assert_eq!(*attempts, 3);
-                assert!(detail.contains("unexpected property \"mood\""), "{detail}");
-            }
-            other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    }
-    assert!(
-        briefs(&bodies)[1]
-            .1
-            .contains("the Arbiter's reply did not match its schema after 3 attempts")
-    );
-
-    // The session keeps serving, and the words of the failed turn are not lost:
-    // they reach the Arbiter with the next message.
-    sys.mock
-        .push(&arb, arbiter("address_human", "Now I speak."));
-    sys.send(s, "Second words").await;
-    sys.settled(s, 4).await;
-    assert_eq!(briefs(&log.bodies())[3], pair("Arbiter", "Now I speak."));
-    let last = sys.mock.requests_for(&arb).pop().unwrap();
-    assert_eq!(
-        last.messages().len(),
-        1,
-        "the failed turn's user message merged with the next"
-    );
-    let text = last.all_text();
-    assert!(
-        text.contains("First words") && text.contains("Second words"),
-        "{text}"
-    );
-    assert!(
-        !text.contains("I refuse"),
-        "rejected replies stay out of the transcript"
-    );
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/routing.rs.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orchestrator_that_never_matches_its_schema_is_reported_to_the_arbiter() {

@@ -2,9 +2,10 @@
 //! the config file or a console's `/budget`. At the session cap the
 //! Arbiter holds (no model request starts; the human is told why and how to
 //! raise it) and raising the cap goes on; at an Orchestrator's cap its
-//! worker stops it before its next request and the Arbiter is told; at 80 %
-//! the Arbiter reads a note with its next request. The mock model servers
-//! count the requests, so a request past a cap would show.
+//! worker stops it before its next request and the Arbiter is told. The
+//! mock model servers count the requests, so a request past a cap would
+//! show. The 80 % note, a summons decided at the cap and a team over the
+//! budget are decisions of the coordinator, in its table tests.
 
 use crate::common;
 
@@ -334,59 +335,7 @@ async fn an_orchestrator_cap_stops_it_and_tells_the_arbiter() {
     assert_eq!(status.budget.orchestrator.tokens, Some(5_000));
 }
 
-/// At 80 % of the session's cap the human reads a note, and the Arbiter
-/// reads it with its next request (the note starts no request by itself).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_80_percent_note_reaches_the_arbiters_next_request() {
-    let mut sys = System::start_with(Options {
-        coordinator: false,
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
-    let mut config = sys.coordinator_config();
-    config.budget.session = Cap {
-        tokens: Some(1_000),
-        cost_nanos: None,
-    };
-    sys.spawn_coordinator_with(config);
-    let s = "s-budget-note";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Hello");
-    sys.mock
-        .push(&arb, arbiter("address_human", "Hi.").usage(800, 50, 0, 0));
-    sys.mock.push(
-        &arb,
-        arbiter("address_human", "Wrapping up.").usage(20, 10, 0, 0),
-    );
-    sys.send(s, "Hello").await;
-    log.wait_for(
-        "the note",
-        |b| matches!(b, LogBody::System(e) if e.text.starts_with("This session has used 85 %")),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert_eq!(sys.mock.requests_for(&arb).len(), 1);
-    sys.send(s, "And now?").await;
-    let requests = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
-    assert_eq!(
-        last_user_text(&requests[1].body),
-        "System: This session has used 85 % of its budget (850 tokens of 1,000 tokens). Wrap \
-         up: have the work finished and reported, and tell the human where things stand; at \
-         the cap no new model request starts until the human raises it.\n\nAnd now?"
-    );
-    log.wait_for(
-        "the answer",
-        |b| matches!(b, LogBody::Arbiter(e) if e.text == "Wrapping up."),
-    )
-    .await;
-    // Told once per cap.
-    let notes = system_texts(&log)
-        .into_iter()
-        .filter(|t| t.starts_with("This session has used"))
-        .count();
-    assert_eq!(notes, 1);
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/budget.rs.
 
 /// A malformed `[budget]` stops the coordinator at start, with the line and
 /// the field that are wrong.
@@ -493,83 +442,4 @@ async fn the_console_refuses_a_malformed_budget_command_and_sends_a_good_one() {
         ),
         "{stderr}"
     );
-}
-
-/// A summons the Arbiter decides in the turn that reaches the session's cap
-/// waits with the hold: no worker is asked to start an Orchestrator with
-/// nothing left. Raising the cap sends it, with the allowance the new cap
-/// leaves, and the Orchestrator works.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_summons_decided_at_the_cap_waits_for_the_cap_to_be_raised() {
-    let mut sys = System::start_with(Options {
-        coordinator: false,
-        ..Default::default()
-    })
-    .await;
-    let mut config = sys.coordinator_config();
-    config.budget.session = Cap {
-        tokens: Some(1_000),
-        cost_nanos: None,
-    };
-    sys.spawn_coordinator_with(config);
-    let s = "s-budget-summons";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane(HUMAN);
-    let orch_l = orch_lane(BRIEF);
-    sys.mock.push(
-        &arb,
-        arbiter("summon_orchestrator", BRIEF).usage(1000, 100, 0, 0),
-    );
-    sys.mock
-        .push(&orch_l, orch(true, "Done.").usage(100, 10, 0, 0));
-    sys.mock.push(
-        &arb,
-        arbiter("release_orchestrators", "Done.").usage(100, 10, 0, 0),
-    );
-    sys.send(s, HUMAN).await;
-    log.wait_for("the hold", |b| {
-        matches!(b, LogBody::System(e) if e.text.starts_with("Held: this session has spent 1,100 tokens"))
-    })
-    .await;
-    log.wait_for("the summons decided", |b| matches!(b, LogBody::Summoned(_)))
-        .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        sys.mock.requests_for(&orch_l).is_empty(),
-        "an Orchestrator ran past the cap"
-    );
-    let stream = sys
-        .bus
-        .js
-        .get_stream(subjects::SUMMONS_STREAM)
-        .await
-        .unwrap();
-    assert_eq!(stream.cached_info().state.messages, 0, "a summons went out");
-    assert!(
-        !log.bodies().iter().any(|b| matches!(b, LogBody::Error(_))),
-        "{:?}",
-        log.bodies()
-    );
-
-    send_budget(
-        &sys,
-        s,
-        "/budget session 5k tokens",
-        BudgetChange {
-            scope: BudgetScope::Session,
-            limit: BudgetLimit::Tokens(5_000),
-        },
-    )
-    .await;
-    sys.mock.wait_for_requests(&orch_l, 1, WAIT).await;
-    let requests = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
-    assert!(
-        last_user_text(&requests[1].body).contains("Orchestrator I: Done."),
-        "{:?}",
-        requests[1].body
-    );
-    status_where(&sys, s, "the session to settle", |st| {
-        st.state == arbiter_protocol::SessionState::Idle && st.active.is_none() && !st.budget.held
-    })
-    .await;
 }

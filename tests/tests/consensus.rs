@@ -1,15 +1,13 @@
 //! Consensus teams and risk escalation (#21): N members answer one question
 //! independently, each with a verdict; the coordinator tallies the verdicts
 //! for the Arbiter and the log (a split is shown to the human), and decides
-//! nothing. A risky solo summons becomes a consensus of three unless the
-//! human said to skip it; a consensus the human forbade is refused.
+//! nothing. The escalation of a risky solo summons, and a consensus the
+//! human forbade, are decisions of the coordinator, in its table tests.
 
 use crate::common;
 
-use arbiter_protocol::{
-    ConsensusOutcome, Escalation, LogBody, StrategyEntry, SummonStrategy, SummonedEntry,
-};
-use arbiter_tests::{MockReply, eventually};
+use arbiter_protocol::{ConsensusOutcome, LogBody, SummonStrategy};
+use arbiter_tests::MockReply;
 use common::*;
 use serde_json::json;
 
@@ -170,164 +168,4 @@ async fn a_consensus_of_three_splits_two_to_one_and_the_arbiter_gets_the_tally_a
     assert_eq!(strategy.directive.unwrap().words, human);
 }
 
-/// The strategy entry of a session's log, once it is there.
-async fn strategy_entry(log: &LogWatch) -> StrategyEntry {
-    eventually(WAIT, "the strategy entry", || async {
-        log.bodies().into_iter().find_map(|b| match b {
-            LogBody::Strategy(e) => Some(e),
-            _ => None,
-        })
-    })
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_risky_solo_summons_becomes_a_consensus_unless_the_human_said_to_skip_it() {
-    // The coordinator's default policy: risk 8 or more escalates.
-    let sys = System::start().await;
-
-    // Risk 9, nobody said anything: a consensus of three members.
-    let s = "s-risky";
-    let log = sys.watch_log(s).await;
-    let human = "Drop the old billing tables.";
-    let arb = arbiter_lane(human);
-    let question = "Drop the old billing tables: is it safe to do now?";
-    sys.mock
-        .push(&arb, summons(question, json!({"risk": 9, "complexity": 4})));
-    sys.mock
-        .push(&arb, arbiter("address_human", "All three say wait."));
-    sys.send(s, human).await;
-    let members = summoned(&log, 3).await;
-    for (i, member) in members.iter().enumerate() {
-        assert_eq!(member.member, Some(i as u32 + 1));
-        assert!(
-            member.brief.contains("one of 3 members of a consensus")
-                && member.brief.contains(question),
-            "{}",
-            member.brief
-        );
-        sys.mock.push(
-            &orch_lane(&member.brief),
-            verdict_reply(
-                "Not yet: a report still reads them.",
-                "wait",
-                75,
-                &["reports.sql reads them."],
-            ),
-        );
-    }
-    let strategy = strategy_entry(&log).await;
-    assert_eq!(strategy.strategy, SummonStrategy::Consensus);
-    assert_eq!(strategy.members, 3);
-    assert_eq!((strategy.risk, strategy.complexity), (Some(9), Some(4)));
-    assert_eq!(
-        strategy.escalation,
-        Some(Escalation::Escalated { threshold: 8 })
-    );
-    assert_eq!(strategy.directive, None);
-    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
-    let input = sys.mock.requests_for(&arb)[1].last_user_text();
-    assert!(
-        input.starts_with(
-            "The consensus Orchestrator I (3 members): 3 of 3 reported. The tally of their \
-             verdicts: unanimous: \"wait\" (I.1, I.2, I.3)."
-        ),
-        "{input}"
-    );
-
-    // Risk 9 again, but the human said to skip consensus: it stays solo,
-    // and the log keeps the human's words.
-    let s = "s-risky-skip";
-    let log = sys.watch_log(s).await;
-    let human = "Skip consensus, just drop the old billing tables.";
-    let arb = arbiter_lane(human);
-    let brief = "Drop the old billing tables.";
-    sys.mock.push(
-        &arb,
-        summons(
-            brief,
-            json!({
-                "risk": 9,
-                "consensus": "skip",
-                "directive": {"words": human, "parsed": "no consensus", "confidence": 95}
-            }),
-        ),
-    );
-    sys.mock.push(&orch_lane(brief), orch(true, "Dropped."));
-    sys.mock
-        .push(&arb, arbiter("address_human", "Done, on your word."));
-    sys.send(s, human).await;
-    log.wait_for(
-        "the Arbiter's answer",
-        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Done, on your word."),
-    )
-    .await;
-    let bodies = log.bodies();
-    let summoned: Vec<&SummonedEntry> = bodies
-        .iter()
-        .filter_map(|b| match b {
-            LogBody::Summoned(e) => Some(e),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(summoned.len(), 1, "{bodies:?}");
-    assert_eq!(
-        (summoned[0].member, summoned[0].brief.as_str()),
-        (None, brief)
-    );
-    let strategy = strategy_entry(&log).await;
-    assert_eq!(strategy.strategy, SummonStrategy::Solo);
-    assert_eq!(strategy.members, 1);
-    assert_eq!(strategy.risk, Some(9));
-    assert_eq!(strategy.escalation, Some(Escalation::KeptSolo));
-    assert_eq!(strategy.directive.unwrap().words, human);
-    assert!(!bodies.iter().any(|b| matches!(b, LogBody::Consensus(_))));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_consensus_the_human_said_to_skip_is_refused_and_nothing_starts() {
-    let sys = System::start().await;
-    let s = "s-skip-refused";
-    let log = sys.watch_log(s).await;
-    let human = "No second opinions, skip consensus.";
-    let arb = arbiter_lane(human);
-    sys.mock.push(
-        &arb,
-        summons(
-            "Is the migration safe?",
-            json!({
-                "strategy": "consensus",
-                "consensus": "skip",
-                "directive": {"words": human}
-            }),
-        ),
-    );
-    sys.mock
-        .push(&arb, arbiter("address_human", "Then I will ask one."));
-    sys.send(s, human).await;
-    log.wait_for(
-        "the Arbiter's answer",
-        |b| matches!(b, LogBody::Arbiter(a) if a.text == "Then I will ask one."),
-    )
-    .await;
-    let told = sys.mock.requests_for(&arb)[1].last_user_text();
-    assert!(
-        told.starts_with(
-            "System: Your summon_orchestrator could not be carried out: the human said to \
-             skip consensus, and the summons asks for one (strategy consensus), so nothing \
-             was summoned."
-        ),
-        "{told}"
-    );
-    let bodies = log.bodies();
-    assert!(!bodies.iter().any(|b| matches!(b, LogBody::Summoned(_))));
-    let strategy = strategy_entry(&log).await;
-    assert_eq!(strategy.number, None);
-    assert!(
-        strategy
-            .rejected
-            .unwrap()
-            .starts_with("the human said to skip consensus"),
-    );
-    assert_eq!(strategy.directive.unwrap().words, human);
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/consensus.rs.

@@ -1,10 +1,10 @@
 //! A directed summons (#21, first step): the Arbiter names the pool or the
 //! runtime an Orchestrator must run on, with the human's words behind it.
 //! The coordinator checks it against the workers that are up: a summons on
-//! an offered pool goes there and only a worker of that pool takes it; a
+//! an offered pool goes there and only a worker of that pool takes it. A
 //! pool nobody serves, or a strategy used the wrong way (a consensus given
-//! sub-briefs), is refused back to the Arbiter with the reason, and nothing
-//! is summoned.
+//! sub-briefs), is refused back to the Arbiter (a decision over what the
+//! workers offer, in the coordinator's table tests).
 
 use crate::common;
 
@@ -131,110 +131,7 @@ async fn a_summons_directed_to_a_pool_runs_only_on_a_worker_of_that_pool() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_nobody_serves_and_a_consensus_with_sub_briefs_are_refused_to_the_arbiter() {
-    let sys = two_pools().await;
-
-    // A pool no worker serves: refused, the reason names it, nothing summoned.
-    let s = "s-no-pool";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Run it on the GPU boxes");
-    let brief = "Train the model.";
-    sys.mock.push(&arb, summons(brief, json!({"pool": "gpu"})));
-    sys.mock
-        .push(&arb, arbiter("address_human", "No worker serves gpu."));
-    sys.send(s, "Run it on the GPU boxes").await;
-    log.wait_for(
-        "the Arbiter's answer",
-        |b| matches!(b, LogBody::Arbiter(a) if a.text == "No worker serves gpu."),
-    )
-    .await;
-    let requests = sys.mock.requests_for(&arb);
-    assert_eq!(requests.len(), 2);
-    let told = requests[1].last_user_text();
-    assert!(
-        told.starts_with("System: Your summon_orchestrator could not be carried out: no worker serves the pool \"gpu\" (pools served now: default, review)"),
-        "{told}"
-    );
-    let bodies = log.bodies();
-    assert!(
-        bodies.iter().any(
-            |b| matches!(b, LogBody::System(e) if e.text.contains("no worker serves the pool \"gpu\""))
-        ),
-        "{bodies:?}"
-    );
-    assert!(!bodies.iter().any(|b| matches!(b, LogBody::Summoned(_))));
-    assert!(sys.mock.requests_for(&orch_lane(brief)).is_empty());
-
-    // A runtime no worker of the pool offers: refused, the reason names it.
-    let s = "s-no-codex";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Get Codex to review it");
-    let brief = "Review the lexer.";
-    sys.mock.push(
-        &arb,
-        summons(
-            brief,
-            json!({"runtime": "codex", "directive": {"words": "Get Codex to review it"}}),
-        ),
-    );
-    sys.mock
-        .push(&arb, arbiter("address_human", "No Codex here."));
-    sys.send(s, "Get Codex to review it").await;
-    log.wait_for(
-        "the Arbiter's answer",
-        |b| matches!(b, LogBody::Arbiter(a) if a.text == "No Codex here."),
-    )
-    .await;
-    let told = sys.mock.requests_for(&arb)[1].last_user_text();
-    assert!(
-        told.contains("no worker of the pool \"default\" offers the runtime \"codex\" (runtimes offered there: native)"),
-        "{told}"
-    );
-    assert!(
-        !log.bodies()
-            .iter()
-            .any(|b| matches!(b, LogBody::Summoned(_)))
-    );
-    assert!(sys.mock.requests_for(&orch_lane(brief)).is_empty());
-
-    // A consensus given sub-briefs: every member answers one question, so
-    // it is refused with the reason.
-    let s = "s-consensus";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Do all three parts at once");
-    let brief = "Write the three modules.";
-    sys.mock.push(
-        &arb,
-        summons(
-            brief,
-            json!({"strategy": "consensus", "briefs": ["Lexer.", "Parser.", "Printer."]}),
-        ),
-    );
-    sys.mock
-        .push(&arb, arbiter("address_human", "One at a time, then."));
-    sys.send(s, "Do all three parts at once").await;
-    log.wait_for(
-        "the Arbiter's answer",
-        |b| matches!(b, LogBody::Arbiter(a) if a.text == "One at a time, then."),
-    )
-    .await;
-    let requests = sys.mock.requests_for(&arb);
-    assert_eq!(requests.len(), 2);
-    let told = requests[1].last_user_text();
-    assert!(
-        told.contains(
-            "a consensus asks every member the same question, given in the message: leave \
-             briefs out (use strategy parallel for sub-briefs), so nothing was summoned."
-        ),
-        "{told}"
-    );
-    let bodies = log.bodies();
-    assert!(!bodies.iter().any(|b| matches!(b, LogBody::Summoned(_))));
-    assert!(sys.mock.requests_for(&orch_lane(brief)).is_empty());
-    assert!(running_on(&sys, "worker-default").await.is_empty());
-    assert!(running_on(&sys, "worker-review").await.is_empty());
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/routing.rs.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summons_directed_to_claude_code_runs_on_the_worker_that_offers_it() {

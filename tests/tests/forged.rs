@@ -1,7 +1,8 @@
-//! What someone with NATS access can forge, end to end (issue #13): output
-//! and input `seq`s far ahead of the real ones must not silence the real
-//! Orchestrator or the real Arbiter. The attacker here is a plain test client
-//! publishing on the subjects.
+//! What someone with NATS access can forge, end to end (issue #13): input
+//! `seq`s far ahead of the real ones must not silence the real Arbiter, and
+//! what the server refused to store never counts. The attacker here is a
+//! plain test client publishing on the subjects. Forged output `seq`s are
+//! held and dropped by the coordinator's rule (its table tests).
 
 use crate::common;
 use crate::direct;
@@ -48,82 +49,7 @@ async fn summoned_id(log: &LogWatch) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_output_seqs_never_silence_the_real_orchestrator() {
-    let sys = start().await;
-    let s = "s-forged-out";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Build the thing");
-    let brief = "Build the thing, then ask.";
-    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
-    let speak = Gate::new();
-    sys.mock.push(
-        &orch_lane(brief),
-        orch(true, "Built. Ship it?").gated(speak.clone()),
-    );
-    // The Arbiter answers only once the gap has been reported, so that the
-    // Orchestrator is still active then.
-    let answer = Gate::new();
-    sys.mock.push(
-        &arb,
-        arbiter("release_orchestrators", "Shipped.").gated(answer.clone()),
-    );
-    sys.send(s, "Build the thing").await;
-    let orch_id = summoned_id(&log).await;
-    sys.mock.wait_for_requests(&orch_lane(brief), 1, WAIT).await;
-
-    // The attacker speaks first, as the active Orchestrator, far ahead.
-    for seq in FORGED {
-        let forged = bare_question(s, &orch_id, seq, &format!("FORGED {seq}"));
-        sys.bus
-            .publish_js(
-                subjects::orch_out(&orch_id),
-                &format!("forged-out-{seq}"),
-                &TraceContext::none(),
-                &forged,
-            )
-            .await
-            .unwrap();
-    }
-    // The real Orchestrator's seq 1 is taken while the forged ones are held.
-    speak.open();
-    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
-    log.wait_for("the gap's report", |b| matches!(b, LogBody::Error(_)))
-        .await;
-    answer.open();
-    sys.settled(s, 6).await;
-
-    let report = format!(
-        "a malformed message on {} was rejected: output seq 2 of Orchestrator I never \
-         arrived within 1 s; the output held after it was dropped: seq 1000, {}",
-        subjects::orch_out(&orch_id),
-        u64::MAX
-    );
-    assert_eq!(
-        briefs(&log.bodies()),
-        vec![
-            pair("You", "Build the thing"),
-            pair("Summoned Orchestrator I", brief),
-            pair("Orchestrator I", "Built. Ship it?"),
-            pair("Error", &report),
-            pair("Released", "I"),
-            pair("Arbiter", "Shipped."),
-        ]
-    );
-    let requests = sys.mock.requests_for(&arb);
-    assert_eq!(requests.len(), 2);
-    assert_eq!(
-        requests[1].last_user_text(),
-        "Orchestrator I: Built. Ship it?\n[Evidence from the worker, not written by Orchestrator I: 0 tool calls, 0 files changed]\n[Check: Orchestrator I reports done: 0 tool calls, 0 files changed. Nothing of it shows in the workspace.]"
-    );
-    assert!(
-        sys.mock
-            .requests()
-            .iter()
-            .all(|r| !r.all_text().contains("FORGED")),
-        "a forged output reached a model"
-    );
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/outputs.rs.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_input_seqs_never_silence_the_real_arbiter() {

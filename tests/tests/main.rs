@@ -48,7 +48,7 @@ mod runtimes;
 mod schemas;
 mod security;
 mod soak;
-mod team_budget;
+// team_budget: decisions tested as table cases in coordinator/src/rules/tests/budget.rs.
 mod team_faults;
 mod teams;
 mod telemetry;

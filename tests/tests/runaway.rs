@@ -1,9 +1,8 @@
-//! Work that runs away is caught: an Arbiter–Orchestrator echo that makes no
-//! progress is stopped after N rounds with one line to the human, the
-//! Arbiter's turns per human message are capped, and the human's `/stop`
-//! (in a console, or `arbiter-console stop`) ends the model calls at once.
-//! In every case nothing queued is lost: it reaches the Arbiter with the
-//! human's next message.
+//! Work that runs away is caught: the human's `/stop` (in a console, or
+//! `arbiter-console stop`) ends the model calls at once, and nothing queued
+//! is lost: it reaches the Arbiter with the human's next message. The echo
+//! stop and the cap on the Arbiter's turns per human message are decisions
+//! of the coordinator, in its table tests.
 
 use crate::common;
 
@@ -24,94 +23,7 @@ fn system_lines(log: &LogWatch) -> Vec<String> {
         .collect()
 }
 
-/// What the human sees: after the Arbiter and Orchestrator I have said the
-/// same things to each other for three rounds, one line says the exchange
-/// was stopped and how to go on; no more model calls are made. The human's
-/// next message reaches the Arbiter together with I's last report.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_echo_loop_is_stopped_and_the_session_goes_on() {
-    let sys = System::start().await;
-    let s = "s-echo";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Make hello.py");
-    let brief = "Create hello.py that prints hello.";
-    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
-    for _ in 0..4 {
-        sys.mock.push(
-            &arb,
-            arbiter("address_orchestrator", "Yes, create hello.py."),
-        );
-    }
-    for _ in 0..5 {
-        sys.mock
-            .push(&orch_lane(brief), orch(true, "Should I create hello.py?"));
-    }
-    sys.send(s, "Make hello.py").await;
-
-    log.wait_for("the hold", |b| {
-        matches!(b, LogBody::System(e) if e.text.starts_with("Held: the Arbiter and Orchestrator I have repeated themselves for 3 rounds"))
-    })
-    .await;
-    // Nothing more is asked of either model.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(sys.mock.requests_for(&arb).len(), 5);
-    assert_eq!(sys.mock.requests_for(&orch_lane(brief)).len(), 5);
-    let status = sys.status(s).await.unwrap();
-    assert_eq!(status.state, arbiter_protocol::SessionState::Idle);
-    assert_eq!(status.queued, 0);
-
-    // The human goes on: the held report and the new words arrive together.
-    sys.mock
-        .push(&arb, arbiter("release_orchestrators", "Done asking."));
-    sys.send(s, "Stop asking and write the file.").await;
-    let requests = sys.mock.wait_for_requests(&arb, 6, WAIT).await;
-    let last = requests[5].last_user_text();
-    assert!(
-        last.contains("Orchestrator I: Should I create hello.py?")
-            && last.contains("Stop asking and write the file."),
-        "{last}"
-    );
-    log.wait_for("the release", |b| matches!(b, LogBody::Released(_)))
-        .await;
-}
-
-/// What the human sees: past the cap of Arbiter turns for one message, one
-/// line says so and names the setting; the next message goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_arbiters_turns_per_human_message_are_capped() {
-    let mut sys = System::start_with(Options {
-        coordinator: false,
-        ..Default::default()
-    })
-    .await;
-    let mut config = sys.coordinator_config();
-    config.loop_rounds = 0;
-    config.max_turns_per_message = 3;
-    sys.spawn_coordinator_with(config);
-    let s = "s-cap";
-    let log = sys.watch_log(s).await;
-    let arb = arbiter_lane("Keep going");
-    let brief = "Count to a million, one report at a time.";
-    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
-    for i in 1..=5 {
-        sys.mock.push(
-            &arb,
-            arbiter("address_orchestrator", &format!("Go on ({i}).")),
-        );
-        sys.mock
-            .push(&orch_lane(brief), orch(true, &format!("Counted to {i}.")));
-    }
-    sys.send(s, "Keep going").await;
-    log.wait_for("the cap", |b| {
-        matches!(b, LogBody::System(e) if e.text.contains("took 3 turns since your last message")
-            && e.text.contains("ARBITER_MAX_TURNS_PER_MESSAGE"))
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(sys.mock.requests_for(&arb).len(), 3);
-    sys.send(s, "Go on.").await;
-    sys.mock.wait_for_requests(&arb, 4, WAIT).await;
-}
+// Decisions tested as table cases in coordinator/src/rules/tests/guard.rs.
 
 /// What the human sees: `/stop` while Orchestrator I runs a long command
 /// ends its work within seconds (no further model call), and the log says

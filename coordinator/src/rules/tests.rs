@@ -198,11 +198,7 @@ fn line(effect: &Effect) -> String {
             LogBody::Consensus(e) => format!("Consensus: {}", e.summary()),
             LogBody::Step(_) => "Step".into(),
         },
-        Effect::Summon(s) => format!(
-            "summons {} to {}",
-            member_name(s.number, s.member),
-            s.pool
-        ),
+        Effect::Summon(s) => format!("summons {} to {}", member_name(s.number, s.member), s.pool),
         Effect::Input(i) => format!("input to {}: {}", i.orch_id, i.message),
         Effect::Control(c) => format!(
             "{} {}",
@@ -242,6 +238,38 @@ pub(crate) fn summoned(brief: &str) -> Core {
     );
     core.take_step();
     core
+}
+
+/// Runs one whole Arbiter turn that answers `output`, the session having
+/// seen the workers `fleet` before routing it (a directed summons).
+pub(crate) fn turn_seeing(core: &mut Core, output: ArbiterOutput, fleet: &FleetView, now: Now) {
+    assert!(matches!(start_turn(core, now), TurnStart::New { .. }));
+    core.turn_ended(
+        answered(output, 1000),
+        Vec::new(),
+        fleet,
+        &tracing::Span::none(),
+        now,
+    );
+}
+
+/// Runs one whole Arbiter turn whose model call fails with `error`.
+pub(crate) fn failed_turn(core: &mut Core, error: LlmError, now: Now) {
+    assert!(matches!(start_turn(core, now), TurnStart::New { .. }));
+    core.turn_ended(
+        Err(error),
+        Vec::new(),
+        &FleetView::NotAsked,
+        &tracing::Span::none(),
+        now,
+    );
+}
+
+/// What the next Arbiter turn is asked (its last user message), the turn
+/// started as the shell starts it.
+pub(crate) fn next_asked(core: &mut Core, now: Now) -> String {
+    assert!(matches!(start_turn(core, now), TurnStart::New { .. }));
+    core.transcript.last().expect("a user turn").text.clone()
 }
 
 mod budget;

@@ -468,3 +468,126 @@ fn a_team_that_fits_the_budget_is_summoned() {
     assert!(has(&lines, "Strategy: parallel x2"), "{lines:?}");
     assert_eq!(core.state.team.len(), 2);
 }
+
+// Moved from the end-to-end suite (tests/tests/budget.rs, team_budget.rs).
+
+fn usd(dollars: u64) -> Cap {
+    Cap {
+        tokens: None,
+        cost_nanos: Some(dollars * 1_000_000_000),
+    }
+}
+
+#[test]
+fn a_team_that_could_pass_the_sessions_dollars_is_refused_with_the_figures_and_two_go() {
+    let mut core = core_with(|c| {
+        c.budget.orchestrator = usd(5);
+        c.budget.session = usd(12);
+    });
+    core.on_input(human("Split the work three ways"), at(0));
+    core.take_step();
+    let team = |n: usize| {
+        reply(
+            "summon_orchestrator",
+            "Write the parts.",
+            serde_json::json!({
+                "strategy": "parallel",
+                "briefs": (1..=n).map(|k| format!("Write part {k}.")).collect::<Vec<_>>(),
+            }),
+        )
+    };
+    turn(&mut core, team(3), at(1));
+    let step = core.take_step();
+    let why = "a team of 3 at up to $5.00 each could spend $15.00 in all, more than the session \
+               has left ($12.00 of $12.00)";
+    let lines = shown(&step);
+    assert!(
+        lines[0].starts_with(&format!("Strategy: parallel x0 refused: {why}")),
+        "{lines:?}"
+    );
+    assert!(!has(&lines, "summons "), "no member started: {lines:?}");
+    assert!(next_asked(&mut core, at(2)).contains(why));
+    // Told why, the Arbiter asks for two: they fit, and go.
+    core.turn_ended(
+        answered(team(2), 1000),
+        Vec::new(),
+        &FleetView::NotAsked,
+        &tracing::Span::none(),
+        at(2),
+    );
+    let lines = shown(&core.take_step());
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("summons ")).count(),
+        2,
+        "{lines:?}"
+    );
+    assert_eq!(core.state.team.len(), 2);
+}
+
+#[test]
+fn the_80_percent_note_starts_no_turn_and_opens_the_next_one() {
+    let mut core = core_with(|c| c.budget.session = tokens(1000));
+    core.on_input(human("Hello"), at(0));
+    core.take_step();
+    costly_turn(&mut core, says("Hi."), 850, at(1));
+    let lines = shown(&core.take_step());
+    assert!(
+        has(&lines, "System: This session has used 85 %"),
+        "{lines:?}"
+    );
+    assert!(!core.turn_due(), "the note starts no request by itself");
+    core.on_input(human("And now?"), at(2));
+    core.take_step();
+    assert_eq!(
+        next_asked(&mut core, at(3)),
+        "System: This session has used 85 % of its budget (850 tokens of 1,000 tokens). Wrap \
+         up: have the work finished and reported, and tell the human where things stand; at \
+         the cap no new model request starts until the human raises it.\n\nAnd now?"
+    );
+}
+
+#[test]
+fn a_summons_decided_at_the_cap_publishes_nothing_and_no_error_until_raised() {
+    let mut core = core_with(|c| c.budget.session = tokens(1000));
+    core.on_input(human("Build me a greeting"), at(0));
+    core.take_step();
+    costly_turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Brief: write hello.txt saying hello.",
+            serde_json::json!({}),
+        ),
+        1100,
+        at(1),
+    );
+    let step = core.take_step();
+    let lines = shown(&step);
+    assert!(
+        has(&lines, "System: Held: this session has spent 1,100 tokens"),
+        "{lines:?}"
+    );
+    assert!(has(&lines, "Summoned Orchestrator I"), "{lines:?}");
+    assert!(
+        !step.effects.iter().any(|e| matches!(e, Effect::Summon(_))),
+        "a summons went out: {lines:?}"
+    );
+    assert!(!has(&lines, "Error"), "{lines:?}");
+    core.on_input(
+        budget(
+            "/budget session 5k tokens",
+            BudgetScope::Session,
+            BudgetLimit::Tokens(5000),
+        ),
+        at(2),
+    );
+    let step = core.take_step();
+    assert_eq!(
+        step.effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Summon(_)))
+            .count(),
+        1
+    );
+    assert!(core.state.hold.is_none());
+}

@@ -297,3 +297,126 @@ fn a_consensus_the_human_said_to_skip_is_refused() {
     );
     assert!(core.state.team.is_empty());
 }
+
+// Moved from the end-to-end suite (tests/tests/consensus.rs).
+
+#[test]
+fn a_risky_solo_summons_escalated_asks_one_question_and_tallies_its_verdicts() {
+    let (mut core, step) = risky(|_| {}, 9, serde_json::json!({"complexity": 4}));
+    let entry = strategy(&step).unwrap();
+    assert_eq!(entry.strategy, arbiter_protocol::SummonStrategy::Consensus);
+    assert_eq!(entry.members, 3);
+    assert_eq!((entry.risk, entry.complexity), (Some(9), Some(4)));
+    assert_eq!(
+        entry.escalation,
+        Some(Escalation::Escalated { threshold: 8 })
+    );
+    assert_eq!(entry.directive, None);
+    for effect in &step.effects {
+        if let Effect::Summon(s) = effect {
+            assert!(
+                s.brief.contains("one of 3 members of a consensus")
+                    && s.brief.contains("Migrate the billing database."),
+                "{}",
+                s.brief
+            );
+        }
+    }
+    let ids: Vec<String> = (1..=3).map(|m| member_id(&core, m)).collect();
+    for (i, id) in ids.iter().enumerate() {
+        core.on_input(
+            report(id, "Not yet: a report still reads them.", Some("wait")),
+            at(2 + i as u64),
+        );
+    }
+    core.take_step();
+    assert!(matches!(
+        start_turn(&mut core, at(5)),
+        TurnStart::New { .. }
+    ));
+    let asked = &core.transcript.last().unwrap().text;
+    assert!(
+        asked.starts_with(
+            "The consensus Orchestrator I (3 members): 3 of 3 reported. The tally of their \
+             verdicts: unanimous: \"wait\" (I.1, I.2, I.3)."
+        ),
+        "{asked}"
+    );
+}
+
+#[test]
+fn a_risky_summons_kept_solo_on_the_humans_word_keeps_the_words_and_tallies_nothing() {
+    let words = "Skip consensus, just drop the old billing tables.";
+    let (mut core, step) = risky(
+        |_| {},
+        9,
+        serde_json::json!({
+            "consensus": "skip",
+            "directive": {"words": words, "parsed": "no consensus", "confidence": 95}
+        }),
+    );
+    let summoned: Vec<_> = step
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Log(entry) => match &entry.body {
+                LogBody::Summoned(s) => Some((s.member, s.brief.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        summoned,
+        vec![(None, "Migrate the billing database.".to_owned())]
+    );
+    let entry = strategy(&step).unwrap();
+    assert_eq!(entry.strategy, arbiter_protocol::SummonStrategy::Solo);
+    assert_eq!((entry.members, entry.risk), (1, Some(9)));
+    assert_eq!(entry.escalation, Some(Escalation::KeptSolo));
+    assert_eq!(entry.directive.as_ref().unwrap().words, words);
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Dropped.", true), at(2));
+    let step = core.take_step();
+    assert!(tally(&step).is_none());
+    assert_eq!(shown(&step), vec!["Orchestrator I: Dropped."]);
+}
+
+#[test]
+fn a_consensus_refused_on_the_humans_word_keeps_the_words_and_starts_nothing() {
+    let words = "No second opinions, skip consensus.";
+    let (mut core, step) = risky(
+        |_| {},
+        5,
+        serde_json::json!({
+            "strategy": "consensus",
+            "consensus": "skip",
+            "directive": {"words": words}
+        }),
+    );
+    let entry = strategy(&step).unwrap();
+    assert_eq!(entry.number, None);
+    assert!(
+        entry
+            .rejected
+            .as_deref()
+            .unwrap()
+            .starts_with("the human said to skip consensus"),
+    );
+    assert_eq!(entry.directive.as_ref().unwrap().words, words);
+    assert_eq!(summoned_count(&step), 0);
+    assert!(!has(&shown(&step), "Summoned "));
+    assert!(matches!(
+        start_turn(&mut core, at(2)),
+        TurnStart::New { .. }
+    ));
+    let told = &core.transcript.last().unwrap().text;
+    assert!(
+        told.starts_with(
+            "System: Your summon_orchestrator could not be carried out: the human said to \
+             skip consensus, and the summons asks for one (strategy consensus), so nothing \
+             was summoned."
+        ),
+        "{told}"
+    );
+}

@@ -330,3 +330,130 @@ fn an_answered_question_or_one_taken_to_the_human_is_not_reminded() {
         assert!(!core.turn_due());
     }
 }
+
+// Moved from the end-to-end suite (tests/tests/routing.rs, runaway.rs).
+
+#[test]
+fn a_reminded_arbiter_still_reads_the_question() {
+    let (mut core, _) = asked("The config file needs a format. TOML or YAML?");
+    turn(&mut core, musing("TOML, probably."), at(3));
+    core.take_step();
+    let reminder = next_asked(&mut core, at(4));
+    assert!(
+        reminder.contains("Orchestrator I asked you a question and is waiting for your answer"),
+        "{reminder}"
+    );
+    assert!(
+        core.transcript
+            .iter()
+            .any(|t| t.text.contains("TOML or YAML?")),
+        "the question is still in what the Arbiter reads"
+    );
+}
+
+#[test]
+fn a_question_whose_turn_fails_is_told_to_the_human_after_the_error() {
+    let (mut core, _) = asked("Should unknown keys be an error?");
+    failed_turn(
+        &mut core,
+        LlmError::Authentication {
+            message: "invalid x-api-key".into(),
+        },
+        at(3),
+    );
+    let lines = shown(&core.take_step());
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("Error: "), "{lines:?}");
+    assert_eq!(
+        lines[1],
+        "System: Orchestrator I asked a question and is waiting for an answer, but the \
+         Arbiter's turn failed. Write to go on, or /stop."
+    );
+    assert!(!core.turn_due());
+}
+
+#[test]
+fn after_an_echo_stop_the_humans_next_message_comes_with_the_held_report() {
+    let said = "Should I create hello.py?";
+    let (mut core, id) = asked(said);
+    // The same answer to the same question, until the exchange is stopped.
+    let mut answers = 0;
+    for seq in 2..=6 {
+        if !core.turn_due() {
+            break;
+        }
+        turn(
+            &mut core,
+            to_orchestrator("Yes, create hello.py."),
+            at(seq * 2),
+        );
+        answers += 1;
+        core.on_input(output(&id, seq, said, true), at(seq * 2 + 1));
+    }
+    assert_eq!(answers, 4, "the first answer, then 3 rounds of the same");
+    let lines = shown(&core.take_step());
+    assert!(
+        has(
+            &lines,
+            "System: Held: the Arbiter and Orchestrator I have repeated themselves for 3 rounds"
+        ),
+        "{lines:?}"
+    );
+    assert!(!core.turn_due(), "nothing more is asked of either model");
+    core.on_input(human("Stop asking and write the file."), at(10));
+    core.take_step();
+    assert!(core.state.hold.is_none());
+    let asked = next_asked(&mut core, at(11));
+    assert!(
+        asked.contains(&format!("Orchestrator I: {said}"))
+            && asked.contains("Stop asking and write the file."),
+        "{asked}"
+    );
+}
+
+#[test]
+fn an_exchange_with_an_orchestrator_past_the_turn_cap_holds_until_the_human_writes() {
+    let mut core = core_with(|c| {
+        c.loop_rounds = 0;
+        c.max_turns_per_message = 3;
+    });
+    core.on_input(human("Keep going"), at(0));
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Count to a million, one report at a time.",
+            serde_json::json!({}),
+        ),
+        at(1),
+    );
+    let id = orch_id(&core, 1);
+    for seq in 1..=2 {
+        core.on_input(
+            output(&id, seq, &format!("Counted to {seq}."), true),
+            at(seq * 2),
+        );
+        turn(
+            &mut core,
+            to_orchestrator(&format!("Go on ({seq}).")),
+            at(seq * 2 + 1),
+        );
+    }
+    core.on_input(output(&id, 3, "Counted to 3.", true), at(6));
+    core.take_step();
+    assert!(core.turn_due());
+    assert_eq!(core.turn_start(at(7)), TurnStart::Held);
+    let lines = shown(&core.take_step());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("took 3 turns since your last message")
+            && lines[0].contains("ARBITER_MAX_TURNS_PER_MESSAGE"),
+        "{lines:?}"
+    );
+    core.on_input(human("Go on."), at(8));
+    core.take_step();
+    assert!(matches!(
+        start_turn(&mut core, at(9)),
+        TurnStart::New { .. }
+    ));
+}

@@ -346,3 +346,125 @@ fn an_arbiter_handoff_keeps_its_decisions_and_the_next_generation_recalls_afresh
         }
     );
 }
+
+// Moved from the end-to-end suite (tests/tests/memory.rs).
+
+#[test]
+fn a_secret_beside_a_harmless_fact_only_the_harmless_one_is_kept_and_the_arbiter_reads_why() {
+    let secret = "sk-ant-api03-Zx9kQ2mP7vL4wR8tY3nB6cF1";
+    let harmless = "Tests run with cargo nextest.";
+    let mut core = core();
+    core.on_input(human_in("Keep my key handy.", "proj-secret"), at(0));
+    core.take_step();
+    let fact = format!("The deploy key is {secret}");
+    turn(
+        &mut core,
+        reply(
+            "address_human",
+            "So it shall be.",
+            serde_json::json!({"memory": [fact, harmless]}),
+        ),
+        at(1),
+    );
+    let step = core.take_step();
+    let expected = "Memory not kept: the entry was refused: it looks like it holds a secret (an \
+                    Anthropic API key (sk-ant-…)); memory never keeps keys, tokens or \
+                    credentials: say where the secret lives instead (e.g. \"the API key is in \
+                    the ANTHROPIC_API_KEY variable\")";
+    assert!(
+        has(&shown(&step), &format!("System: {expected}")),
+        "{:?}",
+        shown(&step)
+    );
+    // Only the harmless entry goes to the bucket; no effect of the step quotes the secret.
+    let texts: Vec<&str> = kept(&step).iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, vec![harmless]);
+    assert!(shown(&step).iter().all(|l| !l.contains(secret)));
+    // The Arbiter reads the same reason with its next input.
+    core.on_input(human("Go on."), at(2));
+    core.take_step();
+    let next = next_asked(&mut core, at(3));
+    assert!(next.contains(&format!("System: {expected}")), "{next}");
+    assert!(!next.contains(secret));
+}
+
+#[test]
+fn the_next_arbiter_generation_opens_with_the_memory_its_predecessor_kept() {
+    let kept_fact = "The human reviews every migration before it runs.";
+    let mut core = core();
+    core.on_input(human_in("First.", "proj-generations"), at(0));
+    core.take_step();
+    // The first generation's first turn: the workspace has no memory yet.
+    assert_eq!(
+        core.turn_start(at(1)),
+        TurnStart::New {
+            recall: Some("proj-generations".into())
+        }
+    );
+    core.begin_turn(Some(("proj-generations".into(), Ok(Vec::new()))), at(1));
+    assert!(!core.transcript[0].text.contains("[Memory of workspace"));
+    core.turn_ended(
+        answered(
+            reply(
+                "address_human",
+                "One.",
+                serde_json::json!({"memory": [kept_fact]}),
+            ),
+            1000,
+        ),
+        Vec::new(),
+        &FleetView::NotAsked,
+        &tracing::Span::none(),
+        at(1),
+    );
+    let step = core.take_step();
+    let fact = kept(&step)[0].clone();
+    assert_eq!(fact.text, kept_fact);
+    core.state.arbiter.pending = Some(PendingHandoff {
+        context_tokens: 7000,
+    });
+    let packet = ArbiterPacket {
+        goal: "Plan the migrations.".into(),
+        preferences: vec!["reviews before runs".into()],
+        decisions: vec![Decision {
+            decision: "Migrations go in one file per table".into(),
+            why: "short reviews".into(),
+        }],
+        orchestrators: vec![],
+        open: vec![],
+        active: None,
+    };
+    core.handoff_ended(Vec::new(), Ok(packet), at(2));
+    let step = core.take_step();
+    let decision = kept(&step)[0].clone();
+    assert_eq!(
+        decision.text,
+        "Migrations go in one file per table (why: short reviews)"
+    );
+    assert_eq!(
+        (decision.kind, decision.by.as_str()),
+        (MemoryKind::Decision, "Arbiter, generation 1")
+    );
+    // The next generation's first turn recalls afresh: what the bucket
+    // holds now (the fact and the decision) opens it.
+    core.on_input(human_in("Fourth.", "proj-generations"), at(3));
+    core.take_step();
+    assert_eq!(
+        core.turn_start(at(4)),
+        TurnStart::New {
+            recall: Some("proj-generations".into())
+        }
+    );
+    core.begin_turn(
+        Some(("proj-generations".into(), Ok(vec![fact, decision]))),
+        at(4),
+    );
+    let opening = &core.transcript.last().unwrap().text;
+    assert!(
+        opening.starts_with("[Memory of workspace proj-generations: ")
+            && opening.contains(kept_fact)
+            && opening.contains("Migrations go in one file per table (why: short reviews)"),
+        "{opening}"
+    );
+    assert!(opening.ends_with("Fourth."), "{opening}");
+}

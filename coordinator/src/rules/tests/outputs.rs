@@ -186,3 +186,50 @@ fn a_report_asks_and_a_note_does_not() {
         "Notes sent while working:\n- Orchestrator I: Working.\n\nOrchestrator I: TOML or YAML?"
     );
 }
+
+// Moved from the end-to-end suite (tests/tests/forged.rs).
+
+#[test]
+fn forged_seqs_far_ahead_never_silence_the_real_orchestrator() {
+    let mut core = core_with(|c| c.output_gap_wait = Duration::from_secs(1));
+    core.on_input(human("Build the thing"), at(0));
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Build the thing, then ask.",
+            serde_json::json!({}),
+        ),
+        at(1),
+    );
+    core.take_step();
+    let id = orch_id(&core, 1);
+    // Someone with NATS access speaks first, as the Orchestrator, far ahead.
+    for seq in [1000, u64::MAX] {
+        core.on_input(output(&id, seq, &format!("FORGED {seq}"), true), at(2));
+    }
+    assert!(shown(&core.take_step()).is_empty(), "held, not taken");
+    // The real seq 1 is taken while the forged ones are held.
+    core.on_input(output(&id, 1, "Built. Ship it?", true), at(2));
+    assert_eq!(
+        shown(&core.take_step()),
+        vec!["Orchestrator I: Built. Ship it?"]
+    );
+    assert!(core.turn_due());
+    core.tick(at(4));
+    let lines = shown(&core.take_step());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].ends_with(&format!(
+            "output seq 2 of Orchestrator I never arrived within 1 s; the output held after it \
+             was dropped: seq 1000, {}",
+            u64::MAX
+        )),
+        "{lines:?}"
+    );
+    assert_eq!(
+        next_asked(&mut core, at(5)),
+        "Orchestrator I: Built. Ship it?"
+    );
+    assert!(core.transcript.iter().all(|t| !t.text.contains("FORGED")));
+}

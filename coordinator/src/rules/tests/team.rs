@@ -501,3 +501,209 @@ fn a_member_that_fails_before_reporting_counts_as_reported() {
         "{asked}"
     );
 }
+
+// Moved from the end-to-end suite (tests/tests/teams.rs).
+
+/// The Arbiter's summons of a team `more` (its strategy, count, briefs).
+fn team_summons(more: serde_json::Value) -> ArbiterOutput {
+    reply("summon_orchestrator", "Review it.", more)
+}
+
+#[test]
+fn a_team_over_the_cap_a_count_of_zero_and_an_empty_sub_brief_are_refused_then_stopped() {
+    let mut core = core();
+    core.on_input(human("Run five at once"), at(0));
+    core.take_step();
+    turn(
+        &mut core,
+        team_summons(serde_json::json!({"strategy": "parallel", "count": 5})),
+        at(1),
+    );
+    let step = core.take_step();
+    let refused = |step: &Step| -> Vec<(Option<u32>, u32)> {
+        step.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Log(entry) => match &entry.body {
+                    LogBody::Strategy(s) if s.rejected.is_some() => Some((s.number, s.members)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(refused(&step), vec![(None, 0)]);
+    assert_eq!(
+        next_asked(&mut core, at(2)),
+        "System: Your summon_orchestrator could not be carried out: a team of 5 is more than \
+         this session may run at once (4 Orchestrators), so nothing was summoned. Summon 4 or \
+         fewer, or split the work in turns."
+    );
+    core.turn_ended(
+        answered(
+            team_summons(serde_json::json!({"strategy": "parallel", "count": 0})),
+            1000,
+        ),
+        Vec::new(),
+        &FleetView::NotAsked,
+        &tracing::Span::none(),
+        at(2),
+    );
+    assert_eq!(refused(&core.take_step()), vec![(None, 0)]);
+    let asked = next_asked(&mut core, at(3));
+    assert!(
+        asked.contains("a team of 0 members was asked for (count 0), so nothing was summoned."),
+        "{asked}"
+    );
+    // The third refusal in a row is the last: an error entry.
+    core.turn_ended(
+        answered(
+            team_summons(
+                serde_json::json!({"strategy": "parallel", "briefs": ["Review the lexer.", "  "]}),
+            ),
+            1000,
+        ),
+        Vec::new(),
+        &FleetView::NotAsked,
+        &tracing::Span::none(),
+        at(3),
+    );
+    let step = core.take_step();
+    assert_eq!(refused(&step), vec![(None, 0)]);
+    let lines = shown(&step);
+    let last = lines.last().unwrap();
+    assert!(last.starts_with("Error: "), "{lines:?}");
+    assert!(
+        last.contains("sub-brief 2 of 2 is empty, so nothing was summoned."),
+        "{lines:?}"
+    );
+    assert!(!core.turn_due());
+    assert_eq!(core.state.summoned, 0);
+    assert!(core.state.team.is_empty());
+}
+
+#[test]
+fn a_chain_of_three_briefs_each_link_with_the_report_before_it_and_reports_once() {
+    let mut core = core();
+    core.on_input(human("Plan it, build it, then have it reviewed"), at(0));
+    core.take_step();
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Add a --json flag to report.",
+            serde_json::json!({
+                "strategy": "sequential",
+                "briefs": ["Plan the flag.", "Implement the plan.", "Review the implementation."]
+            }),
+        ),
+        at(1),
+    );
+    let step = core.take_step();
+    let links = summonses(&step);
+    assert_eq!(links.len(), 1, "one link at a time");
+    assert!(
+        links[0].brief.contains("link 1 of 3 of a chain"),
+        "{}",
+        links[0].brief
+    );
+    // A link works in the session's workspace: no member workspace.
+    assert_eq!(links[0].member, None);
+    let plan =
+        "Plan:\n1. Add `--json` to cli.rs (\"clap\" derive).\n2. Serialise Report with serde.";
+    let reports = [plan, "Implemented; tests pass.", "Looks right."];
+    let mut released = Vec::new();
+    for (i, report) in reports.iter().enumerate() {
+        let link = i as u32 + 1;
+        let id = member_id(&core, 1, link);
+        core.on_input(output(&id, 1, report, true), at(2 + i as u64));
+        let step = core.take_step();
+        for effect in &step.effects {
+            if let Effect::Log(entry) = effect
+                && let LogBody::Released(r) = &entry.body
+            {
+                released.push(r.member);
+            }
+        }
+        let next = summonses(&step);
+        if link < 3 {
+            assert!(!core.turn_due(), "the chain goes on by itself");
+            assert_eq!(next.len(), 1);
+            assert_eq!(next[0].member, None);
+            assert!(
+                next[0].brief.ends_with(&format!(
+                    "The report of Orchestrator I.{link}, verbatim:\n{report}"
+                )),
+                "{}",
+                next[0].brief
+            );
+        } else {
+            assert!(next.is_empty());
+        }
+    }
+    assert_eq!(
+        released,
+        vec![Some(1), Some(2)],
+        "the last link is still live"
+    );
+    assert_eq!(core.state.team.len(), 1);
+    let asked = next_asked(&mut core, at(6));
+    assert!(
+        asked.starts_with("The chain Orchestrator I (3 links, sequential): 3 of 3 reported."),
+        "{asked}"
+    );
+    for line in [
+        "Orchestrator I.1: Plan:",
+        "Orchestrator I.2: Implemented; tests pass.",
+        "Orchestrator I.3: Looks right.",
+    ] {
+        assert!(asked.contains(line), "{asked}");
+    }
+}
+
+#[test]
+fn each_members_output_ahead_is_held_for_its_own_gap() {
+    let mut core = core_with(|c| c.output_gap_wait = Duration::from_secs(1));
+    core.on_input(human("Two at once"), at(0));
+    core.take_step();
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Two parts.",
+            serde_json::json!({"strategy": "parallel", "briefs": ["Part one.", "Part two."]}),
+        ),
+        at(1),
+    );
+    core.take_step();
+    let ids = [member_id(&core, 1, 1), member_id(&core, 1, 2)];
+    // Far ahead on both members' subjects: member 2's must not push member 1's out.
+    for id in &ids {
+        core.on_input(output(id, 1000, "AHEAD", true), at(2));
+    }
+    assert!(shown(&core.take_step()).is_empty(), "held");
+    for (i, id) in ids.iter().enumerate() {
+        core.on_input(output(id, 1, &format!("Part {} done.", i + 1), true), at(2));
+    }
+    let lines = shown(&core.take_step());
+    assert!(has(&lines, "Orchestrator I.1: Part 1 done."), "{lines:?}");
+    assert!(has(&lines, "Orchestrator I.2: Part 2 done."), "{lines:?}");
+    core.tick(at(4));
+    let gaps = shown(&core.take_step());
+    for name in ["Orchestrator I.1", "Orchestrator I.2"] {
+        assert!(
+            gaps.iter().any(|g| g.starts_with("Error: ")
+                && g.contains(&format!(
+                    "output seq 2 of {name} never arrived within 1 s; the output held after it \
+                     was dropped: seq 1000"
+                ))),
+            "{gaps:?}"
+        );
+    }
+    assert!(
+        core.transcript.iter().all(|t| !t.text.contains("AHEAD"))
+            && next_asked(&mut core, at(5)).contains("Part 1 done."),
+        "output ahead of its turn reaches no model"
+    );
+    assert!(core.transcript.iter().all(|t| !t.text.contains("AHEAD")));
+}
