@@ -13,7 +13,7 @@ use arbiter_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::rules::Core;
+use crate::rules::{Core, Task};
 use crate::state::Effect;
 
 /// What a session stores of its budget.
@@ -210,7 +210,13 @@ impl Core {
                 text: "The session goes on under its new budget.".to_owned(),
             }));
             if let Some(summon) = self.state.budget.deferred.take() {
+                // Asked now that it goes out (see `route.rs`, `summon`).
+                let check = Task::CheckPool {
+                    orch_id: summon.orch_id.clone(),
+                    pool: summon.pool.clone(),
+                };
                 self.send_summons(summon);
+                self.step.tasks.push(check);
             }
             for summon in std::mem::take(&mut self.state.budget.deferred_team) {
                 self.send_summons(summon);

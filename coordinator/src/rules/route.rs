@@ -301,7 +301,15 @@ impl Core {
         tracing::info!(number, size, pool = %pool, runtime = ?runtime, directed, strategy = strategy.as_str(), ?lane, "summoned");
         // A summons nobody can take is worth a word: asked once the step is
         // stored, off the session's path (the answer comes back as an input).
-        if let Some(orch_id) = first {
+        // Not for a summons held at the budget cap: it is asked when the
+        // summons goes out.
+        if let Some(orch_id) = first
+            && self
+                .step
+                .effects
+                .iter()
+                .any(|e| matches!(e, Effect::Summon(s) if s.orch_id == orch_id))
+        {
             self.step.tasks.push(Task::CheckPool { orch_id, pool });
         }
     }

@@ -573,6 +573,8 @@ fn a_summons_decided_at_the_cap_publishes_nothing_and_no_error_until_raised() {
         "a summons went out: {lines:?}"
     );
     assert!(!has(&lines, "Error"), "{lines:?}");
+    // Nobody is asked for a worker of a summons that did not go out.
+    assert!(step.tasks.is_empty(), "{:?}", step.tasks);
     core.on_input(
         budget(
             "/budget session 5k tokens",
@@ -590,4 +592,12 @@ fn a_summons_decided_at_the_cap_publishes_nothing_and_no_error_until_raised() {
         1
     );
     assert!(core.state.hold.is_none());
+    // Asked once it goes out.
+    assert_eq!(
+        step.tasks,
+        vec![Task::CheckPool {
+            orch_id: orch_id(&core, 1),
+            pool: "default".into()
+        }]
+    );
 }
