@@ -1,6 +1,8 @@
 //! Work that runs away is caught: the human's `/stop` (in a console, or
 //! `arbiter-console stop`) ends the model calls at once, and nothing queued
-//! is lost: it reaches the Arbiter with the human's next message. The echo
+//! is lost: it reaches the Arbiter with the human's next message. An
+//! Orchestrator that makes the same tool call over and over is told, then
+//! stopped, and the Arbiter gets its report. The echo
 //! stop and the cap on the Arbiter's turns per human message are decisions
 //! of the coordinator, in its table tests.
 
@@ -117,5 +119,68 @@ async fn the_stop_command_stops_a_thinking_arbiter() {
             .any(|b| matches!(b, LogBody::Arbiter(_))),
         "{:?}",
         log.bodies()
+    );
+}
+
+/// What the user sees: an Orchestrator whose model asks for the same
+/// `bash ls` forever is told at the 5th call in a row, and at the 10th the
+/// call is not run and the Arbiter gets a report naming the call and the
+/// count, as an ordinary Orchestrator message it can answer; the model was
+/// asked 10 times, not more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_repeating_one_tool_call_is_told_then_stopped_and_the_arbiter_hears() {
+    let sys = System::start().await;
+    let s = "s-repeat";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("List the files");
+    let brief = "List the files, forever.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.set_responder(|request| {
+        (request.model() == ORCH_MODEL)
+            .then(|| MockReply::tool_use("bash", json!({"command": "ls"})))
+    });
+    sys.mock.push(
+        &arb,
+        arbiter("release_orchestrators", "It went round in circles."),
+    );
+    sys.send_as("alice", s, "List the files").await;
+
+    let report = log
+        .wait_for("the report of the stop", |b| {
+            matches!(b, LogBody::Orchestrator(e) if e.text.starts_with("Stopped: I made the same tool call"))
+        })
+        .await;
+    let LogBody::Orchestrator(entry) = &log.bodies()[report] else {
+        unreachable!()
+    };
+    assert!(entry.expects_response, "the Arbiter is to answer it");
+    assert!(
+        entry.text.contains("10 times in a row") && entry.text.contains(r#"bash {"command":"ls"}"#),
+        "{}",
+        entry.text
+    );
+    // The Arbiter reads it in its next turn.
+    let asked = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    assert!(
+        asked[1]
+            .last_user_text()
+            .contains("Stopped: I made the same tool call 10 times in a row"),
+        "{}",
+        asked[1].last_user_text()
+    );
+    let calls = sys.mock.requests_for(&orch_lane(brief));
+    assert_eq!(calls.len(), 10, "the model asked 10 times, no more");
+    // The 6th request carries the warning after the 5th call's result.
+    assert!(
+        calls[5]
+            .all_text()
+            .contains("You have made this exact call 5 times in a row"),
+        "{}",
+        calls[5].last_user_text()
+    );
+    assert!(
+        !calls[4]
+            .all_text()
+            .contains("You have made this exact call")
     );
 }

@@ -47,7 +47,11 @@ use arbiter_bus::steplog::AppendError;
 mod budget;
 mod cli;
 mod codex;
+mod repeats;
 mod waiting;
+
+pub(crate) use repeats::Repeats;
+pub use repeats::{DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN};
 
 use waiting::until;
 
@@ -412,10 +416,46 @@ impl Agent {
         }
     }
 
-    /// Runs the tool calls that have no stored result, storing each result as it comes.
+    /// Runs the tool calls that have no stored result, storing each result
+    /// as it comes. A call made too many times in a row is not run: the
+    /// work stops there and the Arbiter is told (`agent/repeats.rs`).
     async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<(), Stop> {
         let last = calls.len() - 1;
-        for (i, (id, name, input)) in calls.into_iter().enumerate() {
+        let mut calls = calls.into_iter().enumerate();
+        while let Some((i, (id, name, input))) = calls.next() {
+            let limits = (
+                self.shared.config.repeat_warn,
+                self.shared.config.repeat_stop,
+            );
+            let repeated = self.snap.repeats.see(&name, &input, limits.0, limits.1);
+            if let repeats::Verdict::Stop(report) = repeated {
+                tracing::warn!(tool = %name, "the same tool call too many times in a row: work stopped");
+                let not_run = "Not run: this exact call was made too many times in a row. Your \
+                               work is stopped and the Arbiter is told."
+                    .to_owned();
+                let mut blocks = vec![Block::ToolResult {
+                    tool_use_id: id,
+                    content: not_run.clone(),
+                    is_error: true,
+                }];
+                // The reply's calls after it are not run either.
+                for (_, (id, _, _)) in calls.by_ref() {
+                    blocks.push(Block::ToolResult {
+                        tool_use_id: id,
+                        content: not_run.clone(),
+                        is_error: true,
+                    });
+                }
+                self.transcript.push_user(blocks);
+                return self
+                    .output(OrchestratorOutput {
+                        expects_response: true,
+                        message: report,
+                        handoff: None,
+                        verdict: None,
+                    })
+                    .await;
+            }
             self.status
                 .update(|s| {
                     s.state = OrchestratorState::Working;
@@ -441,6 +481,9 @@ impl Agent {
                 content: outcome.content,
                 is_error: outcome.is_error,
             }];
+            if let repeats::Verdict::Warn(warning) = repeated {
+                blocks.push(Block::Text { text: warning });
+            }
             if i == last
                 && let Some(warning) = self.warning()
             {

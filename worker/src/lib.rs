@@ -34,6 +34,7 @@ pub mod tools;
 mod transcript;
 pub mod workspace;
 
+pub use agent::{DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN};
 pub use runtime::Runtime;
 pub use runtime::claude::ClaudeCodeConfig;
 pub use runtime::codex::CodexConfig;
@@ -99,6 +100,12 @@ pub struct Config {
     pub schema_repairs: u32,
     /// Notes (expects_response: false) in a row before the Orchestrator must speak to the Arbiter.
     pub max_consecutive_notes: u32,
+    /// The same tool call (tool and arguments) made this many times in a
+    /// row: the model is told (0: never). See `agent/repeats.rs`.
+    pub repeat_warn: u32,
+    /// ... and at this many, the call is not run, the work stops and the
+    /// Arbiter gets a report naming it (0: never).
+    pub repeat_stop: u32,
     /// This worker's name in status messages.
     pub worker_id: String,
     /// How long an Orchestrator's lease lasts without renewal: the pool
@@ -144,6 +151,8 @@ impl Default for Config {
             subagent_max_calls: 100,
             schema_repairs: 2,
             max_consecutive_notes: 8,
+            repeat_warn: agent::DEFAULT_REPEAT_WARN,
+            repeat_stop: agent::DEFAULT_REPEAT_STOP,
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease: DEFAULT_LEASE,
             sandbox: SandboxConfig::default(),

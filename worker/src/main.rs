@@ -59,6 +59,12 @@ struct Cli {
     /// Notes in a row before the Orchestrator must speak to the Arbiter.
     #[arg(long, env = "ORCHESTRATOR_MAX_NOTES", default_value_t = 8)]
     max_consecutive_notes: u32,
+    /// The same tool call (tool and arguments) this many times in a row: the model is told (0: never).
+    #[arg(long, env = "ORCHESTRATOR_REPEAT_WARN", default_value_t = arbiter_worker::DEFAULT_REPEAT_WARN)]
+    repeat_warn: u32,
+    /// The same tool call this many times in a row: it is not run, the work stops and the Arbiter is told (0: never).
+    #[arg(long, env = "ORCHESTRATOR_REPEAT_STOP", default_value_t = arbiter_worker::DEFAULT_REPEAT_STOP)]
+    repeat_stop: u32,
     /// Retries of a failed model call (408, 409, 429, 5xx, 529, network; default 8).
     #[arg(long, env = "ORCHESTRATOR_MODEL_RETRIES")]
     model_retries: Option<u32>,
@@ -271,6 +277,8 @@ async fn run_main() -> anyhow::Result<()> {
         subagent_max_calls: cli.subagent_max_calls,
         schema_repairs: orchestrator.schema_repairs,
         max_consecutive_notes: cli.max_consecutive_notes,
+        repeat_warn: cli.repeat_warn,
+        repeat_stop: cli.repeat_stop,
         worker_id: cli.worker_id.unwrap_or(defaults.worker_id),
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,

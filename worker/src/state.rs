@@ -87,6 +87,10 @@ pub(crate) struct Snapshot {
     /// The Codex CLI's thread (codex runtime), once its first turn ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex: Option<CodexThread>,
+    /// The last tool call and how many times in a row it was made (see
+    /// `agent/repeats.rs`).
+    #[serde(default, skip_serializing_if = "crate::agent::Repeats::is_empty")]
+    pub repeats: crate::agent::Repeats,
 }
 
 /// An Orchestrator's Codex thread: what a worker that takes it over needs,
@@ -169,6 +173,7 @@ impl Snapshot {
             spend: arbiter_protocol::Spend::default(),
             budget: None,
             codex: None,
+            repeats: crate::agent::Repeats::default(),
         }
     }
 }

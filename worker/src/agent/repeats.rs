@@ -1,0 +1,202 @@
+//! The stop for an Orchestrator that goes round in circles: the same tool
+//! call (the tool and its arguments, normalised) made again and again, in a
+//! row. At [`crate::Config::repeat_warn`] calls in a row the model is told,
+//! with that call's result; at [`crate::Config::repeat_stop`] the call is
+//! not run, the Orchestrator's work stops and the Arbiter gets a report
+//! naming the call and the count (a normal output: it decides what comes
+//! next). Any other call in between starts the count over. The count is
+//! stored with the Orchestrator's snapshot, so a takeover goes on counting.
+//!
+//! What this catches is a model stuck on one call (the same `ls`, the same
+//! failing test run with nothing edited in between); a poll that waits on
+//! something changing is rarely that many identical calls in a row.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Calls of one tool with the same arguments in a row before the model is
+/// told (0: never).
+pub const DEFAULT_REPEAT_WARN: u32 = 5;
+/// Calls in a row at which the call is not run and the work stops (0: never).
+pub const DEFAULT_REPEAT_STOP: u32 = 10;
+/// Characters of the call shown in a warning or a report.
+const SHOWN_CHARS: usize = 200;
+
+/// The last call and how many times in a row it was made.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct Repeats {
+    /// The last call, normalised: `tool {arguments}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// Times it was made in a row (this one included).
+    #[serde(default)]
+    pub count: u32,
+}
+
+/// What to do with a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Run,
+    /// Run it, and tell the model this (after its result).
+    Warn(String),
+    /// Do not run it: the work stops, and the Arbiter reads this.
+    Stop(String),
+}
+
+impl Repeats {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.call.is_none()
+    }
+
+    /// Counts the call `name(input)`, with the limits `warn` and `stop`
+    /// (0: off), and says what to do with it.
+    pub(crate) fn see(&mut self, name: &str, input: &Value, warn: u32, stop: u32) -> Verdict {
+        let call = normalised(name, input);
+        if self.call.as_deref() == Some(call.as_str()) {
+            self.count = self.count.saturating_add(1);
+        } else {
+            self.call = Some(call);
+            self.count = 1;
+        }
+        let shown = shown(self.call.as_deref().unwrap_or_default());
+        let count = self.count;
+        if stop > 0 && count >= stop {
+            // Counted afresh from here: the Arbiter may send it on.
+            *self = Self::default();
+            return Verdict::Stop(format!(
+                "Stopped: I made the same tool call {count} times in a row, with the same \
+                 arguments, and it gave me nothing new: {shown}. The last one was not run. \
+                 Tell me what to do differently, or release me."
+            ));
+        }
+        if warn > 0 && count == warn {
+            let at = if stop > 0 {
+                format!(" At {stop} in a row your work is stopped and the Arbiter is told.")
+            } else {
+                String::new()
+            };
+            return Verdict::Warn(format!(
+                "[system] You have made this exact call {count} times in a row ({shown}), \
+                 and it gives the same kind of result each time. Do something different, or \
+                 report to the Arbiter what blocks you.{at}"
+            ));
+        }
+        Verdict::Run
+    }
+}
+
+/// `tool {arguments}`, the arguments as compact JSON with their keys in
+/// order and every run of whitespace in a string made one space, so that
+/// `ls  -la` and `ls -la ` are the same call.
+fn normalised(name: &str, input: &Value) -> String {
+    fn squeeze(value: &Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(s.split_whitespace().collect::<Vec<_>>().join(" ")),
+            Value::Array(items) => Value::Array(items.iter().map(squeeze).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), squeeze(v)))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    format!("{name} {}", squeeze(input))
+}
+
+fn shown(call: &str) -> String {
+    let mut out: String = call.chars().take(SHOWN_CHARS).collect();
+    if call.chars().count() > SHOWN_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn verdicts(calls: &[(&str, Value)], warn: u32, stop: u32) -> Vec<Verdict> {
+        let mut repeats = Repeats::default();
+        calls
+            .iter()
+            .map(|(name, input)| repeats.see(name, input, warn, stop))
+            .collect()
+    }
+
+    #[test]
+    fn the_same_call_is_warned_of_once_then_stopped() {
+        let ls = ("bash", json!({"command": "ls"}));
+        let got = verdicts(&vec![ls; 10], 5, 10);
+        assert!(got[..4].iter().all(|v| *v == Verdict::Run), "{got:?}");
+        let Verdict::Warn(text) = &got[4] else {
+            panic!("the 5th is warned of: {got:?}");
+        };
+        assert!(
+            text.contains(r#"5 times in a row (bash {"command":"ls"})"#),
+            "{text}"
+        );
+        assert!(text.contains("At 10 in a row"), "{text}");
+        assert!(got[5..9].iter().all(|v| *v == Verdict::Run), "{got:?}");
+        let Verdict::Stop(text) = &got[9] else {
+            panic!("the 10th stops: {got:?}");
+        };
+        assert!(
+            text.starts_with(r#"Stopped: I made the same tool call 10 times in a row"#)
+                && text.contains(r#"bash {"command":"ls"}"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn another_call_in_between_starts_the_count_over() {
+        let ls = ("bash", json!({"command": "ls"}));
+        let edit = ("write", json!({"path": "a.txt", "content": "x"}));
+        let mut calls = vec![ls.clone(); 4];
+        calls.push(edit);
+        calls.extend(vec![ls; 4]);
+        assert!(
+            verdicts(&calls, 5, 10).iter().all(|v| *v == Verdict::Run),
+            "no five in a row"
+        );
+    }
+
+    #[test]
+    fn spacing_and_key_order_do_not_make_a_call_new() {
+        let calls = [
+            ("grep", json!({"pattern": "fn main", "path": "src"})),
+            ("grep", json!({"path": "src", "pattern": "fn  main "})),
+        ];
+        let got = verdicts(&calls, 2, 0);
+        assert!(matches!(got[1], Verdict::Warn(_)), "{got:?}");
+        let other = [
+            ("bash", json!({"command": "ls"})),
+            ("bash", json!({"command": "ls -la"})),
+        ];
+        assert_eq!(verdicts(&other, 2, 0), vec![Verdict::Run, Verdict::Run]);
+    }
+
+    #[test]
+    fn zero_turns_either_limit_off() {
+        let ls = ("bash", json!({"command": "ls"}));
+        assert!(
+            verdicts(&vec![ls.clone(); 30], 0, 0)
+                .iter()
+                .all(|v| *v == Verdict::Run)
+        );
+        let got = verdicts(&vec![ls; 3], 0, 3);
+        assert!(matches!(got[2], Verdict::Stop(_)), "{got:?}");
+    }
+
+    #[test]
+    fn after_a_stop_the_count_starts_afresh() {
+        let ls = ("bash", json!({"command": "ls"}));
+        let got = verdicts(&vec![ls; 6], 0, 3);
+        assert!(matches!(got[2], Verdict::Stop(_)));
+        assert!(matches!(got[5], Verdict::Stop(_)), "{got:?}");
+        assert_eq!(got[3], Verdict::Run);
+    }
+}
