@@ -51,7 +51,9 @@ mod repeats;
 mod waiting;
 
 pub(crate) use repeats::Repeats;
-pub use repeats::{DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN};
+pub use repeats::{
+    DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN, DEFAULT_STALE_STOP, DEFAULT_STALE_WARN,
+};
 
 use waiting::until;
 
@@ -430,31 +432,10 @@ impl Agent {
             let repeated = self.snap.repeats.see(&name, &input, limits.0, limits.1);
             if let repeats::Verdict::Stop(report) = repeated {
                 tracing::warn!(tool = %name, "the same tool call too many times in a row: work stopped");
-                let not_run = "Not run: this exact call was made too many times in a row. Your \
-                               work is stopped and the Arbiter is told."
-                    .to_owned();
-                let mut blocks = vec![Block::ToolResult {
-                    tool_use_id: id,
-                    content: not_run.clone(),
-                    is_error: true,
-                }];
-                // The reply's calls after it are not run either.
-                for (_, (id, _, _)) in calls.by_ref() {
-                    blocks.push(Block::ToolResult {
-                        tool_use_id: id,
-                        content: not_run.clone(),
-                        is_error: true,
-                    });
-                }
-                self.transcript.push_user(blocks);
-                return self
-                    .output(OrchestratorOutput {
-                        expects_response: true,
-                        message: report,
-                        handoff: None,
-                        verdict: None,
-                    })
-                    .await;
+                // Neither it nor the reply's calls after it run.
+                let ids = std::iter::once(id).chain(calls.by_ref().map(|(_, (id, _, _))| id));
+                self.transcript.push_user(not_run(ids));
+                return self.report_circling(report).await;
             }
             self.status
                 .update(|s| {
@@ -476,13 +457,31 @@ impl Agent {
             let spend = self.snap.spend;
             self.status.update(|s| s.spend = spend).await;
             self.snap.tally.record(&name, &input, &outcome);
+            let limits = (self.shared.config.stale_warn, self.shared.config.stale_stop);
+            let stale = self
+                .snap
+                .repeats
+                .ran(&name, &input, &outcome.content, limits.0, limits.1);
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,
                 is_error: outcome.is_error,
             }];
-            if let repeats::Verdict::Warn(warning) = repeated {
-                blocks.push(Block::Text { text: warning });
+            for verdict in [&repeated, &stale] {
+                if let repeats::Verdict::Warn(warning) = verdict {
+                    blocks.push(Block::Text {
+                        text: warning.clone(),
+                    });
+                }
+            }
+            if let repeats::Verdict::Stop(report) = stale {
+                tracing::warn!(
+                    "tool calls that brought nothing new, too many in a row: work stopped"
+                );
+                blocks.extend(not_run(calls.by_ref().map(|(_, (id, _, _))| id)));
+                self.transcript.push_user(blocks);
+                self.snap.tool_count += 1;
+                return self.report_circling(report).await;
             }
             if i == last
                 && let Some(warning) = self.warning()
@@ -499,6 +498,18 @@ impl Agent {
             self.step(Vec::new()).await?;
         }
         Ok(())
+    }
+
+    /// The work stops on a circle (`agent/repeats.rs`): the Arbiter gets
+    /// `report` as an ordinary message it answers.
+    async fn report_circling(&mut self, report: String) -> Result<(), Stop> {
+        self.output(OrchestratorOutput {
+            expects_response: true,
+            message: report,
+            handoff: None,
+            verdict: None,
+        })
+        .await
     }
 
     /// A valid output: stored with the step, then published.
@@ -815,4 +826,16 @@ impl Agent {
         });
         Ok(Ok(response))
     }
+}
+
+/// The results of tool calls not run because the work stopped on a circle.
+fn not_run(ids: impl Iterator<Item = String>) -> Vec<Block> {
+    ids.map(|id| Block::ToolResult {
+        tool_use_id: id,
+        content: "Not run: your work is stopped, as it went round in circles, and the \
+                  Arbiter is told."
+            .to_owned(),
+        is_error: true,
+    })
+    .collect()
 }

@@ -34,7 +34,7 @@ pub mod tools;
 mod transcript;
 pub mod workspace;
 
-pub use agent::{DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN};
+pub use agent::{DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN, DEFAULT_STALE_STOP, DEFAULT_STALE_WARN};
 pub use runtime::Runtime;
 pub use runtime::claude::ClaudeCodeConfig;
 pub use runtime::codex::CodexConfig;
@@ -106,6 +106,11 @@ pub struct Config {
     /// ... and at this many, the call is not run, the work stops and the
     /// Arbiter gets a report naming it (0: never).
     pub repeat_stop: u32,
+    /// Tool calls in a row that brought nothing new (the call and its result
+    /// seen before): the model is told (0: never).
+    pub stale_warn: u32,
+    /// ... and at this many the work stops, and the Arbiter is told (0: never).
+    pub stale_stop: u32,
     /// This worker's name in status messages.
     pub worker_id: String,
     /// How long an Orchestrator's lease lasts without renewal: the pool
@@ -153,6 +158,8 @@ impl Default for Config {
             max_consecutive_notes: 8,
             repeat_warn: agent::DEFAULT_REPEAT_WARN,
             repeat_stop: agent::DEFAULT_REPEAT_STOP,
+            stale_warn: agent::DEFAULT_STALE_WARN,
+            stale_stop: agent::DEFAULT_STALE_STOP,
             worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()),
             lease: DEFAULT_LEASE,
             sandbox: SandboxConfig::default(),

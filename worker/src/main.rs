@@ -65,6 +65,12 @@ struct Cli {
     /// The same tool call this many times in a row: it is not run, the work stops and the Arbiter is told (0: never).
     #[arg(long, env = "ORCHESTRATOR_REPEAT_STOP", default_value_t = arbiter_worker::DEFAULT_REPEAT_STOP)]
     repeat_stop: u32,
+    /// Tool calls in a row that brought nothing new (call and result seen before): the model is told (0: never).
+    #[arg(long, env = "ORCHESTRATOR_STALE_WARN", default_value_t = arbiter_worker::DEFAULT_STALE_WARN)]
+    stale_warn: u32,
+    /// Tool calls in a row that brought nothing new: the work stops and the Arbiter is told (0: never).
+    #[arg(long, env = "ORCHESTRATOR_STALE_STOP", default_value_t = arbiter_worker::DEFAULT_STALE_STOP)]
+    stale_stop: u32,
     /// Retries of a failed model call (408, 409, 429, 5xx, 529, network; default 8).
     #[arg(long, env = "ORCHESTRATOR_MODEL_RETRIES")]
     model_retries: Option<u32>,
@@ -279,6 +285,8 @@ async fn run_main() -> anyhow::Result<()> {
         max_consecutive_notes: cli.max_consecutive_notes,
         repeat_warn: cli.repeat_warn,
         repeat_stop: cli.repeat_stop,
+        stale_warn: cli.stale_warn,
+        stale_stop: cli.stale_stop,
         worker_id: cli.worker_id.unwrap_or(defaults.worker_id),
         lease: std::time::Duration::try_from_secs_f64(cli.lease_secs)
             .context("--lease-secs must be a positive number of seconds")?,

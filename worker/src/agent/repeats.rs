@@ -10,6 +10,14 @@
 //! What this catches is a model stuck on one call (the same `ls`, the same
 //! failing test run with nothing edited in between); a poll that waits on
 //! something changing is rarely that many identical calls in a row.
+//!
+//! A model can also go round a wider circle (`ls`, `cat a`, `ls`, `cat a`…).
+//! So every call that ran is also kept as its call and its result: one whose
+//! call and result were both seen before (among the last [`SEEN`]) brought
+//! nothing new. [`crate::Config::stale_warn`] such calls in a row and the
+//! model is told; [`crate::Config::stale_stop`] and the work stops, after
+//! that call, the same way. A call that gave anything new (a file written, a
+//! different output) starts that count over.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,8 +27,15 @@ use serde_json::Value;
 pub const DEFAULT_REPEAT_WARN: u32 = 5;
 /// Calls in a row at which the call is not run and the work stops (0: never).
 pub const DEFAULT_REPEAT_STOP: u32 = 10;
+/// Calls in a row that brought nothing new (their call and result seen
+/// before) before the model is told (0: never).
+pub const DEFAULT_STALE_WARN: u32 = 15;
+/// ... and at which the work stops (0: never).
+pub const DEFAULT_STALE_STOP: u32 = 30;
 /// Characters of the call shown in a warning or a report.
 const SHOWN_CHARS: usize = 200;
+/// Calls and results kept to tell what is new.
+const SEEN: usize = 128;
 
 /// The last call and how many times in a row it was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -31,6 +46,17 @@ pub(crate) struct Repeats {
     /// Times it was made in a row (this one included).
     #[serde(default)]
     pub count: u32,
+    /// The last calls that ran, each with its result, as hashes: what is
+    /// not new.
+    #[serde(default, skip_serializing_if = "std::collections::VecDeque::is_empty")]
+    pub seen: std::collections::VecDeque<u64>,
+    /// Calls in a row that brought nothing new.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What to do with a call.
@@ -45,7 +71,58 @@ pub(crate) enum Verdict {
 
 impl Repeats {
     pub(crate) fn is_empty(&self) -> bool {
-        self.call.is_none()
+        self.call.is_none() && self.seen.is_empty()
+    }
+
+    /// Counts what the call `name(input)` gave (`result`), with the limits
+    /// `warn` and `stop` on calls in a row that brought nothing new.
+    pub(crate) fn ran(
+        &mut self,
+        name: &str,
+        input: &Value,
+        result: &str,
+        warn: u32,
+        stop: u32,
+    ) -> Verdict {
+        use sha2::Digest as _;
+        let call = normalised(name, input);
+        let digest = sha2::Sha256::digest(format!("{call}\n{result}").as_bytes());
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&digest[..8]);
+        let hash = u64::from_le_bytes(head);
+        if self.seen.contains(&hash) {
+            self.stale = self.stale.saturating_add(1);
+        } else {
+            self.stale = 0;
+            self.seen.push_back(hash);
+            if self.seen.len() > SEEN {
+                self.seen.pop_front();
+            }
+        }
+        let stale = self.stale;
+        if stop > 0 && stale >= stop {
+            self.stale = 0;
+            self.seen.clear();
+            return Verdict::Stop(format!(
+                "Stopped: my last {stale} tool calls brought nothing new (each call and its \
+                 result were ones I had already seen; the last was {}). Tell me what to do \
+                 differently, or release me.",
+                shown(&call)
+            ));
+        }
+        if warn > 0 && stale == warn {
+            let at = if stop > 0 {
+                format!(" At {stop} in a row your work is stopped and the Arbiter is told.")
+            } else {
+                String::new()
+            };
+            return Verdict::Warn(format!(
+                "[system] Your last {stale} tool calls brought nothing new: each call and its \
+                 result are ones you have seen already. Change approach, or report to the \
+                 Arbiter what blocks you.{at}"
+            ));
+        }
+        Verdict::Run
     }
 
     /// Counts the call `name(input)`, with the limits `warn` and `stop`
@@ -189,6 +266,37 @@ mod tests {
         );
         let got = verdicts(&vec![ls; 3], 0, 3);
         assert!(matches!(got[2], Verdict::Stop(_)), "{got:?}");
+    }
+
+    #[test]
+    fn a_wider_circle_is_told_then_stopped_and_anything_new_starts_over() {
+        let mut repeats = Repeats::default();
+        let circle = [("bash", "ls", "a.txt"), ("read", "a.txt", "hello")];
+        let mut got = Vec::new();
+        for i in 0..8 {
+            let (name, arg, result) = circle[i % 2];
+            got.push(repeats.ran(name, &json!({"x": arg}), result, 3, 6));
+        }
+        // Calls 1 and 2 are new; 3, 4, 5 are the 1st..3rd seen again.
+        assert!(got[..4].iter().all(|v| *v == Verdict::Run), "{got:?}");
+        assert!(
+            matches!(&got[4], Verdict::Warn(t) if t.contains("Your last 3 tool calls")),
+            "{got:?}"
+        );
+        assert_eq!(got[5], Verdict::Run);
+        assert_eq!(got[6], Verdict::Run);
+        assert!(
+            matches!(&got[7], Verdict::Stop(t) if t.contains("my last 6 tool calls")),
+            "{got:?}"
+        );
+        // A new result (the file changed) starts over.
+        let mut repeats = Repeats::default();
+        for _ in 0..2 {
+            repeats.ran("bash", &json!({"x": "ls"}), "a.txt", 2, 3);
+        }
+        assert_eq!(repeats.stale, 1);
+        repeats.ran("bash", &json!({"x": "ls"}), "a.txt b.txt", 2, 3);
+        assert_eq!(repeats.stale, 0);
     }
 
     #[test]
