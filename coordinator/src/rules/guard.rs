@@ -211,9 +211,13 @@ impl Core {
         let note = format!(
             "The human stopped the work ({what}). Wait for the human's next message before acting."
         );
-        self.hold(format!(
-            "Stopped by console {console}: {what}. Write to go on."
-        ));
+        // Writing does not end a hold at the budget cap: only raising it does.
+        let go_on = if self.state.hold.as_ref().is_some_and(|h| h.budget) {
+            "The session is held at its budget cap: raise it (/budget) to go on."
+        } else {
+            "Write to go on."
+        };
+        self.hold(format!("Stopped by console {console}: {what}. {go_on}"));
         self.enqueue(Pending::System { text: note });
         abandon
     }

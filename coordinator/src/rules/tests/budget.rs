@@ -601,3 +601,37 @@ fn a_summons_decided_at_the_cap_publishes_nothing_and_no_error_until_raised() {
         }]
     );
 }
+
+#[test]
+fn a_stop_while_held_at_the_cap_says_that_raising_it_goes_on_not_writing() {
+    let mut core = held_at(1000);
+    core.on_input(human("And the tests?"), at(2));
+    core.take_step();
+    assert_eq!(core.turn_start(at(3)), TurnStart::Held);
+    core.take_step();
+    let mut message = human_message("m-stop", "/stop");
+    message.command = Some(arbiter_protocol::HumanCommand::Stop);
+    core.on_input(
+        Input::Human {
+            message,
+            console: "alice".into(),
+            trace: TraceContext::none(),
+            ack: None,
+        },
+        at(4),
+    );
+    let lines = shown(&core.take_step());
+    assert!(
+        has(
+            &lines,
+            "System: Stopped by console alice: nothing was running. The session is held at \
+             its budget cap: raise it (/budget) to go on."
+        ),
+        "{lines:?}"
+    );
+    // And so it is: the human's next line waits with the hold.
+    core.on_input(human("Go on"), at(5));
+    core.take_step();
+    assert!(core.state.hold.is_some());
+    assert!(!core.turn_due());
+}
