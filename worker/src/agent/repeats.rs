@@ -40,9 +40,11 @@ const SEEN: usize = 128;
 /// The last call and how many times in a row it was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Repeats {
-    /// The last call, normalised: `tool {arguments}`.
+    /// The last call, normalised (`tool {arguments}`), as a hash: its
+    /// arguments may be large (a file's content), and the snapshot is
+    /// stored with every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call: Option<String>,
+    pub call: Option<u64>,
     /// Times it was made in a row (this one included).
     #[serde(default)]
     pub count: u32,
@@ -84,12 +86,8 @@ impl Repeats {
         warn: u32,
         stop: u32,
     ) -> Verdict {
-        use sha2::Digest as _;
         let call = normalised(name, input);
-        let digest = sha2::Sha256::digest(format!("{call}\n{result}").as_bytes());
-        let mut head = [0u8; 8];
-        head.copy_from_slice(&digest[..8]);
-        let hash = u64::from_le_bytes(head);
+        let hash = hash_of(&format!("{call}\n{result}"));
         if self.seen.contains(&hash) {
             self.stale = self.stale.saturating_add(1);
         } else {
@@ -129,13 +127,14 @@ impl Repeats {
     /// (0: off), and says what to do with it.
     pub(crate) fn see(&mut self, name: &str, input: &Value, warn: u32, stop: u32) -> Verdict {
         let call = normalised(name, input);
-        if self.call.as_deref() == Some(call.as_str()) {
+        let hash = hash_of(&call);
+        if self.call == Some(hash) {
             self.count = self.count.saturating_add(1);
         } else {
-            self.call = Some(call);
+            self.call = Some(hash);
             self.count = 1;
         }
-        let shown = shown(self.call.as_deref().unwrap_or_default());
+        let shown = shown(&call);
         let count = self.count;
         if stop > 0 && count >= stop {
             // Counted afresh from here: the Arbiter may send it on.
@@ -181,6 +180,16 @@ fn normalised(name: &str, input: &Value) -> String {
         }
     }
     format!("{name} {}", squeeze(input))
+}
+
+/// The first 8 bytes of the text's SHA-256: the same on every worker and
+/// version, so a takeover goes on counting.
+fn hash_of(text: &str) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(head)
 }
 
 fn shown(call: &str) -> String {
@@ -297,6 +306,25 @@ mod tests {
         assert_eq!(repeats.stale, 1);
         repeats.ran("bash", &json!({"x": "ls"}), "a.txt b.txt", 2, 3);
         assert_eq!(repeats.stale, 0);
+    }
+
+    #[test]
+    fn what_is_kept_stays_small_whatever_the_arguments() {
+        let mut repeats = Repeats::default();
+        let big = "x".repeat(1_000_000);
+        for _ in 0..3 {
+            repeats.see("write", &json!({"path": "a", "content": big}), 5, 10);
+            repeats.ran(
+                "write",
+                &json!({"path": "a", "content": big}),
+                "wrote",
+                15,
+                30,
+            );
+        }
+        let stored = serde_json::to_string(&repeats).unwrap();
+        assert!(stored.len() < 200, "{} bytes", stored.len());
+        assert_eq!(repeats.count, 3);
     }
 
     #[test]
