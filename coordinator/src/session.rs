@@ -427,7 +427,10 @@ impl Session {
                         let read = match read {
                             Ok(Ok(entries)) => Ok(entries),
                             Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err("no answer in 5 s".to_owned()),
+                            Err(_) => Err(format!(
+                                "no answer in {} s",
+                                crate::rules::memory::RECALL_TIMEOUT.as_secs()
+                            )),
                         };
                         Some((workspace, read))
                     }

@@ -429,7 +429,9 @@ impl Agent {
                 self.shared.config.repeat_warn,
                 self.shared.config.repeat_stop,
             );
-            let repeated = self.snap.repeats.see(&name, &input, limits.0, limits.1);
+            // Normalised once: the arguments may be a whole file's content.
+            let call_key = repeats::normalised(&name, &input);
+            let repeated = self.snap.repeats.see(&call_key, limits.0, limits.1);
             if let repeats::Verdict::Stop(report) = repeated {
                 tracing::warn!(tool = %name, "the same tool call too many times in a row: work stopped");
                 // Neither it nor the reply's calls after it run.
@@ -461,7 +463,7 @@ impl Agent {
             let stale = self
                 .snap
                 .repeats
-                .ran(&name, &input, &outcome.content, limits.0, limits.1);
+                .ran(&call_key, &outcome.content, limits.0, limits.1);
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,

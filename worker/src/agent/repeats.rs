@@ -76,17 +76,9 @@ impl Repeats {
         self.call.is_none() && self.seen.is_empty()
     }
 
-    /// Counts what the call `name(input)` gave (`result`), with the limits
+    /// Counts what `call` ([`normalised`]) gave (`result`), with the limits
     /// `warn` and `stop` on calls in a row that brought nothing new.
-    pub(crate) fn ran(
-        &mut self,
-        name: &str,
-        input: &Value,
-        result: &str,
-        warn: u32,
-        stop: u32,
-    ) -> Verdict {
-        let call = normalised(name, input);
+    pub(crate) fn ran(&mut self, call: &str, result: &str, warn: u32, stop: u32) -> Verdict {
         let hash = hash_of(&format!("{call}\n{result}"));
         if self.seen.contains(&hash) {
             self.stale = self.stale.saturating_add(1);
@@ -105,7 +97,7 @@ impl Repeats {
                 "Stopped: my last {stale} tool calls brought nothing new (each call and its \
                  result were ones I had already seen; the last was {}). Tell me what to do \
                  differently, or release me.",
-                shown(&call)
+                shown(call)
             ));
         }
         if warn > 0 && stale == warn {
@@ -123,18 +115,17 @@ impl Repeats {
         Verdict::Run
     }
 
-    /// Counts the call `name(input)`, with the limits `warn` and `stop`
+    /// Counts `call` ([`normalised`]), with the limits `warn` and `stop`
     /// (0: off), and says what to do with it.
-    pub(crate) fn see(&mut self, name: &str, input: &Value, warn: u32, stop: u32) -> Verdict {
-        let call = normalised(name, input);
-        let hash = hash_of(&call);
+    pub(crate) fn see(&mut self, call: &str, warn: u32, stop: u32) -> Verdict {
+        let hash = hash_of(call);
         if self.call == Some(hash) {
             self.count = self.count.saturating_add(1);
         } else {
             self.call = Some(hash);
             self.count = 1;
         }
-        let shown = shown(&call);
+        let shown = shown(call);
         let count = self.count;
         if stop > 0 && count >= stop {
             // Counted afresh from here: the Arbiter may send it on.
@@ -164,7 +155,7 @@ impl Repeats {
 /// `tool {arguments}`, the arguments as compact JSON with their keys in
 /// order and every run of whitespace in a string made one space, so that
 /// `ls  -la` and `ls -la ` are the same call.
-fn normalised(name: &str, input: &Value) -> String {
+pub(crate) fn normalised(name: &str, input: &Value) -> String {
     fn squeeze(value: &Value) -> Value {
         match value {
             Value::String(s) => Value::String(s.split_whitespace().collect::<Vec<_>>().join(" ")),
@@ -209,7 +200,7 @@ mod tests {
         let mut repeats = Repeats::default();
         calls
             .iter()
-            .map(|(name, input)| repeats.see(name, input, warn, stop))
+            .map(|(name, input)| repeats.see(&normalised(name, input), warn, stop))
             .collect()
     }
 
@@ -284,7 +275,7 @@ mod tests {
         let mut got = Vec::new();
         for i in 0..8 {
             let (name, arg, result) = circle[i % 2];
-            got.push(repeats.ran(name, &json!({"x": arg}), result, 3, 6));
+            got.push(repeats.ran(&normalised(name, &json!({"x": arg})), result, 3, 6));
         }
         // Calls 1 and 2 are new; 3, 4, 5 are the 1st..3rd seen again.
         assert!(got[..4].iter().all(|v| *v == Verdict::Run), "{got:?}");
@@ -301,10 +292,15 @@ mod tests {
         // A new result (the file changed) starts over.
         let mut repeats = Repeats::default();
         for _ in 0..2 {
-            repeats.ran("bash", &json!({"x": "ls"}), "a.txt", 2, 3);
+            repeats.ran(&normalised("bash", &json!({"x": "ls"})), "a.txt", 2, 3);
         }
         assert_eq!(repeats.stale, 1);
-        repeats.ran("bash", &json!({"x": "ls"}), "a.txt b.txt", 2, 3);
+        repeats.ran(
+            &normalised("bash", &json!({"x": "ls"})),
+            "a.txt b.txt",
+            2,
+            3,
+        );
         assert_eq!(repeats.stale, 0);
     }
 
@@ -313,14 +309,9 @@ mod tests {
         let mut repeats = Repeats::default();
         let big = "x".repeat(1_000_000);
         for _ in 0..3 {
-            repeats.see("write", &json!({"path": "a", "content": big}), 5, 10);
-            repeats.ran(
-                "write",
-                &json!({"path": "a", "content": big}),
-                "wrote",
-                15,
-                30,
-            );
+            let call = normalised("write", &json!({"path": "a", "content": big}));
+            repeats.see(&call, 5, 10);
+            repeats.ran(&call, "wrote", 15, 30);
         }
         let stored = serde_json::to_string(&repeats).unwrap();
         assert!(stored.len() < 200, "{} bytes", stored.len());
