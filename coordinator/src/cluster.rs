@@ -7,4 +7,6 @@
 pub(crate) mod forward;
 pub(crate) mod intake;
 pub(crate) mod lease;
+mod legacy;
+mod payload;
 pub mod retention;

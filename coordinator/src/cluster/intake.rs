@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use arbiter_bus::{TraceContext, decode, js_error};
 use arbiter_protocol::roles::NatsRole;
-use arbiter_protocol::{HumanMessage, OrchestratorMessage, WireError, subjects};
+use arbiter_protocol::{HumanMessage, WireError, subjects};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -29,6 +29,10 @@ use crate::cluster::lease::{Leases, Owner};
 use crate::session::{self, Input, Refused};
 use crate::state;
 use crate::{Error, Result, Shared};
+
+use super::legacy::{LEGACY_BATCH, drain_legacy};
+pub(crate) use super::payload::outputs_of;
+use super::payload::session_named_in;
 
 /// How often a coordinator checks whether it owns more than its share.
 const REBALANCE_EVERY: Duration = Duration::from_secs(3);
@@ -662,64 +666,6 @@ async fn unless_relayed(incoming: Incoming, what: &str) -> Option<Incoming> {
     None
 }
 
-/// The session a human line's payload names, read leniently (so that a
-/// line that does not decode is still reported where it was meant to go):
-/// `None` when there is none that is a valid token.
-fn session_named_in(payload: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        session_id: String,
-    }
-    serde_json::from_slice::<Named>(payload)
-        .ok()
-        .map(|named| named.session_id)
-        .filter(|id| subjects::is_valid_token(id))
-}
-
-/// The outputs a message on `orch.<orch_id>.out` carries: one bare
-/// [`OrchestratorMessage`] (what a worker in another language publishes), or
-/// a worker's state record whose `outbox` is its outputs (the native worker
-/// stores a step with outputs as one message there; its other fields are the
-/// worker's own and ignored here). Told apart by the `outbox` key. Each
-/// output must name the subject's Orchestrator, and all one session; they
-/// come in `seq` order, with their session's id.
-pub(crate) fn outputs_of(
-    subject: &str,
-    payload: &[u8],
-) -> Result<(String, Vec<OrchestratorMessage>), WireError> {
-    // One pass for a record (what the native worker sends); a second, as
-    // the message itself, only when there is no `outbox`.
-    #[derive(serde::Deserialize)]
-    struct Record {
-        #[serde(default)]
-        outbox: Option<Vec<OrchestratorMessage>>,
-    }
-    let malformed = |detail: &str| WireError::MalformedMessage {
-        subject: subject.to_owned(),
-        detail: detail.to_owned(),
-    };
-    let mut messages = match decode::<Record>(subject, payload)?.outbox {
-        Some(outbox) => outbox,
-        None => vec![decode::<OrchestratorMessage>(subject, payload)?],
-    };
-    let Some(first) = messages.first() else {
-        return Err(malformed("a state record with no outputs"));
-    };
-    let subject_orch = subjects::id_of(subject, "orch", "out");
-    let session = first.session_id.clone();
-    if !subjects::is_valid_token(&session)
-        || messages
-            .iter()
-            .any(|m| subject_orch != Some(m.orch_id.as_str()) || m.session_id != session)
-    {
-        return Err(malformed(
-            "its orch_id or session_id does not match the subject",
-        ));
-    }
-    messages.sort_by_key(|m| m.seq);
-    Ok((session, messages))
-}
-
 /// Runs both consumers until shutdown, then stops every session and waits for them.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) -> Result<()> {
     // Lines are stored under their console (`human.<console>`), or as sent
@@ -871,139 +817,10 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     result
 }
 
-/// Human lines pulled at once from an older version's consumer.
-const LEGACY_BATCH: usize = 256;
-
-/// Takes the human lines an older version's `coordinator-human` on the
-/// session stream had not taken when the human subjects moved to the intake
-/// (`bus::setup::declare`, at this version's first start): each as any
-/// other line, then the consumer is deleted. Nothing new reaches it once
-/// its stream lost the subjects. Several coordinators may drain it at once;
-/// the one that finds it empty deletes it, and the others then stop.
-async fn drain_legacy(
-    shared: Arc<Shared>,
-    to: mpsc::Sender<async_nats::jetstream::Message>,
-    stop: CancellationToken,
-) {
-    let name = subjects::COORDINATOR_HUMAN_CONSUMER;
-    let Ok(stream) = shared.bus.js.get_stream(subjects::SESSIONS_STREAM).await else {
-        return;
-    };
-    let Ok(mut consumer) = stream.get_consumer::<pull::Config>(name).await else {
-        return;
-    };
-    tracing::info!(
-        stream = subjects::SESSIONS_STREAM,
-        consumer = name,
-        "taking the human lines an older version left on the session stream"
-    );
-    let mut taken = 0u64;
-    while !stop.is_cancelled() {
-        let batch = consumer
-            .fetch()
-            .max_messages(LEGACY_BATCH)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await;
-        let Ok(mut batch) = batch else {
-            return;
-        };
-        let mut got = 0;
-        while let Some(Ok(msg)) = batch.next().await {
-            got += 1;
-            if to.send(msg).await.is_err() {
-                return;
-            }
-        }
-        taken += got;
-        if got > 0 {
-            continue;
-        }
-        match consumer.info().await {
-            Ok(info) if info.num_pending == 0 && info.num_ack_pending == 0 => {
-                match stream.delete_consumer(name).await {
-                    Ok(_) => tracing::info!(
-                        stream = subjects::SESSIONS_STREAM,
-                        consumer = name,
-                        taken,
-                        "the older version's human lines are all taken; its consumer is deleted"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(consumer = name, error = %e, "could not delete the older version's human consumer (empty now); delete it by hand")
-                    }
-                }
-                return;
-            }
-            // Some are out for a session that has not stored them yet.
-            Ok(_) => {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-            // Deleted by another coordinator that drained it.
-            Err(_) => return,
-        }
-    }
-}
-
 /// Puts back the message of an input that cannot be taken here now.
 async fn put_back_input(session_id: &str, input: Input, why: &str) {
     tracing::warn!(session.id = %session_id, why, "message put back to be routed again");
     if let Some(delivery) = input.into_ack() {
         delivery.put_back(RETRY_DELAY).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    const SUBJECT: &str = "arbiter.v1.orch.o-1.out";
-
-    fn message(seq: u64) -> serde_json::Value {
-        json!({"v":1,"session_id":"s-1","orch_id":"o-1","seq":seq,
-               "event":{"type":"output","expects_response":true,"message":format!("m{seq}")},
-               "sent_at":"2026-01-01T00:00:00Z"})
-    }
-
-    fn seqs(payload: &serde_json::Value) -> Result<(String, Vec<u64>), WireError> {
-        outputs_of(SUBJECT, payload.to_string().as_bytes())
-            .map(|(s, ms)| (s, ms.into_iter().map(|m| m.seq).collect()))
-    }
-
-    #[test]
-    fn a_bare_output_or_a_state_record_that_is_outputs() {
-        assert_eq!(seqs(&message(3)).unwrap(), ("s-1".to_owned(), vec![3]));
-        // A state record: its other fields (the worker's own) are ignored.
-        let record = json!({"rev":7,"orch_id":"o-1","append":[{"x":1}],
-                            "snapshot":{"anything":true},"outbox":[message(5), message(4)]});
-        assert_eq!(seqs(&record).unwrap(), ("s-1".to_owned(), vec![4, 5]));
-    }
-
-    #[test]
-    fn a_record_is_malformed_as_an_output_is() {
-        let mut other = message(2);
-        other["orch_id"] = json!("o-2");
-        let mut elsewhere = message(2);
-        elsewhere["session_id"] = json!("s-2");
-        for bad in [
-            json!({"rev":1,"outbox":[]}),
-            json!({"rev":1,"outbox":[message(1), other.clone()]}),
-            json!({"rev":1,"outbox":[message(1), elsewhere]}),
-            json!({"rev":1,"outbox":[{"seq":"x"}]}),
-            json!({"rev":1,"outbox":7}),
-            // No outbox: the message itself, malformed.
-            json!({"v":1,"session_id":"s-1","orch_id":"o-1","seq":"x"}),
-            json!([1, 2]),
-            other,
-        ] {
-            let err = seqs(&bad).unwrap_err();
-            assert!(
-                matches!(&err, WireError::MalformedMessage { subject, .. } if subject == SUBJECT),
-                "{bad}: {err:?}"
-            );
-        }
     }
 }
