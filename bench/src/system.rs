@@ -218,6 +218,8 @@ pub fn human_message(
         command: None,
         budget: None,
         workspace: None,
+        approval: None,
+        policy: None,
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());

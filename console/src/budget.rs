@@ -49,6 +49,8 @@ pub(crate) fn message(
         sent_at: Utc::now(),
         budget,
         workspace: workspace.map(str::to_owned),
+        approval: None,
+        policy: None,
     }
 }
 

@@ -165,6 +165,14 @@ impl Conversation {
                 escape(&crate::render::consensus(e)),
             )),
             LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
+            LogBody::ApprovalAsked(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&format!("Approval {}: {}", e.approval, e.line())),
+            )),
+            LogBody::ApprovalAnswered(e) => self.entries.push(Entry::new(
+                Kind::Event,
+                escape(&format!("Approval {}: {}", e.approval, e.line())),
+            )),
             LogBody::Error(e) => self
                 .entries
                 .push(Entry::new(Kind::Error, escape(&e.error.to_string()))),

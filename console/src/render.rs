@@ -90,6 +90,14 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         LogBody::Consensus(e) => return Some(inert::block("· ", &consensus(e))),
         LogBody::Step(_) => return None,
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
+        LogBody::ApprovalAsked(e) => {
+            let label = format!("? Approval {}: ", e.approval);
+            return Some(inert::block(&label, &e.line()));
+        }
+        LogBody::ApprovalAnswered(e) => {
+            let label = format!("· Approval {}: ", e.approval);
+            return Some(inert::block(&label, &e.line()));
+        }
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
     };

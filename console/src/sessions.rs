@@ -176,6 +176,7 @@ mod tests {
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
+            approvals: Vec::new(),
             v: 1,
             session_id: id.into(),
             state,

@@ -121,6 +121,7 @@ mod tests {
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
+            approvals: Vec::new(),
             v: 1,
             session_id: "s".into(),
             state,

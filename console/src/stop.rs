@@ -44,6 +44,8 @@ pub async fn run<W: AsyncWrite + Unpin>(
         command: Some(HumanCommand::Stop),
         budget: None,
         workspace: None,
+        approval: None,
+        policy: None,
     };
     bus.publish_js(
         subjects::session_human_from(session_id, identity),

@@ -310,7 +310,7 @@ impl Vitals {
         Some(match received.value.state {
             OrchestratorState::Stopped => Liveness::Stopped,
             _ if silent >= LOST_AFTER => Liveness::Lost { silent },
-            OrchestratorState::Waiting => Liveness::Waiting,
+            OrchestratorState::Waiting | OrchestratorState::WaitingApproval => Liveness::Waiting,
             OrchestratorState::Working if silent > STALLED_AFTER => Liveness::Stalled { silent },
             OrchestratorState::Working => Liveness::Working,
         })
@@ -370,6 +370,7 @@ mod tests {
             spend: Default::default(),
             archived_at: None,
             budget: Default::default(),
+            approvals: Vec::new(),
             v: 1,
             session_id: "s".into(),
             state,

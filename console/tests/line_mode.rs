@@ -166,6 +166,7 @@ fn idle_status(session_id: &str, last_seq: u64) -> SessionStatus {
         spend: Default::default(),
         archived_at: None,
         budget: Default::default(),
+        approvals: Vec::new(),
         v: VERSION,
         session_id: session_id.to_owned(),
         state: SessionState::Idle,

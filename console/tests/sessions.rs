@@ -34,6 +34,7 @@ fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
         spend: Default::default(),
         archived_at: None,
         budget: Default::default(),
+        approvals: Vec::new(),
         v: VERSION,
         session_id: id.into(),
         state,

@@ -98,7 +98,15 @@ pub struct Config {
     /// A solo summons whose risk is at least this becomes a consensus of 3
     /// (unless the human said to skip it); 0 turns it off.
     pub escalate_risk: u8,
+    /// How long a tool call waits for the human's approval before it is
+    /// denied (see `rules/approval.rs`).
+    pub approval_timeout: Duration,
+    /// Whether sessions store webhook events (some hook is configured).
+    pub notify: bool,
 }
+
+/// See [`Config::approval_timeout`].
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// See [`Config::escalate_risk`].
 pub const DEFAULT_ESCALATE_RISK: u8 = 8;
@@ -128,6 +136,8 @@ impl Default for Config {
             retention: retention::Retention::default(),
             budget: arbiter_protocol::Budget::default(),
             memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            notify: false,
             team_cap: DEFAULT_TEAM_CAP,
             team_wait: DEFAULT_TEAM_WAIT,
             escalate_risk: DEFAULT_ESCALATE_RISK,

@@ -68,6 +68,10 @@ struct Cli {
     /// goes to the Arbiter without the members still at work.
     #[arg(long, env = "ARBITER_TEAM_WAIT_SECS", default_value_t = arbiter_coordinator::DEFAULT_TEAM_WAIT.as_secs())]
     team_wait_secs: u64,
+    /// Seconds a tool call waits for the human's approval before it is
+    /// denied (the Orchestrator is told, and goes on).
+    #[arg(long, env = "ARBITER_APPROVAL_TIMEOUT_SECS", default_value_t = arbiter_coordinator::DEFAULT_APPROVAL_TIMEOUT.as_secs())]
+    approval_timeout_secs: u64,
     /// The share of its context budget, in percent, past which the Arbiter
     /// hands off to a new generation from a packet it writes (0: never).
     #[arg(long, env = "ARBITER_HANDOFF_PCT", default_value_t = arbiter_coordinator::arbiter_handoff::DEFAULT_HANDOFF_PCT,
@@ -177,6 +181,8 @@ async fn run_main() -> anyhow::Result<()> {
         team_cap: cli.team_cap,
         escalate_risk: cli.escalate_risk,
         team_wait: std::time::Duration::from_secs(cli.team_wait_secs),
+        approval_timeout: std::time::Duration::from_secs(cli.approval_timeout_secs.max(1)),
+        notify: false,
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {
                 stream_max_bytes: cli.stream_max_bytes,

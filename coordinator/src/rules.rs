@@ -30,6 +30,7 @@ use crate::Config;
 use crate::caps::Refusal;
 use crate::state::{Effect, Pending, Snapshot, Turn};
 
+pub(crate) mod approval;
 pub mod arbiter_handoff;
 pub(crate) mod budget;
 pub(crate) mod consensus;
@@ -191,6 +192,35 @@ impl Core {
         self.step.changed = true;
     }
 
+    /// Queues a webhook event about the entry logged last (its id is fixed
+    /// by that entry, so a restart that publishes it again adds nothing).
+    #[allow(dead_code)] // used by the notifications (next commit)
+    pub(crate) fn notify(&mut self, kind: arbiter_protocol::NotificationKind, summary: String) {
+        self.notify_with(kind, summary, None);
+    }
+
+    pub(crate) fn notify_with(
+        &mut self,
+        kind: arbiter_protocol::NotificationKind,
+        summary: String,
+        approval: Option<arbiter_protocol::WaitingApproval>,
+    ) {
+        if !self.config.notify {
+            return;
+        }
+        let seq = self.state.log_seq;
+        self.effect(Effect::Notify(arbiter_protocol::Notification {
+            v: VERSION,
+            id: arbiter_protocol::Notification::id_of(&self.id, seq, kind),
+            kind,
+            session_id: self.id.clone(),
+            seq,
+            summary,
+            approval,
+            at: self.now.wall,
+        }));
+    }
+
     pub(crate) fn effect(&mut self, effect: Effect) {
         self.step.effects.push(effect);
         self.step.changed = true;
@@ -268,6 +298,18 @@ impl Core {
             } => {
                 self.keep_ack(ack);
                 if !self.remember(&message.message_id) {
+                    return;
+                }
+                if let Some(reply) = message.approval {
+                    self.approval_reply(reply, &console);
+                    return;
+                }
+                if let Some(policy) = message.policy {
+                    self.log(LogBody::Human(HumanEntry {
+                        message_id: message.message_id,
+                        text: message.text,
+                    }));
+                    self.change_policy(policy, &console);
                     return;
                 }
                 if let Some(change) = message.budget {
@@ -357,6 +399,7 @@ impl Core {
         self.now = now;
         self.expire_held();
         self.expire_gather();
+        self.expire_approvals();
     }
 
     /// Errors found restoring the records (an unreadable step), shown

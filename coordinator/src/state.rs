@@ -206,6 +206,13 @@ pub(crate) struct Snapshot {
     /// `memory.rs`); none: it has no memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// Tool calls waiting for the human's word, the calls the human allowed
+    /// for the session, and the session's policy (see `approval.rs`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::rules::approval::Approvals::is_empty"
+    )]
+    pub approvals: crate::rules::approval::Approvals,
 }
 
 impl Snapshot {
@@ -250,6 +257,7 @@ impl Snapshot {
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::rules::budget::BudgetState::default(),
             workspace: None,
+            approvals: crate::rules::approval::Approvals::default(),
         }
     }
 }
@@ -264,6 +272,9 @@ pub(crate) enum Effect {
     Control(Control),
     /// A memory entry to keep: a put in the memory bucket.
     Memory(arbiter_protocol::MemoryEntry),
+    /// An event for the webhooks: stored in the notification stream, from
+    /// which each hook's delivery takes it (see `notify.rs`).
+    Notify(arbiter_protocol::Notification),
 }
 
 impl Effect {
@@ -300,6 +311,7 @@ impl Effect {
                     subjects::memory_msg_id(&m.session_id, &key),
                 )
             }
+            Effect::Notify(n) => (subjects::notification(&n.session_id), n.id.clone()),
         }
     }
 }
@@ -346,6 +358,9 @@ pub(crate) fn entry_subject(entry: &LogEntry) -> String {
             input_seq: Some(n),
             ..
         }) => subjects::session_input(&entry.session_id, orch_id, *n),
+        LogBody::ApprovalAnswered(answer) => {
+            subjects::session_input(&entry.session_id, &answer.orch_id, answer.input_seq)
+        }
         _ => subjects::session_log(&entry.session_id),
     }
 }
@@ -548,6 +563,7 @@ pub(crate) async fn publish(
             Effect::Input(i) => bus.publish_js(subject.clone(), &msg_id, trace, i).await,
             Effect::Control(c) => bus.publish_js(subject.clone(), &msg_id, trace, c).await,
             Effect::Memory(m) => bus.publish_js(subject.clone(), &msg_id, trace, m).await,
+            Effect::Notify(n) => bus.publish_js(subject.clone(), &msg_id, trace, n).await,
         }
     })
     .await
@@ -589,7 +605,9 @@ pub(crate) async fn replay(
                 .await
             }
             // A put of the same entry again changes nothing.
-            Effect::Control(_) | Effect::Memory(_) => false,
+            // An event stored again within the server's duplicate window is
+            // dropped; later, a hook may get it twice, under the same id.
+            Effect::Control(_) | Effect::Memory(_) | Effect::Notify(_) => false,
         };
         if !published && !publish(bus, writer, effect, trace, cancel).await {
             return false;

@@ -6,12 +6,14 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod approval;
 pub mod arbiter_handoff;
 pub mod budget;
 pub mod error;
 pub mod evidence;
 pub mod handoff;
 pub mod memory;
+pub mod notify;
 pub mod orchestrator;
 pub mod outputs;
 pub mod roles;
@@ -20,12 +22,17 @@ pub mod session;
 pub mod spend;
 pub mod subjects;
 
+pub use approval::{
+    Answerer, ApprovalAnsweredEntry, ApprovalAskedEntry, ApprovalDecision, ApprovalReply,
+    ApprovalRequest, Layers, Policy, WaitingApproval,
+};
 pub use arbiter_handoff::{ActiveLine, ArbiterPacket, GenerationLine};
 pub use budget::{Budget, BudgetChange, BudgetLimit, BudgetScope, Cap};
 pub use error::{ModelErrorKind, Role, WireError};
 pub use evidence::{CommandRun, Evidence, FileChanges, ToolCalls};
 pub use handoff::{Decision, DoneItem, Handoff, OpenItem, PriorHandoff};
 pub use memory::{MemoryEntry, MemoryKind};
+pub use notify::{Notification, NotificationKind};
 pub use orchestrator::{
     Control, ControlAction, OrchestratorEvent, OrchestratorFailed, OrchestratorInput,
     OrchestratorMessage, OrchestratorState, OrchestratorStatus, Summon,

@@ -53,6 +53,11 @@ pub struct Summon {
     /// queued work of `summon.<pool>`. Absent: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub emergency: bool,
+    /// The session's policy (set by the human), to be checked with the
+    /// worker's own: it may only tighten it, and a worker refuses a summons
+    /// whose policy would loosen its own. Absent: the worker's alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::Policy>,
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.
@@ -133,6 +138,9 @@ pub enum OrchestratorEvent {
     Output(OrchestratorOutput),
     /// The Orchestrator could not go on (model failure, schema budget spent…).
     Failed(OrchestratorFailed),
+    /// A tool call waits for the human's approval: the Orchestrator does
+    /// nothing else until its answer comes as an input.
+    ApprovalNeeded(crate::ApprovalRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -148,6 +156,8 @@ pub enum OrchestratorState {
     Working,
     /// Waiting for the Arbiter's answer.
     Waiting,
+    /// Waiting for the human to approve a tool call.
+    WaitingApproval,
     /// Released or failed; no longer running.
     Stopped,
 }

@@ -32,6 +32,15 @@ pub struct HumanMessage {
     /// the session's; absent: the session has no memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// The human's answer to a waiting approval (`/allow 3`, `/deny 3 use a
+    /// branch`) instead of words for the Arbiter. Only a console can send
+    /// it: the human subject is a console's alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::ApprovalReply>,
+    /// The session's policy from now on (`/policy mode ask`), for the
+    /// Orchestrators summoned after it: it may only tighten each worker's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::Policy>,
 }
 
 /// What a human can tell the session itself, rather than the Arbiter.
@@ -89,6 +98,10 @@ pub enum LogBody {
     /// only carries the step's record (its `step` field). Its `seq` is the
     /// last shown entry's, not a new one. Consoles skip it.
     Step(StepEntry),
+    /// A tool call waits for the human's approval (see docs/approvals.md).
+    ApprovalAsked(crate::ApprovalAskedEntry),
+    /// An approval was answered; stored as the Orchestrator's input.
+    ApprovalAnswered(crate::ApprovalAnsweredEntry),
 }
 
 /// The body of a [`LogBody::Step`] entry: empty, the record is beside it.
@@ -402,6 +415,10 @@ pub struct SessionStatus {
     /// at its cap.
     #[serde(default)]
     pub budget: crate::Budget,
+    /// Tool calls waiting for the human's approval, oldest first: the
+    /// session needs attention while any waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<crate::WaitingApproval>,
 }
 
 /// `session.<session_id>.delta`: the Arbiter's words as the model generates

@@ -198,6 +198,21 @@ pub fn orch_ctl_msg_id(orch_id: &str, action: &str) -> String {
 pub fn memory_msg_id(session_id: &str, key: &str) -> String {
     format!("{session_id}:memory:{key}")
 }
+/// JetStream stream of webhook events (limits retention, a week): every
+/// event a session decided, stored before any delivery, each hook's
+/// delivery reading it through a durable of its own.
+pub const NOTIFY_STREAM: &str = "ARBITER_NOTIFY";
+/// Where a session's webhook events are stored ([`NOTIFY_STREAM`]); the
+/// message id is the event's id.
+pub fn notification(session_id: &str) -> String {
+    format!("{PREFIX}.notify.{session_id}")
+}
+/// Every session's webhook events.
+pub const ALL_NOTIFICATIONS: &str = "arbiter.v1.notify.*";
+/// The durable of one webhook's delivery on [`NOTIFY_STREAM`].
+pub fn hook_consumer(hook: &str) -> String {
+    format!("hook-{hook}")
+}
 /// Every record of one Orchestrator in [`ORCH_STATE_STREAM`] (its `.state`
 /// and its `.out`): what a worker replays and fences its writes on.
 pub fn orch_records(orch_id: &str) -> String {

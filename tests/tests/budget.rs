@@ -46,6 +46,8 @@ async fn send_budget(sys: &System, session: &str, text: &str, change: BudgetChan
         command: None,
         budget: Some(change),
         workspace: None,
+        approval: None,
+        policy: None,
     };
     sys.bus
         .publish_js(

@@ -185,6 +185,8 @@ async fn send(console: &Bus, session: &str, text: &str) -> String {
         command: None,
         budget: None,
         workspace: None,
+        approval: None,
+        policy: None,
     };
     // Rides out an election by itself (arbiter_bus::RIDE_OUT): the human
     // never sees "not sent" for the loss of one node.

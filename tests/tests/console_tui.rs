@@ -433,6 +433,7 @@ fn thinking_status(session: &str, age: chrono::Duration) -> SessionStatus {
         spend: Default::default(),
         archived_at: None,
         budget: Default::default(),
+        approvals: Vec::new(),
     }
 }
 

@@ -248,6 +248,8 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             command: None,
             budget: None,
             workspace: None,
+            approval: None,
+            policy: None,
         };
         // Sent again (same id) until the server has it; the id drops repeats.
         let give_up = Instant::now() + ROUND_TIMEOUT;

@@ -290,8 +290,12 @@ impl Core {
                     self.state.notes.push((number, output.message));
                 }
             }
+            OrchestratorEvent::ApprovalNeeded(request) => {
+                self.approval_asked(message.orch_id.clone(), (number, member), request);
+            }
             OrchestratorEvent::Failed(failed) => {
                 self.state.team.retain(|a| a.orch_id != message.orch_id);
+                self.withdraw_approvals(&message.orch_id);
                 let error = match failed.error {
                     already @ WireError::OrchestratorFailed { .. } => already,
                     cause => WireError::OrchestratorFailed {

@@ -366,6 +366,7 @@ impl Core {
             handoff,
             budget: None,
             emergency,
+            policy: self.state.approvals.policy.clone(),
         });
         orch_id
     }
@@ -374,6 +375,7 @@ impl Core {
     pub(crate) fn release(&mut self, members: Vec<Active>) {
         for active in members {
             self.state.team.retain(|a| a.orch_id != active.orch_id);
+            self.withdraw_approvals(&active.orch_id);
             self.effect(Effect::Control(Control {
                 v: VERSION,
                 orch_id: active.orch_id.clone(),

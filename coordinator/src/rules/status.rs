@@ -6,8 +6,9 @@ use arbiter_protocol::{ActiveOrchestrator, SessionState, SessionStatus, VERSION,
 use crate::rules::{Core, Now};
 
 /// What a reader of the bucket acts on: which Orchestrator is active, how
-/// many were summoned, the caps. The bucket gets a change of it at once.
-pub(crate) type Shape = (Option<String>, u32, String);
+/// many were summoned, the caps, the approvals waiting. The bucket gets a
+/// change of it at once.
+pub(crate) type Shape = (Option<String>, u32, String, Vec<u32>);
 
 impl Core {
     /// The status at `now`; `thinking`: an Arbiter call (a turn or a
@@ -44,6 +45,13 @@ impl Core {
             spend: self.state.spend.clone(),
             archived_at: None,
             budget: self.budget(),
+            approvals: self
+                .state
+                .approvals
+                .waiting
+                .iter()
+                .map(|w| w.status())
+                .collect(),
         }
     }
 
@@ -62,5 +70,6 @@ pub(crate) fn shape(status: &SessionStatus) -> Shape {
         status.active.as_ref().map(|a| a.orch_id.clone()),
         status.summoned,
         serde_json::to_string(&status.budget).unwrap_or_default(),
+        status.approvals.iter().map(|a| a.approval).collect(),
     )
 }

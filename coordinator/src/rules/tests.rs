@@ -57,6 +57,8 @@ pub(crate) fn human_message(id: &str, text: &str) -> HumanMessage {
         command: None,
         budget: None,
         workspace: None,
+        approval: None,
+        policy: None,
     }
 }
 
@@ -197,6 +199,14 @@ fn line(effect: &Effect) -> String {
             ),
             LogBody::Consensus(e) => format!("Consensus: {}", e.summary()),
             LogBody::Step(_) => "Step".into(),
+            LogBody::ApprovalAsked(e) => format!("Approval {} asked: {}", e.approval, e.line()),
+            LogBody::ApprovalAnswered(e) => format!(
+                "Approval {} (input {} to {}): {}",
+                e.approval,
+                e.input_seq,
+                e.orch_id,
+                e.line()
+            ),
         },
         Effect::Summon(s) => format!("summons {} to {}", member_name(s.number, s.member), s.pool),
         Effect::Input(i) => format!("input to {}: {}", i.orch_id, i.message),
@@ -209,6 +219,7 @@ fn line(effect: &Effect) -> String {
             c.orch_id
         ),
         Effect::Memory(m) => format!("memory: {}", m.text),
+        Effect::Notify(n) => format!("notify {}: {}", n.kind.as_str(), n.summary),
     }
 }
 

@@ -106,6 +106,8 @@ pub fn brief(body: &LogBody) -> (String, String) {
                 .join(","),
         ),
         LogBody::System(e) => ("System".into(), e.text.clone()),
+        LogBody::ApprovalAsked(e) => (format!("Approval {} asked", e.approval), e.line()),
+        LogBody::ApprovalAnswered(e) => (format!("Approval {} answered", e.approval), e.line()),
         LogBody::Error(e) => ("Error".into(), e.error.to_string()),
         LogBody::ArbiterHandoff(e) => (
             format!("Arbiter, generation {}", e.generation),

@@ -486,6 +486,8 @@ impl System {
             command,
             budget: None,
             workspace: workspace.map(str::to_owned),
+            approval: None,
+            policy: None,
         };
         self.console
             .as_ref()

@@ -76,6 +76,7 @@ pub async fn publish_summons(
         handoff: None,
         budget: None,
         emergency: false,
+        policy: None,
     };
     bus.publish_js(
         subjects::summon(pool),

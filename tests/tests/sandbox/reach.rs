@@ -251,6 +251,8 @@ async fn under_scripts_up_bash_reads_no_secret_of_the_deployment() {
         command: None,
         budget: None,
         workspace: None,
+        approval: None,
+        policy: None,
     };
     console
         .publish_js(

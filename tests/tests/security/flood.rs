@@ -254,6 +254,8 @@ async fn flood(mallory: &Bus, filler: &str, until: Instant) -> Sent {
                 command: None,
                 budget: None,
                 workspace: None,
+                approval: None,
+                policy: None,
             };
             mallory
                 .publish_js(

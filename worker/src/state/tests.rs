@@ -34,6 +34,7 @@ fn summon(orch_id: &str) -> Summon {
         handoff: None,
         budget: None,
         emergency: false,
+        policy: None,
     }
 }
 
