@@ -17,11 +17,20 @@ fn policy(text: &str) -> Policy {
     Policy::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
+/// A row: the floor, the layers on it, a call, the action, what decided it.
+type Row = (
+    &'static str,
+    Vec<&'static str>,
+    (&'static str, Value),
+    Action,
+    &'static str,
+);
+
 #[test]
 fn decisions_by_rule_mode_and_layer() {
     use Action::{Allow, Ask, Deny};
     // (floor, tighter layers, call, action, what decided it)
-    let rows: Vec<(&str, Vec<&str>, (&str, Value), Action, &str)> = vec![
+    let rows: Vec<Row> = vec![
         // No policy: today's behaviour, every call runs.
         ("", vec![], bash("git push origin main"), Allow, "mode auto"),
         // A command prefix.
