@@ -283,6 +283,7 @@ pub(crate) fn next_asked(core: &mut Core, now: Now) -> String {
     core.transcript.last().expect("a user turn").text.clone()
 }
 
+mod approval;
 mod budget;
 mod consensus;
 mod guard;
