@@ -189,7 +189,10 @@ fn allowed_for_the_session_answers_the_same_call_now_and_later_but_not_another()
     core.on_input(asks(&id, 4, "toolu_4", "git push --force"), at(4));
     let lines = shown(&core.take_step());
     assert_eq!(lines.len(), 3, "{lines:?}");
-    assert!(lines[1].contains("allowed once by the session's"), "{lines:?}");
+    assert!(
+        lines[1].contains("allowed once by the session's"),
+        "{lines:?}"
+    );
     assert!(lines[2].starts_with("Approval 4 asked"), "{lines:?}");
     assert_eq!(core.state.approvals.waiting.len(), 1);
 }
