@@ -238,7 +238,10 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
             &signing,
             role,
             name,
-            &pools,
+            Scope {
+                pools: &pools,
+                sessions: &[],
+            },
             options.days,
         )?;
     }
@@ -247,14 +250,23 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
     Ok(registry)
 }
 
+/// What one credential may reach beyond its role: a worker's pools, a
+/// console's sessions (none: every session).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scope<'a> {
+    pub pools: &'a [String],
+    pub sessions: &'a [String],
+}
+
 /// Issues one more credential bundle (`creds/<name>/`).
 pub fn issue(
     dir: &Path,
     role: NatsRole,
     name: &str,
-    pools: &[String],
+    scope: Scope<'_>,
     days: i64,
 ) -> Result<UserRecord> {
+    let Scope { pools, sessions } = scope;
     let layout = Layout::new(dir);
     let mut registry = Registry::load(&layout.registry())?;
     if let Some(existing) = registry
@@ -284,7 +296,10 @@ pub fn issue(
         &signing,
         role,
         name,
-        &pools,
+        Scope {
+            pools: &pools,
+            sessions,
+        },
         days,
     )?;
     registry.save(&layout.registry())?;
@@ -299,18 +314,31 @@ fn issue_into(
     signing: &KeyPair,
     role: NatsRole,
     name: &str,
-    pools: &[String],
+    Scope { pools, sessions }: Scope<'_>,
     days: i64,
 ) -> Result<UserRecord> {
     check_token("credential name", name)?;
     for pool in pools {
         check_token("pool", pool)?;
     }
+    for session in sessions {
+        check_token("session", session)?;
+    }
     if role != NatsRole::Worker && !pools.is_empty() {
         return Err(Error::Usage("--pool is for worker credentials only".into()));
     }
+    if role != NatsRole::Console && !sessions.is_empty() {
+        return Err(Error::Usage(
+            "--session is for console credentials only".into(),
+        ));
+    }
     let user = KeyPair::new_user();
-    let permissions = roles::permissions(Identity { role, name, pools });
+    let permissions = roles::permissions(Identity {
+        role,
+        name,
+        pools,
+        sessions,
+    });
     let iat = now();
     let token = jwt::user(
         signing,
@@ -346,6 +374,7 @@ fn issue_into(
         name: name.to_owned(),
         role,
         pools: pools.to_vec(),
+        sessions: sessions.to_vec(),
         public_key: user.public_key(),
         issued_at: iat,
         revoked_at: None,

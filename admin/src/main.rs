@@ -74,6 +74,10 @@ enum Command {
         /// A pool the worker serves; repeatable (default: default).
         #[arg(long = "pool")]
         pools: Vec<String>,
+        /// A session the console may speak in (its lines, `/stop`, approval
+        /// answers); repeatable (default: every session).
+        #[arg(long = "session")]
+        sessions: Vec<String>,
         #[arg(long, default_value_t = 730)]
         days: i64,
     },
@@ -242,20 +246,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             role,
             name,
             pools,
+            sessions,
             days,
         } => {
             let role = NatsRole::parse(&role).with_context(|| {
                 format!("unknown role {role:?}: admin, coordinator, worker or console")
             })?;
-            let record = arbiter_admin::issue(&cli.dir, role, &name, &pools, days)?;
+            let scope = arbiter_admin::Scope {
+                pools: &pools,
+                sessions: &sessions,
+            };
+            let record = arbiter_admin::issue(&cli.dir, role, &name, scope, days)?;
             println!(
-                "issued {} credential {:?}{}: {}/creds/{}/",
+                "issued {} credential {:?}{}{}: {}/creds/{}/",
                 record.role,
                 record.name,
                 if record.pools.is_empty() {
                     String::new()
                 } else {
                     format!(" (pools {})", record.pools.join(", "))
+                },
+                if record.sessions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (sessions {})", record.sessions.join(", "))
                 },
                 cli.dir.display(),
                 record.name

@@ -98,6 +98,9 @@ pub struct UserRecord {
     pub role: NatsRole,
     #[serde(default)]
     pub pools: Vec<String>,
+    /// A console's sessions, the only ones it may speak in; none: every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<String>,
     pub public_key: String,
     pub issued_at: i64,
     #[serde(default)]

@@ -121,6 +121,9 @@ pub struct Identity<'a> {
     pub role: NatsRole,
     pub name: &'a str,
     pub pools: &'a [String],
+    /// A console's sessions: the only ones it may speak in (human lines,
+    /// approval answers, `/stop`…); none: every session.
+    pub sessions: &'a [String],
 }
 
 const API: &str = "$JS.API";
@@ -465,8 +468,15 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                 own_inbox,
                 Grant::new("check that the streams it uses exist")
                     .publish(stream_info([sessions, kv.as_str()])),
-                Grant::new("send the human's lines, under its own name")
-                    .publish([subjects::session_human_from("*", who.name)]),
+                Grant::new("send the human's lines (approval answers and commands among them), under its own name; a credential issued for some sessions (`--session`) only in those")
+                    .publish(if who.sessions.is_empty() {
+                        vec![subjects::session_human_from("*", who.name)]
+                    } else {
+                        who.sessions
+                            .iter()
+                            .map(|s| subjects::session_human_from(s, who.name))
+                            .collect()
+                    }),
                 Grant::new("replay and follow a session's log (its entries on `session.<id>.log` and its inputs on `session.<id>.in.>`) by batched direct gets, woken by core subscriptions on those subjects")
                     .publish([api(&format!("DIRECT.GET.{sessions}"))])
                     .subscribe([
@@ -540,6 +550,7 @@ pub fn render_table() -> String {
                 role.as_str()
             },
             pools: &pools,
+            sessions: &[],
         };
         for grant in grants(who) {
             let code = |list: &[String]| {
@@ -580,7 +591,34 @@ mod tests {
             role,
             name: "n1",
             pools: &["default".to_owned()],
+            sessions: &[],
         })
+    }
+
+    #[test]
+    fn a_console_issued_for_some_sessions_speaks_in_those_only() {
+        let sessions = ["s-1".to_owned(), "s-2".to_owned()];
+        let scoped = permissions(Identity {
+            role: NatsRole::Console,
+            name: "alice",
+            pools: &[],
+            sessions: &sessions,
+        });
+        let human = |s: &str| subjects::session_human_from(s, "alice");
+        assert!(allows(&scoped.publish_allow, &human("s-1")));
+        assert!(allows(&scoped.publish_allow, &human("s-2")));
+        assert!(!allows(&scoped.publish_allow, &human("s-3")));
+        assert!(!allows(
+            &scoped.publish_allow,
+            &subjects::session_human_from("s-1", "bob")
+        ));
+        let every = permissions(Identity {
+            role: NatsRole::Console,
+            name: "alice",
+            pools: &[],
+            sessions: &[],
+        });
+        assert!(allows(&every.publish_allow, &human("s-3")));
     }
 
     fn allows(list: &[String], subject: &str) -> bool {

@@ -96,7 +96,23 @@ impl SecureNats {
     /// Issues one more credential, as `arbiter-admin issue` does.
     pub fn issue(&self, role: NatsRole, name: &str, pools: &[&str]) {
         let pools: Vec<String> = pools.iter().map(|p| (*p).to_owned()).collect();
-        arbiter_admin::issue(self.admin.path(), role, name, &pools, 30)
+        let scope = arbiter_admin::Scope {
+            pools: &pools,
+            sessions: &[],
+        };
+        arbiter_admin::issue(self.admin.path(), role, name, scope, 30)
+            .unwrap_or_else(|e| panic!("arbiter-admin issue failed: {e}"));
+    }
+
+    /// Issues a console credential that may speak in `sessions` only
+    /// (`arbiter-admin issue console NAME --session ID`).
+    pub fn issue_console_for(&self, name: &str, sessions: &[&str]) {
+        let sessions: Vec<String> = sessions.iter().map(|s| (*s).to_owned()).collect();
+        let scope = arbiter_admin::Scope {
+            pools: &[],
+            sessions: &sessions,
+        };
+        arbiter_admin::issue(self.admin.path(), NatsRole::Console, name, scope, 30)
             .unwrap_or_else(|e| panic!("arbiter-admin issue failed: {e}"));
     }
 

@@ -67,7 +67,14 @@ async fn a_console_flooding_for_20_s_fills_no_stream_and_others_are_answered() {
     })
     .await;
     let admin = sys.admin.as_ref().expect("a secure system");
-    arbiter_admin::issue(admin.path(), NatsRole::Console, "mallory", &[], 30).unwrap();
+    arbiter_admin::issue(
+        admin.path(),
+        NatsRole::Console,
+        "mallory",
+        arbiter_admin::Scope::default(),
+        30,
+    )
+    .unwrap();
     // The console limits as shipped: 30 messages a minute in bursts of 10,
     // 16 sessions at work. Streams of 64 MiB, which the flood's lines would
     // fill several times over were they stored where sessions keep theirs.

@@ -59,7 +59,10 @@ async fn a_remote_worker_joins_over_tls_works_and_is_shut_out_when_revoked() {
         &admin,
         NatsRole::Worker,
         "w-remote",
-        &["default".into()],
+        arbiter_admin::Scope {
+            pools: &["default".into()],
+            sessions: &[],
+        },
         30,
     )
     .unwrap();
