@@ -308,6 +308,7 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
             let orch_state = subjects::ORCH_STATE_STREAM;
             let kv = kv_stream(subjects::SESSIONS_BUCKET);
             let leases = kv_stream(subjects::COORDINATOR_LEASES_BUCKET);
+            let notify = subjects::NOTIFY_STREAM;
             let streams = all_streams();
             vec![
                 own_inbox,
@@ -395,6 +396,15 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                 Grant::new("pass a message of a session another coordinator owns to it, and take those passed to it (core request; it answers on the asker's inbox)")
                     .publish([subjects::ALL_COORDINATOR_FORWARD])
                     .subscribe([subjects::ALL_COORDINATOR_FORWARD]),
+                Grant::new("webhooks (only when hooks are configured): declare the notification stream, store each session's events on it, deliver them through each hook's durable `hook-<name>`")
+                    .publish([
+                        api(&format!("STREAM.INFO.{notify}")),
+                        api(&format!("STREAM.CREATE.{notify}")),
+                        api(&format!("STREAM.UPDATE.{notify}")),
+                        subjects::ALL_NOTIFICATIONS.to_owned(),
+                    ])
+                    .publish(["CREATE", "INFO", "MSG.NEXT"].map(|op| api(&format!("CONSUMER.{op}.{notify}.*"))))
+                    .publish([format!("$JS.ACK.{notify}.*.>")]),
             ]
         }
         NatsRole::Worker => {
