@@ -10,6 +10,8 @@ use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent, MouseEventKind,
 };
 
+use crate::approval::Approvals;
+use crate::command::Typed;
 use crate::conversation::{Conversation, Kind};
 use crate::input::Input;
 use crate::vitals::Vitals;
@@ -61,6 +63,8 @@ pub enum Action {
     Quit,
     /// Clear and redraw the whole screen (Ctrl-L).
     Redraw,
+    /// Ring the terminal's bell: a tool call waits for the human's word.
+    Bell,
 }
 
 /// Where the conversation view is.
@@ -122,6 +126,8 @@ pub struct App {
     /// The server, credentials hidden, for the banner.
     pub nats_url: String,
     pub conversation: Conversation,
+    /// The tool calls waiting for the human's word, for the prompt.
+    pub approvals: Approvals,
     pub vitals: Vitals,
     pub input: Input,
     pub scroll: Scroll,
@@ -137,6 +143,7 @@ impl App {
             session_id: session_id.to_owned(),
             nats_url: arbiter_bus::redact_url(nats_url),
             conversation: Conversation::default(),
+            approvals: Approvals::default(),
             vitals: Vitals::new(session_id),
             input: Input::default(),
             scroll: Scroll::default(),
@@ -148,6 +155,9 @@ impl App {
 
     /// Takes a session status, published or (`age` old) read from the bucket.
     fn take_session(&mut self, status: SessionStatus, age: Option<Duration>, now: Instant) {
+        if status.session_id == self.session_id {
+            self.approvals.status(&status);
+        }
         let (idle, last_seq, at) = (
             status.state == SessionState::Idle && status.queued == 0,
             status.last_seq,
@@ -167,6 +177,7 @@ impl App {
         match event {
             FeedEvent::Log(entry) => {
                 self.vitals.log(&entry);
+                self.approvals.log(&entry);
                 if let Some(text) = self.conversation.log(&entry) {
                     self.input.remember(&text);
                 }
@@ -202,6 +213,7 @@ impl App {
                 error,
             } => {
                 self.conversation.not_sent(&message_id);
+                self.approvals.not_sent(&message_id);
                 self.conversation
                     .notice(Kind::Error, &format!("message not sent: {error}"));
                 if self.input.is_empty() {
@@ -210,6 +222,13 @@ impl App {
             }
             FeedEvent::Trouble(text) => self.conversation.notice(Kind::Error, &text),
         }
+    }
+
+    /// What the caller must do once a batch of feed events is in: ring the
+    /// bell when an approval waits that it has not rung for (an approval
+    /// asked and answered within the batch, as a replay brings them, does not).
+    pub fn after_feed(&mut self) -> Option<Action> {
+        self.approvals.bell().then_some(Action::Bell)
     }
 
     /// Takes in a terminal event; the returned action is for the caller.
@@ -247,6 +266,14 @@ impl App {
             KeyCode::Char('u') if ctrl => self.input.kill_to_start(),
             KeyCode::Char('k') if ctrl => self.input.kill_to_end(),
             KeyCode::Char('w') if ctrl => self.input.delete_word(),
+            KeyCode::Char(c)
+                if !ctrl && !alt && self.input.is_empty() && answer_key(c).is_some() =>
+            {
+                if let Some(action) = self.answer(c) {
+                    return Some(action);
+                }
+                self.input.insert_char(c);
+            }
             KeyCode::Char(c) if !ctrl => self.input.insert_char(c),
             KeyCode::Backspace => self.input.backspace(),
             KeyCode::Delete => self.input.delete(),
@@ -273,24 +300,49 @@ impl App {
         }
     }
 
+    /// `y`, `a` or `n` on an empty input while an approval waits for this
+    /// console: the answer to the oldest, as `/allow 3`, `/always 3` or
+    /// `/deny 3` typed would be. `None`: nothing waits, the key is a letter.
+    fn answer(&mut self, key: char) -> Option<Action> {
+        let (asked, _) = self.approvals.next()?;
+        let text = format!("{} {}", answer_key(key)?, asked.approval);
+        self.send(text)
+    }
+
     fn submit(&mut self) -> Option<Action> {
         let text = self.input.submit()?;
-        match crate::budget::typed(&text) {
-            crate::budget::Typed::Wrong(why) => {
+        self.send(text)
+    }
+
+    /// The action a typed line calls for: a message to send, or (a command
+    /// shown here, or one that cannot be read) none.
+    fn send(&mut self, text: String) -> Option<Action> {
+        let typed = crate::command::typed(&text);
+        match &typed {
+            Typed::Wrong(why) => {
                 // Not sent: the line comes back to be put right.
-                self.conversation.notice(Kind::Error, &why);
+                self.conversation.notice(Kind::Error, why);
                 self.input.set_text(&text);
                 return None;
             }
-            crate::budget::Typed::Show => {
+            Typed::Show => {
                 let summary = crate::budget::summary(self.vitals.session_status());
                 self.conversation.notice(Kind::Event, &summary);
                 return None;
             }
-            crate::budget::Typed::Words | crate::budget::Typed::Change(_) => {}
+            Typed::Words
+            | Typed::Stop
+            | Typed::Change(_)
+            | Typed::Approval(_)
+            | Typed::Policy(_) => {}
         }
         let message_id = uuid::Uuid::now_v7().to_string();
-        self.conversation.sending(&message_id, &text);
+        match typed {
+            // An answer is logged as the approval's answered entry, not as
+            // the human's words: the prompt moves on until the log has it.
+            Typed::Approval(reply) => self.approvals.sent(&message_id, reply.approval),
+            _ => self.conversation.sending(&message_id, &text),
+        }
         // What one sends, one wants to see answered.
         self.scroll.top = None;
         Some(Action::Send { message_id, text })
@@ -314,6 +366,16 @@ impl App {
             Connection::Up => None,
             Connection::Down { since } => Some(now.saturating_duration_since(since)),
         }
+    }
+}
+
+/// The command a prompt key answers with.
+fn answer_key(key: char) -> Option<&'static str> {
+    match key.to_ascii_lowercase() {
+        'y' => Some("/allow"),
+        'a' => Some("/always"),
+        'n' => Some("/deny"),
+        _ => None,
     }
 }
 

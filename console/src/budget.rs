@@ -1,58 +1,9 @@
 //! `/budget` in a console: a line that changes one of the session's caps
-//! goes to the coordinator as a [`HumanMessage`] with `budget` set; `/budget`
-//! alone shows the caps and what is left, from the session's status; a line
-//! that cannot be read is refused here, with what to write, and never sent.
+//! goes to the coordinator as a `HumanMessage` with `budget` set (see
+//! [`crate::command`]); `/budget` alone shows the caps and what is left,
+//! from the session's status, as this file words them.
 
-use arbiter_protocol::budget::{BudgetCommand, parse_command};
-use arbiter_protocol::{BudgetChange, HumanMessage, SessionStatus, VERSION};
-use chrono::Utc;
-
-/// What a typed line is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Typed {
-    /// Words for the Arbiter (or `/stop`): sent as they are.
-    Words,
-    /// A cap to change: sent with `budget` set.
-    Change(BudgetChange),
-    /// `/budget` alone: shown here, nothing sent.
-    Show,
-    /// A `/budget` line that cannot be read: why, nothing sent.
-    Wrong(String),
-}
-
-pub(crate) fn typed(text: &str) -> Typed {
-    match parse_command(text) {
-        None => Typed::Words,
-        Some(Ok(BudgetCommand::Show)) => Typed::Show,
-        Some(Ok(BudgetCommand::Set(change))) => Typed::Change(change),
-        Some(Err(why)) => Typed::Wrong(format!("/budget: {why}")),
-    }
-}
-
-/// The message a typed line is sent as, naming the console's workspace.
-pub(crate) fn message(
-    session_id: &str,
-    message_id: &str,
-    text: String,
-    workspace: Option<&str>,
-) -> HumanMessage {
-    let budget = match typed(&text) {
-        Typed::Change(change) => Some(change),
-        _ => None,
-    };
-    HumanMessage {
-        v: VERSION,
-        session_id: session_id.to_owned(),
-        message_id: message_id.to_owned(),
-        command: crate::command_of(&text),
-        text,
-        sent_at: Utc::now(),
-        budget,
-        workspace: workspace.map(str::to_owned),
-        approval: None,
-        policy: None,
-    }
-}
+use arbiter_protocol::SessionStatus;
 
 /// The caps and what is left, in one line, for `/budget`.
 pub fn summary(status: Option<&SessionStatus>) -> String {
@@ -106,34 +57,7 @@ pub fn status_words(status: &SessionStatus) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arbiter_protocol::{BudgetLimit, BudgetScope, Cap};
-
-    #[test]
-    fn lines_are_words_changes_or_refused() {
-        assert_eq!(typed("hello"), Typed::Words);
-        assert_eq!(typed("/stop"), Typed::Words);
-        assert_eq!(typed("/budget"), Typed::Show);
-        assert_eq!(
-            typed("/budget session $5"),
-            Typed::Change(BudgetChange {
-                scope: BudgetScope::Session,
-                limit: BudgetLimit::CostNanos(5_000_000_000)
-            })
-        );
-        let Typed::Wrong(why) = typed("/budget session lots") else {
-            panic!("accepted");
-        };
-        assert!(
-            why.starts_with("/budget: \"lots\" is not an amount"),
-            "{why}"
-        );
-        let message = message("s", "m", "/budget orchestrator 2M tokens".into(), None);
-        assert_eq!(
-            message.budget.map(|b| b.limit),
-            Some(BudgetLimit::Tokens(2_000_000))
-        );
-        assert_eq!(message.command, None);
-    }
+    use arbiter_protocol::Cap;
 
     #[test]
     fn the_summary_says_what_is_left() {

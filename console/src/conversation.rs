@@ -26,6 +26,9 @@ pub enum Kind {
     Musing,
     /// `· Orchestrator I summoned.` and other events (dimmed).
     Event,
+    /// `? Approval 3: Orchestrator I asks to run bash: …`, a call that
+    /// waits for the human's word.
+    Approval,
     /// `· Evidence: …` under a report: what its worker saw (dimmed).
     Evidence,
     /// `! Check: …` under a report that claims work with nothing to show.
@@ -165,10 +168,9 @@ impl Conversation {
                 escape(&crate::render::consensus(e)),
             )),
             LogBody::System(e) => self.entries.push(Entry::new(Kind::Event, escape(&e.text))),
-            LogBody::ApprovalAsked(e) => self.entries.push(Entry::new(
-                Kind::Event,
-                escape(&format!("Approval {}: {}", e.approval, e.line())),
-            )),
+            LogBody::ApprovalAsked(e) => self
+                .entries
+                .push(Entry::new(Kind::Approval, crate::approval::asked_screen(e))),
             LogBody::ApprovalAnswered(e) => self.entries.push(Entry::new(
                 Kind::Event,
                 escape(&format!("Approval {}: {}", e.approval, e.line())),

@@ -99,7 +99,7 @@ impl Feed {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
         let identity = self.identity.clone();
-        let message = crate::budget::message(
+        let message = crate::command::message(
             &self.session_id,
             &message_id,
             text,

@@ -12,7 +12,10 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod app;
+pub mod approval;
+pub mod approvals;
 pub mod budget;
+mod command;
 pub mod conversation;
 mod error;
 mod feed;
@@ -222,13 +225,6 @@ fn session_id(given: Option<&str>) -> Result<String> {
         Some(id) => Err(ConsoleError::InvalidSessionId { id: id.to_owned() }),
         None => Ok(uuid::Uuid::now_v7().to_string()),
     }
-}
-
-/// The command a typed line is, if it is one: `/stop` stops the session's
-/// work (the Arbiter's turn and the active Orchestrator) until the human
-/// writes again. Any other line is words for the Arbiter.
-pub(crate) fn command_of(text: &str) -> Option<arbiter_protocol::HumanCommand> {
-    (text.trim() == "/stop").then_some(arbiter_protocol::HumanCommand::Stop)
 }
 
 /// Writes one line and flushes, so a reader on the other end sees it at once.

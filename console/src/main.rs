@@ -1,5 +1,6 @@
 //! `arbiter-console`: talk to an Arbiter session from a terminal, full-screen
 //! or one line at a time; `arbiter-console sessions` lists the sessions,
+//! `arbiter-console approvals` the tool calls waiting for the human's word,
 //! `arbiter-console memory` shows and removes what a workspace remembers.
 
 use std::io::IsTerminal;
@@ -55,6 +56,16 @@ enum Command {
     /// List the sessions with their state and last activity, newest first.
     Sessions {
         /// One JSON session status per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The tool calls waiting for the human's word, across every session:
+    /// the session, the approval's number (what /allow, /always and /deny
+    /// name), the Orchestrator, the tool and what it would run, how long it
+    /// has waited and how long is left before it is denied.
+    Approvals {
+        /// One JSON object per approval (`session_id` and the status's
+        /// waiting approval) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -180,6 +191,11 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let result = match cli.command {
         Some(Command::Sessions { json }) => runtime.block_on(arbiter_console::sessions::print(
+            &cli.nats.options(),
+            json || cli.json,
+            tokio::io::stdout(),
+        )),
+        Some(Command::Approvals { json }) => runtime.block_on(arbiter_console::approvals::print(
             &cli.nats.options(),
             json || cli.json,
             tokio::io::stdout(),

@@ -90,10 +90,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         LogBody::Consensus(e) => return Some(inert::block("· ", &consensus(e))),
         LogBody::Step(_) => return None,
         LogBody::System(e) => ("· System: ".to_owned(), e.text.as_str()),
-        LogBody::ApprovalAsked(e) => {
-            let label = format!("? Approval {}: ", e.approval);
-            return Some(inert::block(&label, &e.line()));
-        }
+        LogBody::ApprovalAsked(e) => return Some(crate::approval::asked_plain(e)),
         LogBody::ApprovalAnswered(e) => {
             let label = format!("· Approval {}: ", e.approval);
             return Some(inert::block(&label, &e.line()));

@@ -2,6 +2,7 @@
 //! the [`App`], the screen is redrawn, until the human quits.
 
 use std::future::Future;
+use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use crossterm::event::EventStream;
@@ -54,8 +55,7 @@ async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = 
             event = events.next() => match event {
                 Some(Ok(event)) => match app.event(&event) {
                     Some(Action::Quit) => break,
-                    Some(Action::Send { message_id, text }) => feed.send(message_id, text),
-                    Some(Action::Redraw) => tui.terminal.clear()?,
+                    Some(action) => run_action(&mut tui, &feed, action)?,
                     None => {}
                 },
                 Some(Err(e)) => return Err(e.into()),
@@ -71,10 +71,30 @@ async fn run_app(config: &Config, app: &mut App, shutdown: impl Future<Output = 
                         Err(_) => break,
                     }
                 }
+                if let Some(action) = app.after_feed() {
+                    run_action(&mut tui, &feed, action)?;
+                }
             }
             _ = tick.tick() => {}
         }
     }
     drop(tui);
+    Ok(())
+}
+
+/// Does what the app asked for (quitting is the loop's).
+fn run_action(tui: &mut Tui, feed: &Feed, action: Action) -> Result<()> {
+    match action {
+        Action::Send { message_id, text } => feed.send(message_id, text),
+        Action::Redraw => tui.terminal.clear()?,
+        Action::Bell => {
+            // BEL through the backend, between two frames: the terminal
+            // rings (or flashes) and shows nothing.
+            let backend = tui.terminal.backend_mut();
+            backend.write_all(b"\x07")?;
+            backend.flush()?;
+        }
+        Action::Quit => {}
+    }
     Ok(())
 }

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 use tokio::time::Instant;
 
+use crate::command::Typed;
 use crate::inert;
 use crate::render::render;
 use crate::settle::Progress;
@@ -452,25 +453,35 @@ where
     /// Publishes one line typed by the human. A failed publish is reported and
     /// the console goes on: the human may type it again.
     async fn send(&mut self, text: String) -> Result<()> {
-        match crate::budget::typed(&text) {
-            crate::budget::Typed::Wrong(why) => {
+        let typed = crate::command::typed(&text);
+        match &typed {
+            Typed::Wrong(why) => {
                 // Refused here: nothing is sent, the human may type it again.
-                return write_line(self.notices, &inert::block("! ", &why)).await;
+                return write_line(self.notices, &inert::block("! ", why)).await;
             }
-            crate::budget::Typed::Show => {
+            Typed::Show => {
                 let summary = crate::budget::summary(self.status.as_ref());
                 return write_line(self.notices, &inert::block("", &summary)).await;
             }
-            crate::budget::Typed::Words | crate::budget::Typed::Change(_) => {}
+            Typed::Words
+            | Typed::Stop
+            | Typed::Change(_)
+            | Typed::Approval(_)
+            | Typed::Policy(_) => {}
         }
         let message_id = uuid::Uuid::now_v7().to_string();
-        let message = crate::budget::message(
+        let message = crate::command::message(
             self.session_id,
             &message_id,
             text,
             self.config.workspace.as_deref(),
         );
-        self.progress.sending(&message_id);
+        // An answer to an approval is logged as its answered entry, not as
+        // the human's words: there is no entry of this message to wait for.
+        let awaited = !matches!(typed, Typed::Approval(_));
+        if awaited {
+            self.progress.sending(&message_id);
+        }
         let span = crate::line_span(self.session_id, &message_id);
         let sent = self
             .bus

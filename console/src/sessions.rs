@@ -86,8 +86,30 @@ pub async fn print<W: AsyncWrite + Unpin>(
         for line in table(&statuses, Utc::now()) {
             write_line(&mut out, &line).await?;
         }
+        let waiting = statuses.iter().filter(|s| attention(s).is_some()).count();
+        if waiting > 0 {
+            let hint = match waiting {
+                1 => "1 session needs you".to_owned(),
+                n => format!("{n} sessions need you"),
+            };
+            write_line(
+                &mut tokio::io::stderr(),
+                &format!("{hint}: arbiter-console approvals"),
+            )
+            .await?;
+        }
     }
     Ok(())
+}
+
+/// Why a session needs the human, if it does: `2 approvals waiting`. The
+/// table marks its state with it (`! working, 2 approvals waiting`).
+pub fn attention(status: &SessionStatus) -> Option<String> {
+    match status.approvals.len() {
+        0 => None,
+        1 => Some("1 approval waiting".to_owned()),
+        n => Some(format!("{n} approvals waiting")),
+    }
 }
 
 /// The table `sessions` prints: a header, then one row per session.
@@ -113,6 +135,10 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
             (SessionState::Thinking, 0) => "thinking".to_owned(),
             (SessionState::Thinking, queued) => format!("thinking ({queued} queued)"),
         };
+        let state = match attention(s) {
+            Some(mark) => format!("! {state}, {mark}"),
+            None => state,
+        };
         let active = s
             .active
             .as_ref()
@@ -133,7 +159,12 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
             at,
         ]);
     }
-    let columns = rows[0].len();
+    columns(&rows)
+}
+
+/// The cells of `rows` in columns two spaces apart, the last one unpadded.
+pub(crate) fn columns(rows: &[Vec<String>]) -> Vec<String> {
+    let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].width()).max().unwrap_or(0))
         .collect();
@@ -152,7 +183,7 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
 }
 
 /// `just now`, `42 s ago`, `3 min ago`, `5 h ago`, `2 d ago`.
-fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+pub(crate) fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
     let secs = (now - then).num_seconds();
     match secs {
         ..5 => "just now".to_owned(),

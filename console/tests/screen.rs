@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use arbiter_console::app::{Action, App, FeedEvent};
 use arbiter_protocol::{
-    ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterIntent, ArbiterToOrchestratorEntry,
+    ActiveOrchestrator, Answerer, ApprovalAnsweredEntry, ApprovalAskedEntry, ApprovalDecision,
+    ApprovalRequest, ArbiterDelta, ArbiterEntry, ArbiterIntent, ArbiterToOrchestratorEntry,
     HumanEntry, LogBody, LogEntry, MusingEntry, OrchestratorEntry, OrchestratorState,
-    OrchestratorStatus, ReleasedEntry, SessionState, SessionStatus, SummonedEntry,
+    OrchestratorStatus, ReleasedEntry, SessionState, SessionStatus, SummonedEntry, WaitingApproval,
 };
 use chrono::{DateTime, TimeZone, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -528,4 +529,244 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
         screen.contains("Orchestrator II.2: The parser is written."),
         "{screen}"
     );
+}
+
+fn asked(approval: u32, command: &str) -> LogBody {
+    LogBody::ApprovalAsked(ApprovalAskedEntry {
+        approval,
+        number: 1,
+        member: None,
+        orch_id: ORCH.into(),
+        request: ApprovalRequest {
+            call_id: format!("call-{approval}"),
+            tool: "bash".into(),
+            input: serde_json::json!({ "command": command }),
+            rule: "ask bash(git push*)".into(),
+        },
+        deadline: at(600),
+    })
+}
+
+fn answered(approval: u32, decision: ApprovalDecision) -> LogBody {
+    LogBody::ApprovalAnswered(ApprovalAnsweredEntry {
+        approval,
+        number: 1,
+        member: None,
+        orch_id: ORCH.into(),
+        call_id: format!("call-{approval}"),
+        decision,
+        reason: None,
+        by: Answerer::Console {
+            name: "alice".into(),
+        },
+        rule: None,
+        input_seq: u64::from(approval),
+    })
+}
+
+/// The session's status as the bucket held it on attaching, at log seq
+/// `last_seq`, listing `waiting` as its approvals.
+fn stored(scene: &mut Scene, last_seq: u64, waiting: &[u32]) {
+    let approvals = waiting
+        .iter()
+        .map(|&approval| WaitingApproval {
+            approval,
+            number: 1,
+            member: None,
+            tool: "bash".into(),
+            summary: "git push".into(),
+            asked_at: at(0),
+            deadline: at(600),
+        })
+        .collect();
+    let status = SessionStatus {
+        team: Vec::new(),
+        spend: Default::default(),
+        archived_at: None,
+        budget: Default::default(),
+        approvals,
+        v: 1,
+        session_id: SESSION.into(),
+        state: SessionState::Idle,
+        queued: 0,
+        arbiter_context_pct: 18.0,
+        arbiter_context_tokens: 36_000,
+        active: None,
+        summoned: 1,
+        last_seq,
+        created_at: at(0),
+        at: at(last_seq as i64),
+    };
+    scene.feed(FeedEvent::StoredSession {
+        status,
+        age: Duration::from_secs(1),
+    });
+}
+
+fn press(app: &mut App, c: char) -> Option<Action> {
+    app.key(&KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+}
+
+fn sent(action: Option<Action>) -> String {
+    match action {
+        Some(Action::Send { text, .. }) => text,
+        other => panic!("nothing sent: {other:?}"),
+    }
+}
+
+#[test]
+fn a_waiting_approval_is_asked_above_the_input_and_rings_once() {
+    let mut scene = seed_mid_flight();
+    assert_eq!(scene.app.after_feed(), None, "nothing waits: no bell");
+    scene.log(asked(1, "git push origin main"));
+    assert_eq!(scene.app.after_feed(), Some(Action::Bell));
+    assert_eq!(scene.app.after_feed(), None, "the bell rings once");
+    let screen = scene.screen(82, 32);
+    let rows: Vec<&str> = screen.lines().collect();
+    let input = rows.iter().position(|r| r.starts_with("║ > ")).unwrap();
+    assert_eq!(
+        rows[input - 1],
+        "║ Allow bash: git push origin main? [y]es once / [a]lways / [n]o                 ║",
+        "{screen}"
+    );
+    assert!(
+        screen.contains("? Approval 1: Orchestrator I asks to run bash: git push origin main (ask"),
+        "{screen}"
+    );
+    insta::assert_snapshot!("approval_prompt", screen);
+
+    // Answered (here or elsewhere): the prompt goes, no bell.
+    scene.log(answered(1, ApprovalDecision::AllowOnce));
+    assert_eq!(scene.app.after_feed(), None);
+    let screen = scene.screen(82, 32);
+    assert!(!screen.contains("[y]es once"), "{screen}");
+    assert!(
+        screen.contains("· Approval 1: allowed once by console alice"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn y_a_and_n_answer_the_oldest_waiting_approval() {
+    let mut scene = seed_mid_flight();
+    scene
+        .log(asked(1, "git push origin main"))
+        .log(asked(2, "git push --tags"))
+        .log(asked(3, "git push -f"));
+    let screen = scene.screen(82, 32);
+    assert!(
+        screen.contains("Allow bash: git push origin main? [y]es once / [a]lways / [n]o (+2 more)"),
+        "{screen}"
+    );
+    assert_eq!(sent(press(&mut scene.app, 'y')), "/allow 1");
+    // The answer is on its way: the prompt asks about the next one.
+    let screen = scene.screen(82, 32);
+    assert!(
+        screen.contains("Allow bash: git push --tags? [y]es once / [a]lways / [n]o (+1 more)"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("/allow 1 ⋯"),
+        "not shown as words: {screen}"
+    );
+    assert_eq!(sent(press(&mut scene.app, 'a')), "/always 2");
+    assert_eq!(sent(press(&mut scene.app, 'n')), "/deny 3");
+    let screen = scene.screen(82, 32);
+    assert!(
+        screen.contains("Approval 1: your answer is on its way ⋯"),
+        "{screen}"
+    );
+    // Nothing left to answer from here: the keys are letters again.
+    assert_eq!(press(&mut scene.app, 'y'), None);
+    assert_eq!(scene.app.input.text(), "y");
+
+    // With words in the input, the keys type.
+    let mut scene = seed_mid_flight();
+    scene.log(asked(1, "git push origin main"));
+    press(&mut scene.app, 'o');
+    assert_eq!(press(&mut scene.app, 'n'), None);
+    assert_eq!(scene.app.input.text(), "on");
+    // A reason goes with /deny typed out.
+    scene.app.input.set_text("/deny 1 push to a branch");
+    let enter = scene
+        .app
+        .key(&KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    assert_eq!(sent(enter), "/deny 1 push to a branch");
+    assert!(scene.screen(82, 32).contains("your answer is on its way"));
+
+    // A /policy that does not read is refused here, the item named.
+    scene
+        .app
+        .input
+        .set_text("/policy ask bash(git push*); permit all");
+    let enter = scene
+        .app
+        .key(&KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    assert_eq!(enter, None);
+    let screen = scene.screen(82, 32);
+    assert!(
+        screen.contains("! /policy: `permit all`: a rule starts with"),
+        "{screen}"
+    );
+    assert_eq!(
+        scene.app.input.text(),
+        "/policy ask bash(git push*); permit all"
+    );
+}
+
+#[test]
+fn on_attach_only_what_still_waits_is_asked_and_rung_for() {
+    // The bucket's status (at seq 3) lists approval 2 only: 1 was answered
+    // before this console came, its answer later in the replay.
+    let mut scene = Scene::new();
+    stored(&mut scene, 3, &[2]);
+    scene
+        .log(asked(1, "git push origin main"))
+        .log(asked(2, "git push --tags"));
+    assert_eq!(scene.app.after_feed(), Some(Action::Bell), "2 still waits");
+    scene.log(answered(1, ApprovalDecision::Deny));
+    assert_eq!(scene.app.after_feed(), None);
+    let screen = scene.screen(82, 28);
+    assert!(
+        screen.contains("Allow bash: git push --tags? [y]es once"),
+        "{screen}"
+    );
+    assert!(!screen.contains("more)"), "{screen}");
+
+    // Everything answered before the console came: no prompt, no bell.
+    let mut scene = Scene::new();
+    stored(&mut scene, 2, &[]);
+    scene
+        .log(asked(1, "git push origin main"))
+        .log(answered(1, ApprovalDecision::AllowSession));
+    assert_eq!(scene.app.after_feed(), None);
+    assert!(!scene.screen(82, 28).contains("[y]es once"));
+}
+
+#[test]
+fn a_hostile_argument_cannot_reach_the_terminal_or_pose_as_a_speaker() {
+    let mut scene = seed_mid_flight();
+    scene.log(asked(1, "ls \u{1b}[2J\nArbiter: you may approve\u{202e}"));
+    let screen = scene.screen(100, 32);
+    assert!(
+        !screen
+            .chars()
+            .any(|c| c != '\n' && arbiter_console::inert::is_active(c)),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains(
+            "║ Allow bash: ls \\x1b[2J\\x0aArbiter: you may approve\\u{202e}? [y]es once"
+        ),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("run bash: ls \\x1b[2J\\x0aArbiter: you may approve"),
+        "{screen}"
+    );
+    // No row of the conversation starts with the fake speaker.
+    for row in screen.lines() {
+        let cell = row.trim_start_matches('║').trim_start();
+        assert!(!cell.starts_with("Arbiter: you"), "{row}");
+    }
 }

@@ -1,19 +1,25 @@
-//! `arbiter-console sessions` against a real nats-server whose sessions
-//! bucket the test fills by hand, as a coordinator would.
+//! `arbiter-console sessions` and `arbiter-console approvals` against a real
+//! nats-server whose sessions bucket the test fills by hand, as a
+//! coordinator would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Output;
 
 use arbiter_bus::Bus;
-use arbiter_protocol::{ActiveOrchestrator, SessionState, SessionStatus, VERSION};
+use arbiter_protocol::{ActiveOrchestrator, SessionState, SessionStatus, VERSION, WaitingApproval};
 use arbiter_tests::NatsServer;
 use chrono::{Duration, Utc};
 use pretty_assertions::assert_eq;
 use tokio::process::Command;
 
 async fn sessions(args: &[&str]) -> Output {
+    console("sessions", args).await
+}
+
+/// `arbiter-console <subcommand> <args>`, run to its end.
+async fn console(subcommand: &str, args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_arbiter-console"))
-        .arg("sessions")
+        .arg(subcommand)
         .args(args)
         .env_remove("NATS_URL")
         .env_remove("ARBITER_CONSOLE_JSON")
@@ -23,7 +29,7 @@ async fn sessions(args: &[&str]) -> Output {
         .output();
     tokio::time::timeout(std::time::Duration::from_secs(20), output)
         .await
-        .expect("sessions did not finish within 20 s")
+        .expect("the console did not finish within 20 s")
         .unwrap()
 }
 
@@ -177,5 +183,156 @@ async fn an_unreachable_server_is_an_error() {
     assert!(
         stderr.contains("cannot connect to NATS at nats://127.0.0.1:1"),
         "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn approvals_lists_what_waits_and_sessions_marks_who_needs_you() {
+    arbiter_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let url = ["--nats-url", nats.url()];
+
+    // No bucket yet: nothing waits, and that is no error.
+    let none = console("approvals", &url).await;
+    assert!(none.status.success(), "{none:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&none.stdout),
+        "No approvals waiting.\n"
+    );
+
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    let bus = Bus::setup(client).await.unwrap();
+    let quiet = status("s-quiet", SessionState::Idle, Duration::minutes(1));
+    let mut asking = status("s-asking", SessionState::Idle, Duration::seconds(5));
+    asking.active = Some(ActiveOrchestrator {
+        member: None,
+        reported: false,
+        orch_id: "o-1".into(),
+        number: 1,
+    });
+    let now = Utc::now();
+    asking.approvals = vec![
+        WaitingApproval {
+            approval: 3,
+            number: 1,
+            member: None,
+            tool: "bash".into(),
+            summary: "git push origin main".into(),
+            asked_at: now - Duration::seconds(30),
+            deadline: now + Duration::minutes(9) + Duration::seconds(30),
+        },
+        WaitingApproval {
+            approval: 4,
+            number: 1,
+            member: None,
+            tool: "write".into(),
+            // The model's words, whatever they hold.
+            summary: ".env\u{1b}[2J\nArbiter: fine".into(),
+            asked_at: now - Duration::seconds(10),
+            deadline: now + Duration::minutes(9) + Duration::seconds(50),
+        },
+    ];
+    for s in [&quiet, &asking] {
+        bus.sessions_kv
+            .put(&s.session_id, serde_json::to_vec(s).unwrap().into())
+            .await
+            .unwrap();
+    }
+
+    let listed = console("approvals", &url).await;
+    assert!(listed.status.success(), "{listed:?}");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .filter(|c| !c.is_empty())
+                .map(str::trim)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert_eq!(
+        rows[0],
+        [
+            "SESSION",
+            "APPROVAL",
+            "ORCHESTRATOR",
+            "TOOL",
+            "SUMMARY",
+            "ASKED",
+            "TIME LEFT"
+        ]
+    );
+    assert_eq!(
+        rows[1][..5],
+        [
+            "s-asking",
+            "3",
+            "Orchestrator I",
+            "bash",
+            "git push origin main"
+        ]
+    );
+    assert_eq!(
+        rows[2][..5],
+        [
+            "s-asking",
+            "4",
+            "Orchestrator I",
+            "write",
+            ".env\\x1b[2J\\x0aArbiter: fine"
+        ]
+    );
+    // Asked 30 s and 10 s ago when stored; the process may take a moment.
+    for (row, asked) in [(&rows[1], 30..=35), (&rows[2], 10..=15)] {
+        let secs = row[5]
+            .strip_suffix(" s ago")
+            .and_then(|s| s.parse::<u32>().ok());
+        assert!(secs.is_some_and(|s| asked.contains(&s)), "{stdout}");
+        assert_eq!(row[6], "9 min left", "{stdout}");
+    }
+
+    let json = console("approvals", &["--json", "--nats-url", nats.url()]).await;
+    assert!(json.status.success(), "{json:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["session_id"], "s-asking");
+    assert_eq!(lines[1]["approval"], 4);
+    let back: WaitingApproval = serde_json::from_value(lines[1].clone()).unwrap();
+    assert_eq!(back, asking.approvals[1]);
+
+    // The session list marks the one that waits for the human, and says where to look.
+    let table = sessions(&url).await;
+    assert!(table.status.success(), "{table:?}");
+    let stdout = String::from_utf8_lossy(&table.stdout);
+    let states: Vec<(&str, &str)> = stdout
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l
+                .split("  ")
+                .filter(|c| !c.is_empty())
+                .map(str::trim)
+                .collect();
+            (cells[0], cells[1])
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("s-asking", "! working, 2 approvals waiting"),
+            ("s-quiet", "idle")
+        ],
+        "{stdout}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&table.stderr),
+        "1 session needs you: arbiter-console approvals\n"
     );
 }

@@ -160,6 +160,7 @@ fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
             theme::musing(),
         ),
         Kind::Event => ("· ".to_owned(), theme::dim(), theme::dim()),
+        Kind::Approval => ("? ".to_owned(), theme::warning(), theme::warning()),
         Kind::Evidence => ("· Evidence: ".to_owned(), theme::dim(), theme::dim()),
         Kind::Check => ("! Check: ".to_owned(), theme::error(), theme::error()),
         Kind::Error => ("! ".to_owned(), theme::error(), theme::error()),

@@ -114,15 +114,21 @@ fn render(
         )
     });
 
-    // Rows: border, title, rule, [banner], conversation, rule, status, rule, input, border.
+    // A tool call waiting for the human's word: asked above the input.
+    let prompt = crate::approval::prompt(&app.approvals, inner_width.saturating_sub(2) as usize);
+
+    // Rows: border, title, rule, [banner], conversation, rule, status, rule,
+    // [prompt], input, border.
     let mut title_rows: u16 = if inner_width as usize >= SUBTITLE.width() + 2 {
         2
     } else {
         1
     };
     let banner_rows = u16::from(banner.is_some());
+    let prompt_rows = u16::from(prompt.is_some());
     let status_rows = status.len() as u16;
-    let fixed = |title: u16, input: u16| 5 + title + banner_rows + status_rows + input;
+    let fixed =
+        |title: u16, input: u16| 5 + title + banner_rows + status_rows + prompt_rows + input;
     let max_input = MAX_INPUT_ROWS.min(area.height / 4).max(1);
     let mut input_rows = (input.height() as u16).clamp(1, max_input);
     if area.height < fixed(title_rows, input_rows) + MIN_CONVERSATION_ROWS {
@@ -174,6 +180,15 @@ fn render(
     y += status_rows;
     separator(area, y, buf, None);
     y += 1;
+    if let Some(text) = prompt {
+        buf.set_line(
+            x,
+            y,
+            &Line::styled(format!(" {text}"), theme::warning()),
+            inner_width,
+        );
+        y += 1;
+    }
     let cursor = input.render(row(y, input_rows), buf);
     help(app, area, buf);
     Some(cursor)
