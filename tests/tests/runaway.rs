@@ -143,6 +143,38 @@ async fn an_orchestrator_repeating_one_tool_call_is_told_then_stopped_and_the_ar
         &arb,
         arbiter("release_orchestrators", "It went round in circles."),
     );
+    // A session cap of 5,000 tokens (each mock request spends about 120):
+    // the stop comes long before it.
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let cap = arbiter_protocol::HumanMessage {
+        v: arbiter_protocol::VERSION,
+        session_id: s.to_owned(),
+        message_id: message_id.clone(),
+        text: "/budget session 5000 tokens".to_owned(),
+        sent_at: chrono::Utc::now(),
+        command: None,
+        budget: Some(arbiter_protocol::BudgetChange {
+            scope: arbiter_protocol::BudgetScope::Session,
+            limit: arbiter_protocol::BudgetLimit::Tokens(5_000),
+        }),
+        workspace: None,
+        approval: None,
+        policy: None,
+    };
+    sys.bus
+        .publish_js(
+            arbiter_protocol::subjects::session_human_from(s, "alice"),
+            &message_id,
+            &arbiter_bus::TraceContext::none(),
+            &cap,
+        )
+        .await
+        .unwrap();
+    log.wait_for(
+        "the cap",
+        |b| matches!(b, LogBody::System(e) if e.text.starts_with("Budget set by console alice")),
+    )
+    .await;
     sys.send_as("alice", s, "List the files").await;
 
     let report = log
@@ -182,5 +214,17 @@ async fn an_orchestrator_repeating_one_tool_call_is_told_then_stopped_and_the_ar
         !calls[4]
             .all_text()
             .contains("You have made this exact call")
+    );
+    // The spend stayed under the session's cap, short of its 80 % note.
+    let status = sys.status(s).await.expect("a status");
+    let spent = status.spend.total.input_tokens + status.spend.total.output_tokens;
+    assert!(spent > 0 && spent < 4_000, "spent {spent} tokens");
+    assert!(!status.budget.held);
+    assert!(
+        !sys.mock
+            .requests_for(&arb)
+            .iter()
+            .any(|r| r.all_text().contains("% of its budget")),
+        "the Arbiter was told of 80 % of the cap"
     );
 }
