@@ -563,3 +563,166 @@ async fn an_archived_session_prints_its_log_and_says_it_is_archived() {
         "no full-screen view for a read-only session"
     );
 }
+
+/// Publishes `body` as the session's log entry `seq`, as the coordinator would.
+async fn log_entry(bus: &arbiter_bus::Bus, session: &str, seq: u64, body: LogBody) {
+    let entry = LogEntry {
+        v: VERSION,
+        session_id: session.into(),
+        seq,
+        at: chrono::Utc::now(),
+        body,
+    };
+    bus.publish_js(
+        subjects::session_log(session),
+        &format!("{session}:log:{seq}"),
+        &arbiter_bus::TraceContext::none(),
+        &entry,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_approval_rings_once_and_y_allows_it() {
+    use arbiter_protocol::{
+        Answerer, ApprovalAnsweredEntry, ApprovalAskedEntry, ApprovalDecision, ApprovalReply,
+        ApprovalRequest, HumanMessage,
+    };
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+    use futures::StreamExt;
+
+    arbiter_tests::init_tracing();
+    let nats = NatsServer::start().await;
+    let s = "s-tui-approval";
+    let client = arbiter_bus::connect(nats.url(), "test", false)
+        .await
+        .unwrap();
+    let bus = arbiter_bus::Bus::setup(client).await.unwrap();
+    // The console's lines, read as the coordinator would.
+    let mut inbox = bus
+        .js
+        .create_consumer_on_stream(
+            pull::Config {
+                filter_subject: subjects::human_intake(arbiter_console::DEFAULT_IDENTITY),
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::Explicit,
+                ..Default::default()
+            },
+            subjects::HUMAN_STREAM,
+        )
+        .await
+        .unwrap()
+        .messages()
+        .await
+        .unwrap();
+
+    let mut console = Console::spawn(&["--session", s, "--nats-url", nats.url()]);
+    log_arbiter_words(nats.url(), s, "Proceed.").await;
+    console.wait_for(&["Arbiter: Proceed."]).await;
+    let bells = |console: &Console| {
+        console
+            .raw
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| **b == 0x07)
+            .count()
+    };
+    assert_eq!(bells(&console), 0, "nothing waits yet");
+
+    // Orchestrator I asks to push; the model's arguments carry an escape.
+    log_entry(
+        &bus,
+        s,
+        2,
+        LogBody::ApprovalAsked(ApprovalAskedEntry {
+            approval: 1,
+            number: 1,
+            member: None,
+            orch_id: "o-1".into(),
+            request: ApprovalRequest {
+                call_id: "call-1".into(),
+                tool: "bash".into(),
+                input: serde_json::json!({ "command": "git push origin main\u{1b}[2J" }),
+                rule: "ask bash(git push*)".into(),
+            },
+            deadline: chrono::Utc::now() + chrono::Duration::minutes(10),
+        }),
+    )
+    .await;
+    let screen = console
+        .wait_for(&[
+            "Allow bash: git push origin main\\x1b[2J? [y]es once / [a]lways / [n]o",
+            "? Approval 1: Orchestrator I asks to run bash: git push origin main\\x1b[2J",
+        ])
+        .await;
+    assert!(
+        screen.contains("Arbiter: Proceed."),
+        "not cleared: {screen}"
+    );
+    eventually(WAIT, "the bell", || {
+        let rung = bells(&console) == 1;
+        async move { rung.then_some(()) }
+    })
+    .await;
+
+    console.type_keys("y");
+    let message = tokio::time::timeout(WAIT, inbox.next())
+        .await
+        .expect("no line from the console")
+        .unwrap()
+        .unwrap();
+    message.ack().await.unwrap();
+    let message: HumanMessage = serde_json::from_slice(&message.payload).unwrap();
+    assert_eq!(
+        (
+            message.session_id.as_str(),
+            message.text.as_str(),
+            message.approval
+        ),
+        (
+            s,
+            "/allow 1",
+            Some(ApprovalReply {
+                approval: 1,
+                decision: ApprovalDecision::AllowOnce,
+                reason: None,
+            })
+        )
+    );
+    console.wait_for(&["your answer is on its way"]).await;
+
+    log_entry(
+        &bus,
+        s,
+        3,
+        LogBody::ApprovalAnswered(ApprovalAnsweredEntry {
+            approval: 1,
+            number: 1,
+            member: None,
+            orch_id: "o-1".into(),
+            call_id: "call-1".into(),
+            decision: ApprovalDecision::AllowOnce,
+            reason: None,
+            by: Answerer::Console {
+                name: arbiter_console::DEFAULT_IDENTITY.into(),
+            },
+            rule: None,
+            input_seq: 1,
+        }),
+    )
+    .await;
+    console
+        .wait_for(&["· Approval 1: allowed once by console local"])
+        .await;
+    console.wait_gone("your answer is on its way").await;
+    // The key answered; it was not typed.
+    assert!(!console.screen().contains(" > y"), "{}", console.screen());
+
+    console.type_keys(CTRL_C);
+    let (success, raw, screen) = console.exit().await;
+    assert!(success, "{raw}");
+    assert_restored(&screen);
+    assert_eq!(raw.matches('\u{7}').count(), 1, "the bell rang once");
+}
