@@ -44,6 +44,7 @@ use crate::tools::{self, ToolContext, ToolOutcome};
 use crate::transcript::Transcript;
 use arbiter_bus::steplog::AppendError;
 
+mod approval;
 mod budget;
 mod cli;
 mod codex;
@@ -431,7 +432,14 @@ impl Agent {
             );
             // Normalised once: the arguments may be a whole file's content.
             let call_key = repeats::normalised(&name, &input);
-            let repeated = self.snap.repeats.see(&call_key, limits.0, limits.1);
+            // A call that waits for approval from before a takeover was
+            // counted in the snapshot stored when it asked.
+            let resumed = self.snap.approval.as_ref().is_some_and(|p| p.call_id == id);
+            let repeated = if resumed {
+                repeats::Verdict::Run
+            } else {
+                self.snap.repeats.see(&call_key, limits.0, limits.1)
+            };
             if let repeats::Verdict::Stop(report) = repeated {
                 tracing::warn!(tool = %name, "the same tool call too many times in a row: work stopped");
                 // Neither it nor the reply's calls after it run.
@@ -439,26 +447,41 @@ impl Agent {
                 self.transcript.push_user(not_run(ids));
                 return self.report_circling(report).await;
             }
+            // The policy's word (`agent/approval.rs`): it may wait for the human's.
+            let refused = self.gate(&id, &name, &input).await?;
+            let ran = refused.is_none();
+            let current_tool = ran.then(|| tools::display_name(&name));
             self.status
                 .update(|s| {
                     s.state = OrchestratorState::Working;
-                    s.current_tool = Some(tools::display_name(&name));
+                    s.current_tool = current_tool;
                     s.tool_count += 1;
                 })
                 .await;
-            let span = tools::span(&self.turn, &name, &id);
-            let call = self
-                .tool(name.clone(), input.clone())
-                .instrument(span.clone());
-            let outcome = self.during(call).await?;
-            tools::record(&span, &outcome);
-            arbiter_bus::metrics::tool_call(&name, outcome.is_error);
+            let outcome = match refused {
+                Some(refusal) => refusal,
+                None => {
+                    let span = tools::span(&self.turn, &name, &id);
+                    let call = self
+                        .tool(name.clone(), input.clone())
+                        .instrument(span.clone());
+                    let outcome = self.during(call).await?;
+                    tools::record(&span, &outcome);
+                    arbiter_bus::metrics::tool_call(&name, outcome.is_error);
+                    outcome
+                }
+            };
+            // Answered: nothing waits any more (stored with the result).
+            self.snap.approval = None;
             let before = self.snap.spend;
             self.snap.spend = self.snap.spend.plus(&outcome.spend);
             self.note_budget(&before);
             let spend = self.snap.spend;
             self.status.update(|s| s.spend = spend).await;
-            self.snap.tally.record(&name, &input, &outcome);
+            if ran {
+                // A call refused did not run: the evidence does not show it.
+                self.snap.tally.record(&name, &input, &outcome);
+            }
             let limits = (self.shared.config.stale_warn, self.shared.config.stale_stop);
             let stale = self
                 .snap
@@ -684,6 +707,8 @@ impl Agent {
         let ctx = self.ctx.clone();
         let status = self.status.clone();
         let allowance = self.subagent_allowance();
+        // A subagent's calls are held to the same policy.
+        let layers = self.snap.layers.clone();
         async move {
             if name != task::NAME {
                 return tools::run(&ctx, &name, &input).await;
@@ -696,9 +721,18 @@ impl Agent {
                         gen_ai.operation.name = "invoke_agent",
                         gen_ai.agent.name = "subagent",
                     );
-                    subagent::run(&shared.subagent, &ctx, task, &status, allowance)
-                        .instrument(span)
-                        .await
+                    subagent::run(
+                        &shared.subagent,
+                        &ctx,
+                        task,
+                        &status,
+                        subagent::Limits {
+                            allowance,
+                            layers: layers.as_ref(),
+                        },
+                    )
+                    .instrument(span)
+                    .await
                 }
                 Err(error) => error,
             }

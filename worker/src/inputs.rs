@@ -57,10 +57,15 @@ const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// Wait after a failed read (the server restarting, an election).
 const READ_RETRY: Duration = Duration::from_millis(250);
 
-/// One message from the Arbiter.
+/// One message from the Arbiter, or the answer to an approval.
 pub(crate) struct Input {
     pub seq: u64,
+    /// The Arbiter's words (empty for an approval's answer).
     pub text: String,
+    /// The answer to a call that waited for approval (the log's
+    /// `approval_answered` entry, stored as this input): not words for the
+    /// model, but what the waiting call does (see `approval.rs`).
+    pub approval: Option<arbiter_protocol::ApprovalAnsweredEntry>,
     /// The Orchestrator's allowance from this input on, if it carries one.
     pub budget: Option<arbiter_protocol::Cap>,
     /// Its sequence in the stream: the same however often it is read.
@@ -292,6 +297,40 @@ impl Looks {
     }
 }
 
+/// What an input's log entry holds for the Orchestrator.
+#[derive(Debug)]
+struct Parsed {
+    text: String,
+    budget: Option<arbiter_protocol::Cap>,
+    approval: Option<arbiter_protocol::ApprovalAnsweredEntry>,
+}
+
+/// Input `n` of Orchestrator `orch_id` from its log entry: the Arbiter's
+/// words (`arbiter_to_orchestrator`) or an approval's answer
+/// (`approval_answered`), each numbered `n` for it; anything else is not
+/// that input.
+fn parse_entry(body: LogBody, orch_id: &str, n: u64) -> Result<Parsed, String> {
+    match body {
+        LogBody::ArbiterToOrchestrator(input)
+            if input.orch_id == orch_id && input.input_seq == Some(n) =>
+        {
+            Ok(Parsed {
+                text: input.text,
+                budget: input.budget,
+                approval: None,
+            })
+        }
+        LogBody::ApprovalAnswered(answer) if answer.orch_id == orch_id && answer.input_seq == n => {
+            Ok(Parsed {
+                text: String::new(),
+                budget: None,
+                approval: Some(answer),
+            })
+        }
+        _ => Err("not an input to this Orchestrator with this number".to_owned()),
+    }
+}
+
 /// Where reading stands.
 struct Reader {
     session_id: String,
@@ -365,11 +404,16 @@ impl Reader {
         let first = self.bad_input != msg.sequence;
         self.bad_input = msg.sequence;
         match self.parse(subject, &msg.payload) {
-            Ok((text, budget)) => {
+            Ok(Parsed {
+                text,
+                budget,
+                approval,
+            }) => {
                 arbiter_bus::metrics::hop_since(msg.time, "coordinator→orchestrator");
                 Some(Input {
                     seq: self.next,
                     text,
+                    approval,
                     budget,
                     stream_seq: msg.sequence,
                     trace: TraceContext::from_headers(Some(&msg.headers)),
@@ -393,32 +437,27 @@ impl Reader {
             return None;
         }
         self.hinted = n;
-        let (text, budget) = self.parse(msg.subject.as_str(), &msg.payload).ok()?;
+        let parsed = self.parse(msg.subject.as_str(), &msg.payload).ok()?;
+        // An approval's answer starts no model call: nothing to foresee.
+        if parsed.approval.is_some() {
+            return None;
+        }
         Some(Input {
             seq: n,
-            text,
-            budget,
+            text: parsed.text,
+            approval: None,
+            budget: parsed.budget,
             stream_seq: 0,
             trace: TraceContext::from_headers(msg.headers.as_ref()),
             hint: true,
         })
     }
 
-    /// The text and allowance of input `next`, or why the entry is not it.
-    fn parse(
-        &self,
-        subject: &str,
-        payload: &[u8],
-    ) -> Result<(String, Option<arbiter_protocol::Cap>), String> {
+    /// Input `next` as its entry holds it, or why the entry is not it:
+    /// the Arbiter's words, or an approval's answer.
+    fn parse(&self, subject: &str, payload: &[u8]) -> Result<Parsed, String> {
         let entry = arbiter_bus::decode::<LogEntry>(subject, payload).map_err(|e| e.to_string())?;
-        match entry.body {
-            LogBody::ArbiterToOrchestrator(input)
-                if input.orch_id == self.orch_id && input.input_seq == Some(self.next) =>
-            {
-                Ok((input.text, input.budget))
-            }
-            _ => Err("not an input to this Orchestrator with this number".to_owned()),
-        }
+        parse_entry(entry.body, &self.orch_id, self.next)
     }
 
     /// The release or cancel stored for this Orchestrator, if any.
@@ -455,6 +494,31 @@ mod tests {
 
     fn past() -> Instant {
         Instant::now() - Duration::from_millis(1)
+    }
+
+    #[test]
+    fn an_approvals_answer_is_an_input_and_words_are_one_too() {
+        use arbiter_protocol::{Answerer, ApprovalAnsweredEntry, ApprovalDecision};
+        let answer = ApprovalAnsweredEntry {
+            approval: 1,
+            number: 1,
+            member: None,
+            orch_id: "o1".into(),
+            call_id: "toolu_1".into(),
+            decision: ApprovalDecision::AllowOnce,
+            reason: None,
+            by: Answerer::Console {
+                name: "alice".into(),
+            },
+            rule: None,
+            input_seq: 3,
+        };
+        let parsed = parse_entry(LogBody::ApprovalAnswered(answer.clone()), "o1", 3).unwrap();
+        assert_eq!(parsed.approval, Some(answer.clone()));
+        assert!(parsed.text.is_empty());
+        // Another Orchestrator's, or another number: not this input.
+        assert!(parse_entry(LogBody::ApprovalAnswered(answer.clone()), "o2", 3).is_err());
+        assert!(parse_entry(LogBody::ApprovalAnswered(answer), "o1", 4).is_err());
     }
 
     #[test]

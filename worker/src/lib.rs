@@ -12,6 +12,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod approval;
 mod contain;
 pub mod context;
 mod evidence;
@@ -140,6 +141,11 @@ pub struct Config {
     /// What each model's tokens cost (the built-in table unless the config
     /// file's `[prices]` say otherwise).
     pub prices: arbiter_llm::price::PriceTable,
+    /// The worker's own tool-call policy (`--policy`, `--policy-file`): the
+    /// floor every Orchestrator's calls are held to, under which a
+    /// session's policy may only tighten (docs/tools.md, "Approvals").
+    /// Empty: mode auto, every call runs.
+    pub policy: arbiter_protocol::Policy,
 }
 
 impl Default for Config {
@@ -170,6 +176,7 @@ impl Default for Config {
             claude_code: ClaudeCodeConfig::default(),
             codex: CodexConfig::default(),
             prices: arbiter_llm::price::PriceTable::defaults(),
+            policy: arbiter_protocol::Policy::default(),
         }
     }
 }

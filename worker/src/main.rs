@@ -162,6 +162,21 @@ struct Cli {
     /// The Codex CLI the codex runtime runs.
     #[arg(long, env = "CODEX_CLI_BIN", default_value = "codex")]
     codex_bin: PathBuf,
+    /// The worker's tool-call policy, the floor a session's may only
+    /// tighten: rules and a mode separated by `;` or new lines, e.g.
+    /// 'mode auto; ask bash(git push*); deny write(**/.env)'
+    /// (docs/approvals.md). Default: none (every call runs).
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_POLICY",
+        value_name = "POLICY",
+        conflicts_with = "policy_file"
+    )]
+    policy: Option<String>,
+    /// A file holding the worker's tool-call policy (one rule per line, `#`
+    /// comments), instead of --policy.
+    #[arg(long, env = "ORCHESTRATOR_POLICY_FILE", value_name = "PATH")]
+    policy_file: Option<PathBuf>,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -268,6 +283,16 @@ async fn run_main() -> anyhow::Result<()> {
         secret_files: cli.providers.config.clone().into_iter().collect(),
         unshare_net: cli.sandbox_unshare_net,
     };
+    let policy = match (&cli.policy, &cli.policy_file) {
+        (Some(text), _) => arbiter_protocol::Policy::parse(text).context("--policy")?,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--policy-file {}", path.display()))?;
+            arbiter_protocol::Policy::parse(&text)
+                .with_context(|| format!("--policy-file {}", path.display()))?
+        }
+        (None, None) => arbiter_protocol::Policy::default(),
+    };
     let defaults = arbiter_worker::Config::default();
     let prices = file.price_table();
     let config = arbiter_worker::Config {
@@ -307,6 +332,7 @@ async fn run_main() -> anyhow::Result<()> {
             allow: cli.claude_allow,
         },
         codex: arbiter_worker::CodexConfig { bin: cli.codex_bin },
+        policy,
     };
     let shutdown = arbiter_bus::cli::shutdown_signal();
     match arbiter_worker::run(config, shutdown).await {

@@ -271,23 +271,27 @@ async fn open(
         Ok(opened) => opened,
         Err(e) => {
             let message = format!("workspace: {e}");
-            let Claimed {
-                store, snapshot, ..
-            } = claimed;
-            let stored =
-                fail_early(store, snapshot, &outbox, summon.number, message, shutdown).await;
-            return Err(match stored {
-                Ok(()) => {
-                    stop_status(&status, heartbeat).await;
-                    LetGo::Release
-                }
-                Err(_) => {
-                    heartbeat.abort();
-                    LetGo::Abandon
-                }
-            });
+            let start = (claimed, &outbox, summon.number);
+            return Err(refuse(start, message, &status, heartbeat, shutdown).await);
         }
     };
+    // Its policy: the layers its records hold, else this worker's floor
+    // under the session's; refused when that would loosen the floor, or
+    // when the runtime cannot hold it to them (approval.rs).
+    let stored = claimed.snapshot.layers.take();
+    let layers = crate::approval::layers_for(&shared.config.policy, summon.policy.as_ref(), stored)
+        .and_then(|layers| {
+            crate::runtime::policy::map(shared.config.runtime, &layers)?;
+            Ok(layers)
+        });
+    match layers {
+        // Stored with its next record, before any tool runs.
+        Ok(layers) => claimed.snapshot.layers = Some(layers),
+        Err(message) => {
+            let start = (claimed, &outbox, summon.number);
+            return Err(refuse(start, message, &status, heartbeat, shutdown).await);
+        }
+    }
     let baseline = match claimed.baseline.take() {
         Some(baseline) => baseline,
         None => {
@@ -472,6 +476,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         worker_id: shared.config.worker_id.clone(),
         state: match snapshot.phase {
             Phase::Waiting => OrchestratorState::Waiting,
+            _ if snapshot.approval.is_some() => OrchestratorState::WaitingApproval,
             _ => OrchestratorState::Working,
         },
         context_pct: crate::context::percent(snapshot.context_tokens, budget),
@@ -482,6 +487,30 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         parked: false,
         spend: snapshot.spend,
         at: Utc::now(),
+    }
+}
+
+/// The claimed Orchestrator cannot run (`message` says why): its failure
+/// is stored and its status stopped; how its summons goes then.
+async fn refuse(
+    (claimed, outbox, number): (Claimed, &Outbox, u32),
+    message: String,
+    status: &StatusHandle,
+    heartbeat: JoinHandle<()>,
+    shutdown: &CancellationToken,
+) -> LetGo {
+    let Claimed {
+        store, snapshot, ..
+    } = claimed;
+    match fail_early(store, snapshot, outbox, number, message, shutdown).await {
+        Ok(()) => {
+            stop_status(status, heartbeat).await;
+            LetGo::Release
+        }
+        Err(_) => {
+            heartbeat.abort();
+            LetGo::Abandon
+        }
     }
 }
 

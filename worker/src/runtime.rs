@@ -10,6 +10,7 @@
 
 pub mod claude;
 pub mod codex;
+pub(crate) mod policy;
 
 use std::fmt;
 use std::path::Path;

@@ -27,6 +27,18 @@ pub(crate) fn check(config: &Config) -> Result<()> {
             "--lease-secs must be at least 0.3 seconds".into(),
         ));
     }
+    // A floor the runtime cannot hold its Orchestrators to would fail each
+    // of them: the worker does not start.
+    let floor = arbiter_protocol::Layers {
+        floor: config.policy.clone(),
+        ..Default::default()
+    };
+    if let Err(why) = runtime::policy::map(config.runtime, &floor) {
+        return Err(Error::Config(format!(
+            "--policy `{}`: {why}",
+            config.policy
+        )));
+    }
     if config.subagent_max_calls == 0 {
         return Err(Error::Config(
             "--subagent-max-calls must be at least 1".into(),

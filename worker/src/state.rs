@@ -91,6 +91,16 @@ pub(crate) struct Snapshot {
     /// `agent/repeats.rs`).
     #[serde(default, skip_serializing_if = "crate::agent::Repeats::is_empty")]
     pub repeats: crate::agent::Repeats,
+    /// The policy layers its tool calls are decided by (the worker's
+    /// floor, the session's from the summons, and what the human allowed
+    /// for the session), set at its start; absent in records from before
+    /// approvals (every call runs). See `approval.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<arbiter_protocol::Layers>,
+    /// The tool call waiting for the human's approval, and once it came,
+    /// the answer (stored before the call runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::approval::Pending>,
 }
 
 /// An Orchestrator's Codex thread: what a worker that takes it over needs,
@@ -174,6 +184,8 @@ impl Snapshot {
             budget: None,
             codex: None,
             repeats: crate::agent::Repeats::default(),
+            layers: None,
+            approval: None,
         }
     }
 }

@@ -38,12 +38,21 @@ pub(crate) async fn run(
     ctx: &ToolContext,
     input: TaskInput,
     status: &StatusHandle,
-    allowance: Option<arbiter_protocol::Cap>,
+    limits: Limits<'_>,
 ) -> ToolOutcome {
     let mut spend = arbiter_protocol::Spend::default();
-    let mut outcome = work(role, ctx, input, status, allowance, &mut spend).await;
+    let mut outcome = work(role, ctx, input, status, limits, &mut spend).await;
     outcome.spend = spend;
     outcome
+}
+
+/// What holds a subagent besides its role: its Orchestrator's allowance
+/// (what is left of it) and policy layers (its calls are decided by them;
+/// what would ask is denied, see `approval.rs`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Limits<'a> {
+    pub allowance: Option<arbiter_protocol::Cap>,
+    pub layers: Option<&'a arbiter_protocol::Layers>,
 }
 
 /// [`run`], counting what its model requests cost in `spend`.
@@ -52,7 +61,7 @@ async fn work(
     ctx: &ToolContext,
     input: TaskInput,
     status: &StatusHandle,
-    allowance: Option<arbiter_protocol::Cap>,
+    Limits { allowance, layers }: Limits<'_>,
     spend: &mut arbiter_protocol::Spend,
 ) -> ToolOutcome {
     if input.prompt.trim().is_empty() {
@@ -133,6 +142,15 @@ async fn work(
                     s.current_tool = Some(format!("{TASK} › {}", tools::display_name(&name)));
                 })
                 .await;
+            if let Some(refusal) = crate::approval::subagent_gate(layers, &name, &input) {
+                tracing::info!(task = %title, tool = %name, "subagent's tool call refused by the policy");
+                results.push(Block::ToolResult {
+                    tool_use_id: id,
+                    content: refusal.content,
+                    is_error: true,
+                });
+                continue;
+            }
             let span = tools::span(&tracing::Span::current(), &name, &id);
             let outcome = tools::run(ctx, &name, &input)
                 .instrument(span.clone())

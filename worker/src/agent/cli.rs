@@ -213,6 +213,9 @@ impl Agent {
             );
         }
         let resume = tokio::fs::try_exists(&path).await.unwrap_or(false);
+        // Checked at its start: a policy the CLI cannot hold it to never gets here.
+        let layers = self.snap.layers.clone().unwrap_or_default();
+        let mapped = crate::runtime::policy::map(self.shared.config.runtime, &layers)?;
         let launch = Launch {
             config: &self.shared.config.claude_code,
             workspace: self.ctx.workspace.root(),
@@ -223,8 +226,9 @@ impl Agent {
             system_prompt: &self.system,
             output_schema: &self.shared.output_schema,
             context_budget: self.shared.config.context_budget,
+            disallowed: &mapped.disallowed,
         };
-        tracing::info!(cli = %self.shared.config.claude_code.bin.display(), resume, "starting the Claude Code CLI");
+        tracing::info!(cli = %self.shared.config.claude_code.bin.display(), resume, disallowed = ?mapped.disallowed, "starting the Claude Code CLI");
         ClaudeProcess::start(&launch)
     }
 

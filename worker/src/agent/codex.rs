@@ -62,6 +62,17 @@ impl Agent {
         let model = self.shared.config.model.clone();
         let workspace = self.ctx.workspace.root().to_owned();
         let thread_id = self.snap.codex.as_ref().map(|t| t.thread_id.clone());
+        // Checked at its start: a policy the CLI cannot hold it to never gets here.
+        let layers = self.snap.layers.clone().unwrap_or_default();
+        let read_only = match crate::runtime::policy::map(self.shared.config.runtime, &layers) {
+            Ok(mapped) => mapped.read_only,
+            Err(message) => {
+                let number = self.status.get().number;
+                return self
+                    .fail(WireError::OrchestratorFailed { number, message })
+                    .await;
+            }
+        };
         tracing::info!(cli = %config.bin.display(), resume = thread_id.is_some(), "running a turn on the Codex CLI");
         let status = self.status.clone();
         let turn_home = home.clone();
@@ -84,6 +95,7 @@ impl Agent {
                     home: &turn_home,
                     thread_id: thread_id.as_deref(),
                     model: &model,
+                    read_only,
                 };
                 let done = codex::turn(&launch, &text, |progress| {
                     let _ = tx.send(progress);

@@ -112,7 +112,9 @@ impl Agent {
     /// Takes one input, and any held ones that follow it in order: into the
     /// pending user message (`now`) or the stored inbox. False when nothing
     /// was taken: a duplicate, or an input
-    /// ahead of its turn, held until the one before it comes.
+    /// ahead of its turn, held until the one before it comes; also when all
+    /// it took was approvals' answers, which are no words for the model
+    /// (see `agent/approval.rs`).
     pub(super) async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
         // Only what is read from the stream is taken (a hint may start a
         // model call while waiting, nothing more).
@@ -133,14 +135,15 @@ impl Agent {
             Order::Next => {}
         }
         let mut next = Some(input);
+        let mut taken = false;
         while let Some(input) = next {
-            self.take(input, now).await?;
+            taken |= self.take(input, now).await?;
             next = self
                 .ahead
                 .next_after(self.snap.in_seq, Instant::now())
                 .map(|(_, input)| input);
         }
-        Ok(true)
+        Ok(taken)
     }
 
     /// An input that came ahead of its turn waits for the one before it.
@@ -182,9 +185,13 @@ impl Agent {
         );
     }
 
-    /// Takes the next input in order.
-    async fn take(&mut self, input: Input, now: bool) -> Result<(), Stop> {
+    /// Takes the next input in order: true when it was words for the model.
+    async fn take(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
         self.forget_foreseen_unless(&input);
+        if let Some(answer) = input.approval {
+            self.take_answer(input.seq, answer).await?;
+            return Ok(false);
+        }
         self.begin_turn(&input.trace);
         self.snap.in_seq = input.seq;
         if let Some(budget) = input.budget {
@@ -198,7 +205,7 @@ impl Agent {
             self.snap.inbox.push(input.text);
             self.step(Vec::new()).await?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Moves the stored inbox and whatever else the Arbiter sent meanwhile

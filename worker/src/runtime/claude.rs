@@ -144,6 +144,9 @@ pub(crate) struct Launch<'a> {
     pub output_schema: &'a Value,
     /// The context budget the hook's warnings are measured against.
     pub context_budget: u64,
+    /// Rules the CLI refuses (`--disallowedTools`): the Orchestrator's
+    /// policy as far as it maps (see `runtime/policy.rs`).
+    pub disallowed: &'a [String],
 }
 
 /// Where the CLI keeps `home`'s config and sessions.
@@ -267,6 +270,13 @@ impl ClaudeProcess {
                     .then_some("--allowedTools")
                     .into_iter()
                     .chain(launch.config.allow.iter().map(String::as_str)),
+            )
+            // Refused whatever is allowed: the CLI's deny rules win.
+            .args(
+                (!launch.disallowed.is_empty())
+                    .then_some("--disallowedTools")
+                    .into_iter()
+                    .chain(launch.disallowed.iter().map(String::as_str)),
             )
             .args(if launch.resume {
                 ["--resume", launch.session_id]

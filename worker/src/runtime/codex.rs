@@ -196,6 +196,9 @@ pub(crate) struct Launch<'a> {
     /// The thread to go on with; `None`: the first turn starts one.
     pub thread_id: Option<&'a str>,
     pub model: &'a arbiter_llm::ModelConfig,
+    /// The Orchestrator's policy is mode read-only: the `read-only`
+    /// sandbox instead of `workspace-write` (see `runtime/policy.rs`).
+    pub read_only: bool,
 }
 
 /// A tool the CLI's model used in a turn, under the native loop's names
@@ -253,7 +256,11 @@ pub(crate) async fn turn(
         "--disable",
         "plugins",
         "-c",
-        "sandbox_mode=\"workspace-write\"",
+        if launch.read_only {
+            "sandbox_mode=\"read-only\""
+        } else {
+            "sandbox_mode=\"workspace-write\""
+        },
         "-c",
         "approval_policy=\"never\"",
         "-c",

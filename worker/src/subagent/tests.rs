@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{SubagentRole, run};
+use super::{Limits, SubagentRole, run};
 use crate::status::StatusHandle;
 use crate::tools::task::TaskInput;
 use crate::tools::{BASIC_TOOLS, ToolContext};
@@ -143,7 +143,14 @@ async fn a_subagent_works_with_tools_and_returns_its_last_text() {
         text("Wrote out.txt (1 line)."),
     ]);
     let (_base, ctx, role, status) = setup(model.clone(), 10);
-    let out = run(&role, &ctx, task("Write out.txt."), &status, None).await;
+    let out = run(
+        &role,
+        &ctx,
+        task("Write out.txt."),
+        &status,
+        Limits::default(),
+    )
+    .await;
     assert_eq!(out.content, "Wrote out.txt (1 line).");
     assert!(!out.is_error);
     assert_eq!(
@@ -173,7 +180,14 @@ async fn a_subagent_is_stopped_at_its_call_limit() {
         text("never reached"),
     ]);
     let (_base, ctx, role, status) = setup(model.clone(), 3);
-    let out = run(&role, &ctx, task("Loop forever."), &status, None).await;
+    let out = run(
+        &role,
+        &ctx,
+        task("Loop forever."),
+        &status,
+        Limits::default(),
+    )
+    .await;
     assert!(out.is_error);
     assert!(
         out.content.contains("stopped after 3 model calls"),
@@ -189,21 +203,21 @@ async fn a_subagent_is_stopped_at_its_call_limit() {
 #[tokio::test]
 async fn failures_and_cancellation_are_error_results() {
     let (_base, ctx, role, status) = setup(Scripted::new(vec![]), 5);
-    let out = run(&role, &ctx, task("Anything."), &status, None).await;
+    let out = run(&role, &ctx, task("Anything."), &status, Limits::default()).await;
     assert!(
         out.is_error && out.content.contains("model call failed"),
         "{out:?}"
     );
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![text("  ")]), 5);
-    let out = run(&role, &ctx, task("Anything."), &status, None).await;
+    let out = run(&role, &ctx, task("Anything."), &status, Limits::default()).await;
     assert!(
         out.is_error && out.content.contains("without a report"),
         "{out:?}"
     );
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![]), 5);
-    let out = run(&role, &ctx, task(" "), &status, None).await;
+    let out = run(&role, &ctx, task(" "), &status, Limits::default()).await;
     assert!(
         out.is_error && out.content.contains("prompt is empty"),
         "{out:?}"
@@ -211,7 +225,7 @@ async fn failures_and_cancellation_are_error_results() {
 
     let (_base, ctx, role, status) = setup(Scripted::new(vec![None]), 5);
     let cancel = ctx.cancel.clone();
-    let call = async { run(&role, &ctx, task("Hang."), &status, None).await };
+    let call = async { run(&role, &ctx, task("Hang."), &status, Limits::default()).await };
     let (out, ()) = tokio::join!(call, async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         cancel.cancel();
@@ -241,7 +255,17 @@ async fn a_subagent_starts_no_request_past_the_orchestrators_allowance() {
         tokens: Some(1_500),
         cost_nanos: None,
     };
-    let out = run(&role, &ctx, task("Loop."), &status, Some(left)).await;
+    let out = run(
+        &role,
+        &ctx,
+        task("Loop."),
+        &status,
+        Limits {
+            allowance: Some(left),
+            ..Limits::default()
+        },
+    )
+    .await;
     assert!(out.is_error);
     assert!(
         out.content.starts_with(
@@ -254,4 +278,55 @@ async fn a_subagent_starts_no_request_past_the_orchestrators_allowance() {
     assert_eq!(model.requests().len(), 2);
     // What it spent still counts.
     assert_eq!(out.spend.tokens(), 2_000);
+}
+
+/// A subagent's calls are held to its Orchestrator's policy: a call that
+/// would ask is not run (a subagent cannot wait for the human) and its
+/// model is told to leave it to the Orchestrator; a denied one names the
+/// rule; the rest run.
+#[tokio::test]
+async fn a_subagents_calls_are_held_to_its_orchestrators_policy() {
+    let model = Scripted::new(vec![
+        tool(
+            "write",
+            json!({"path": "asked.txt", "content": "should not be written\n"}),
+        ),
+        tool(
+            "edit",
+            json!({"path": "x.env", "old_string": "a", "new_string": "b"}),
+        ),
+        tool("write", json!({"path": "ok.md", "content": "fine\n"})),
+        text("Done, but asked.txt needs the Orchestrator."),
+    ]);
+    let (_base, ctx, role, status) = setup(model.clone(), 10);
+    let policy = arbiter_protocol::Policy::parse("ask write(*.txt); deny edit(*.env)").unwrap();
+    let layers = arbiter_protocol::Layers::new(policy, Vec::new()).unwrap();
+    let limits = Limits {
+        layers: Some(&layers),
+        ..Limits::default()
+    };
+    let out = run(&role, &ctx, task("Write things."), &status, limits).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert!(!ctx.workspace.root().join("asked.txt").exists());
+    assert!(ctx.workspace.root().join("ok.md").exists());
+    let requests = model.requests();
+    let result = |n: usize| match &requests[n].messages.last().unwrap().content[0] {
+        Block::ToolResult {
+            content, is_error, ..
+        } => (content.clone(), *is_error),
+        other => panic!("{other:?}"),
+    };
+    let (asked, is_error) = result(1);
+    assert!(is_error);
+    assert!(
+        asked.contains("which a subagent cannot wait for: leave this call to your Orchestrator"),
+        "{asked}"
+    );
+    let (denied, is_error) = result(2);
+    assert!(is_error);
+    assert!(
+        denied.contains("denied by the policy: `deny edit(*.env)`"),
+        "{denied}"
+    );
+    assert!(!result(3).1);
 }
