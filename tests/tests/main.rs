@@ -11,6 +11,7 @@ mod common;
 mod direct;
 mod sandbox;
 
+mod approvals_worker;
 mod approvals;
 mod arbiter_handoff;
 mod bad_input;
