@@ -30,6 +30,7 @@ struct Instruments {
     tool_calls: Counter<u64>,
     summons_pending: Gauge<u64>,
     early_calls: Counter<u64>,
+    webhook_deliveries: Counter<u64>,
 }
 
 fn instruments() -> &'static Instruments {
@@ -74,8 +75,28 @@ fn instruments() -> &'static Instruments {
                 )
                 .with_unit("{call}")
                 .build(),
+            webhook_deliveries: meter
+                .u64_counter("arbiter.webhook.deliveries")
+                .with_description(
+                    "Webhook delivery attempts by hook and outcome (delivered, failed, given_up, skipped)",
+                )
+                .with_unit("{attempt}")
+                .build(),
         }
     })
+}
+
+/// One webhook delivery attempt of hook `hook`: `delivered` (a 2xx),
+/// `failed` (to be tried again), `given_up` (older than the stream keeps),
+/// `skipped` (an event type the hook does not want, or unreadable).
+pub fn webhook_delivery(hook: &str, outcome: &'static str) {
+    instruments().webhook_deliveries.add(
+        1,
+        &[
+            KeyValue::new("arbiter.hook", hook.to_owned()),
+            KeyValue::new("arbiter.outcome", outcome),
+        ],
+    );
 }
 
 /// A session actor started (+1) or ended (-1).

@@ -73,6 +73,69 @@ pub fn stream_configs() -> Vec<stream::Config> {
     ]
 }
 
+/// How long a webhook event is kept, and so tried: a week.
+pub const NOTIFY_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The webhook events' stream ([`subjects::NOTIFY_STREAM`]): limits
+/// retention, a week of age (events are small and few: no byte limit, so
+/// that no server's storage limit can refuse it).
+/// Not in [`stream_configs`]: only a coordinator with hooks declares it
+/// ([`declare_notify`]), so a deployment without hooks has none.
+pub fn notify_stream_config() -> stream::Config {
+    stream::Config {
+        name: subjects::NOTIFY_STREAM.into(),
+        subjects: vec![subjects::ALL_NOTIFICATIONS.to_owned()],
+        storage: stream::StorageType::File,
+        duplicate_window: DUPLICATE_WINDOW,
+        max_age: NOTIFY_MAX_AGE,
+        discard: stream::DiscardPolicy::Old,
+        ..Default::default()
+    }
+}
+
+/// Creates the webhook events' stream when it is missing (with `replicas`
+/// copies, 1 when `None`), or gives an existing one this version's
+/// subjects and age (its replicas too, when given).
+pub async fn declare_notify(js: &jetstream::Context, replicas: Option<usize>) -> Result<()> {
+    let want = notify_stream_config();
+    let name = want.name.clone();
+    match js.get_stream(&name).await {
+        Ok(mut existing) => {
+            let have = existing
+                .info()
+                .await
+                .map_err(|e| crate::js_error(format!("reading stream {name}"), e))?
+                .config
+                .clone();
+            let updated = stream::Config {
+                subjects: want.subjects,
+                max_age: want.max_age,
+                num_replicas: replicas.unwrap_or(have.num_replicas),
+                ..have.clone()
+            };
+            if updated != have {
+                js.update_stream(updated)
+                    .await
+                    .map_err(|e| crate::js_error(format!("updating stream {name}"), e))?;
+                tracing::info!(stream = %name, "stream given the settings this version uses");
+            }
+        }
+        Err(e) if !is_not_found(&e) => {
+            return Err(crate::js_error(format!("reading stream {name}"), e));
+        }
+        Err(_) => {
+            js.create_stream(stream::Config {
+                num_replicas: replicas.unwrap_or(1),
+                ..want
+            })
+            .await
+            .map_err(|e| crate::js_error(format!("creating stream {name}"), e))?;
+            tracing::info!(stream = %name, "stream created");
+        }
+    }
+    Ok(())
+}
+
 /// Lines one console may have in [`subjects::HUMAN_STREAM`] at once (sent,
 /// not yet taken by a coordinator): past it, the server refuses its next
 /// line ("maximum messages per subject exceeded", 10077) and keeps every
