@@ -8,6 +8,7 @@ mod caps;
 mod cluster;
 mod delta;
 mod fleet;
+pub mod notify;
 pub mod prompt;
 pub use cluster::retention;
 pub use rules::arbiter_handoff;
@@ -101,8 +102,16 @@ pub struct Config {
     /// How long a tool call waits for the human's approval before it is
     /// denied (see `rules/approval.rs`).
     pub approval_timeout: Duration,
-    /// Whether sessions store webhook events (some hook is configured).
-    pub notify: bool,
+    /// The webhooks: sessions store the events some hook wants, and each
+    /// hook's delivery POSTs them (see `notify.rs`). None: no event is stored.
+    pub hooks: Vec<notify::Hook>,
+}
+
+impl Config {
+    /// Whether some hook wants events of this type (so sessions store them).
+    pub(crate) fn notifies(&self, kind: arbiter_protocol::NotificationKind) -> bool {
+        self.hooks.iter().any(|h| h.wants(kind))
+    }
 }
 
 /// See [`Config::approval_timeout`].
@@ -137,7 +146,7 @@ impl Default for Config {
             budget: arbiter_protocol::Budget::default(),
             memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            notify: false,
+            hooks: Vec::new(),
             team_cap: DEFAULT_TEAM_CAP,
             team_wait: DEFAULT_TEAM_WAIT,
             escalate_risk: DEFAULT_ESCALATE_RISK,
@@ -234,6 +243,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         arbiter_bus::retention::apply_limits(&bus.js, &config.retention.limits),
     )
     .await?;
+    // The webhooks' stream and durables exist before any session can store an event.
+    let mut hook_consumers = Vec::new();
+    if !config.hooks.is_empty() {
+        match notify::prepare(&bus, &config.hooks, config.nats.replicas).await {
+            Ok(consumers) => hook_consumers = consumers,
+            Err(arbiter_bus::BusError::Denied { denied, .. }) => {
+                tracing::error!(
+                    denied,
+                    "NATS denied this coordinator the webhooks' stream: its credential was signed before the webhooks' grant, so webhooks are off and sessions are routed without them (arbiter-admin revoke, then issue coordinator, gives it the current grants)"
+                );
+                config.hooks.clear();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     tracing::info!(nats = %arbiter_bus::redact_url(&config.nats.url), model = %config.model.spec(), budget = config.context_budget, "coordinator ready");
     let steps = arbiter_bus::steplog::StepLog::open(
         &bus,
@@ -280,10 +304,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let alarms = shared.bus.alarms.clone();
     let sweeper = tokio::spawn(retention::sweep(shared.clone()));
+    let hooks_stop = tokio_util::sync::CancellationToken::new();
+    let mut hooks = notify::start(
+        &shared.bus,
+        shared.config.hooks.clone(),
+        hook_consumers,
+        &hooks_stop,
+    );
     let result = tokio::select! {
         result = cluster::intake::run(shared, shutdown) => result,
         refused = alarms.fatal() => Err(refused.into()),
     };
     sweeper.abort();
+    hooks_stop.cancel();
+    while hooks.join_next().await.is_some() {}
     result
 }

@@ -107,6 +107,20 @@ struct Cli {
     /// Arbiter prompt, newest entries first (0: none).
     #[arg(long, env = "ARBITER_MEMORY_TOKENS", default_value_t = arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS)]
     memory_tokens: u64,
+    /// A webhook's URL (http or https): the events go there, signed (see
+    /// docs/notifications.md; more hooks: [[hooks]] in the config file).
+    #[arg(long, env = "ARBITER_HOOK_URL", hide_env_values = true)]
+    hook_url: Option<String>,
+    /// The webhook's signing secret (`whsec_<base64>`, or any text); never logged.
+    #[arg(long, env = "ARBITER_HOOK_SECRET", hide_env_values = true)]
+    hook_secret: Option<arbiter_coordinator::notify::Secret>,
+    /// The event types the webhook gets, comma-separated (needs_input,
+    /// completed, failed, budget, stalled; default: all).
+    #[arg(long, env = "ARBITER_HOOK_EVENTS")]
+    hook_events: Option<String>,
+    /// The webhook's name (its durable is hook-<name>; default env).
+    #[arg(long, env = "ARBITER_HOOK_NAME")]
+    hook_name: Option<String>,
     #[command(flatten)]
     providers: ProviderArgs,
 }
@@ -162,6 +176,16 @@ async fn run_main() -> anyhow::Result<()> {
         );
     }
     let prices = file.price_table();
+    let hooks = arbiter_coordinator::notify::hooks(
+        &file.hooks,
+        arbiter_coordinator::notify::HookArgs {
+            name: cli.hook_name,
+            url: cli.hook_url,
+            secret: cli.hook_secret,
+            events: cli.hook_events,
+        },
+        &|name| std::env::var(name).ok(),
+    )?;
     let config = arbiter_coordinator::Config {
         id: cli.id.unwrap_or_else(arbiter_coordinator::new_id),
         prices,
@@ -182,7 +206,7 @@ async fn run_main() -> anyhow::Result<()> {
         escalate_risk: cli.escalate_risk,
         team_wait: std::time::Duration::from_secs(cli.team_wait_secs),
         approval_timeout: std::time::Duration::from_secs(cli.approval_timeout_secs.max(1)),
-        notify: false,
+        hooks,
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {
                 stream_max_bytes: cli.stream_max_bytes,

@@ -13,7 +13,8 @@
 //! `route` (an Arbiter reply by intent), `summons` (where a summons goes),
 //! `team` (gathering, chains), `consensus` (the tally), `budget` (caps,
 //! holds, notes), `guard` (the turn cap, the echo stop, `/stop`), `outputs`
-//! (Orchestrator output in `seq` order), `memory`, `arbiter_handoff`,
+//! (Orchestrator output in `seq` order), `memory`, `notify` (the
+//! webhooks' `completed`), `arbiter_handoff`,
 //! `turn` (what a turn is asked, what its reply does), `foresee` (whether
 //! an output would start a turn at once) and `status`.
 
@@ -37,6 +38,7 @@ pub(crate) mod consensus;
 pub(crate) mod foresee;
 pub(crate) mod guard;
 pub(crate) mod memory;
+pub(crate) mod notify;
 pub(crate) mod outputs;
 pub(crate) mod route;
 pub(crate) mod status;
@@ -194,7 +196,6 @@ impl Core {
 
     /// Queues a webhook event about the entry logged last (its id is fixed
     /// by that entry, so a restart that publishes it again adds nothing).
-    #[allow(dead_code)] // used by the notifications (next commit)
     pub(crate) fn notify(&mut self, kind: arbiter_protocol::NotificationKind, summary: String) {
         self.notify_with(kind, summary, None);
     }
@@ -205,7 +206,7 @@ impl Core {
         summary: String,
         approval: Option<arbiter_protocol::WaitingApproval>,
     ) {
-        if !self.config.notify {
+        if !self.config.notifies(kind) {
             return;
         }
         let seq = self.state.log_seq;

@@ -213,6 +213,10 @@ pub(crate) struct Snapshot {
         skip_serializing_if = "crate::rules::approval::Approvals::is_empty"
     )]
     pub approvals: crate::rules::approval::Approvals,
+    /// Orchestrators were released since the session last settled: when it
+    /// settles, the webhooks hear `completed` (see `rules/notify.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 impl Snapshot {
@@ -258,6 +262,7 @@ impl Snapshot {
             budget: crate::rules::budget::BudgetState::default(),
             workspace: None,
             approvals: crate::rules::approval::Approvals::default(),
+            released: false,
         }
     }
 }
@@ -556,6 +561,9 @@ pub(crate) async fn publish(
             Err(AppendError::Stopped) => false,
         };
     }
+    if let Effect::Notify(n) = effect {
+        return publish_notification(bus, subject, &msg_id, trace, n, cancel).await;
+    }
     steplog::retry(cancel, "publish an effect", || async {
         match effect {
             Effect::Log(e) => bus.publish_js(subject.clone(), &msg_id, trace, e).await,
@@ -563,7 +571,38 @@ pub(crate) async fn publish(
             Effect::Input(i) => bus.publish_js(subject.clone(), &msg_id, trace, i).await,
             Effect::Control(c) => bus.publish_js(subject.clone(), &msg_id, trace, c).await,
             Effect::Memory(m) => bus.publish_js(subject.clone(), &msg_id, trace, m).await,
-            Effect::Notify(n) => bus.publish_js(subject.clone(), &msg_id, trace, n).await,
+            Effect::Notify(_) => Ok(()),
+        }
+    })
+    .await
+    .is_some()
+}
+
+/// Stores a webhook event, retrying like any effect, except that one the
+/// server refuses for this credential's permissions (one signed before the
+/// webhooks' grant) is said once and dropped: no session waits on an event
+/// it may never store.
+async fn publish_notification(
+    bus: &Bus,
+    subject: String,
+    msg_id: &str,
+    trace: &TraceContext,
+    event: &arbiter_protocol::Notification,
+    cancel: &CancellationToken,
+) -> bool {
+    steplog::retry(cancel, "store a webhook event", || async {
+        let sent = arbiter_bus::setup::guarded(
+            &bus.alarms,
+            arbiter_protocol::roles::NatsRole::Coordinator,
+            bus.publish_js(subject.clone(), msg_id, trace, event),
+        )
+        .await;
+        match sent {
+            Err(arbiter_bus::BusError::Denied { denied, .. }) if denied.contains(&subject) => {
+                crate::notify::refused(&denied);
+                Ok(())
+            }
+            other => other,
         }
     })
     .await

@@ -65,6 +65,11 @@ pub struct ConfigFile {
     /// `[budget.session]`, `[budget.orchestrator]`: the default caps (see [`crate::budget`]).
     #[serde(default)]
     pub budget: crate::budget::BudgetFile,
+    /// `[[hooks]]`: the coordinator's webhooks, as written; read and
+    /// checked by the coordinator (`arbiter_coordinator::notify`), ignored
+    /// by the other binaries.
+    #[serde(default)]
+    pub hooks: Vec<toml::Table>,
 }
 
 /// `[anthropic]` / `[openai]`: how every role on that provider reaches it.

@@ -1,5 +1,5 @@
 //! Notifications: the events a coordinator POSTs to the webhooks a user
-//! configured (see docs/approvals.md). Each is decided by a session's core
+//! configured (see docs/notifications.md). Each is decided by a session's core
 //! with the step that causes it and stored before it is delivered, so a
 //! restart loses none; its `id` is fixed by that step, so a receiver that
 //! gets one twice (delivery is at least once) can tell.

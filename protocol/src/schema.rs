@@ -28,6 +28,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         named::<OrchestratorStatus>("orchestrator_status"),
         named::<Control>("control"),
         named::<MemoryEntry>("memory_entry"),
+        named::<crate::Notification>("notification"),
     ]
 }
 

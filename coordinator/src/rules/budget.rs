@@ -9,7 +9,8 @@
 //! left), which its worker enforces before each model request.
 
 use arbiter_protocol::{
-    Budget, BudgetChange, BudgetScope, Cap, LogBody, Spend, Summon, SystemEntry, member_name,
+    Budget, BudgetChange, BudgetScope, Cap, LogBody, NotificationKind, Spend, Summon, SystemEntry,
+    member_name,
 };
 use serde::{Deserialize, Serialize};
 
@@ -157,6 +158,15 @@ impl Core {
         if let Some(hold) = self.state.hold.as_mut() {
             hold.budget = true;
         }
+        self.notify(
+            NotificationKind::Budget,
+            format!(
+                "Held at the budget cap: this session has spent {} of {}; raise it with /budget \
+                 session to go on.",
+                unit.amount(unit.used(&total)),
+                unit.amount(limit)
+            ),
+        );
         true
     }
 
@@ -276,6 +286,7 @@ impl Core {
     /// next turn.
     fn budget_note(&mut self, text: String) {
         self.log(LogBody::System(SystemEntry { text: text.clone() }));
+        self.notify(NotificationKind::Budget, text.clone());
         self.state.budget.notes.push(text);
         self.step.changed = true;
     }

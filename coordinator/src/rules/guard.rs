@@ -141,6 +141,10 @@ impl Core {
              arbiter-coordinator --max-turns-per-message or ARBITER_MAX_TURNS_PER_MESSAGE). \
              Write to go on, or /stop."
         ));
+        self.notify(
+            arbiter_protocol::NotificationKind::NeedsInput,
+            format!("The session holds: the Arbiter took {cap} turns since your last message. Write to go on, or /stop."),
+        );
         false
     }
 
@@ -168,6 +172,13 @@ impl Core {
                  change), or /stop.",
                 orchestrator_name(number)
             ));
+            self.notify(
+                arbiter_protocol::NotificationKind::NeedsInput,
+                format!(
+                    "The session holds: the Arbiter and {} repeated themselves for {rounds} rounds. Write to go on, or /stop.",
+                    orchestrator_name(number)
+                ),
+            );
         }
     }
 

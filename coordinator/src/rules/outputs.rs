@@ -11,8 +11,8 @@
 use arbiter_bus::TraceContext;
 use arbiter_bus::seq::{self, Expired, Gaps, Hold, Order};
 use arbiter_protocol::{
-    ErrorEntry, Evidence, LogBody, OrchestratorEntry, OrchestratorEvent, OrchestratorMessage,
-    PriorHandoff, WireError, member_name, subjects,
+    ErrorEntry, Evidence, LogBody, NotificationKind, OrchestratorEntry, OrchestratorEvent,
+    OrchestratorMessage, PriorHandoff, WireError, member_name, subjects,
 };
 use tokio::time::Instant;
 
@@ -309,6 +309,7 @@ impl Core {
                     error
                 );
                 self.log(LogBody::Error(ErrorEntry { error }));
+                self.notify(NotificationKind::Failed, text.clone());
                 // A member that failed before reporting: its failure is its report.
                 if let Some(m) = member
                     && self.gathers(number)

@@ -4,9 +4,9 @@
 
 use arbiter_protocol::{
     ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, Control, ControlAction,
-    Directive, ErrorEntry, LogBody, MusingEntry, OrchestratorInput, ReleasedEntry, StrategyEntry,
-    Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION, WireError, member_name,
-    orchestrator_name,
+    Directive, ErrorEntry, LogBody, MusingEntry, NotificationKind, OrchestratorInput,
+    ReleasedEntry, StrategyEntry, Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION,
+    WireError, member_name, orchestrator_name,
 };
 
 use crate::rules::summons::{FleetView, Lane, Target, summons_target};
@@ -145,7 +145,9 @@ impl Core {
                 intent,
                 reason: reason.to_owned(),
             };
+            let summary = format!("The Arbiter's turn could not be routed: {error}");
             self.log(LogBody::Error(ErrorEntry { error }));
+            self.notify(NotificationKind::Failed, summary);
             return Routed::Rejected;
         }
         let text = format!(
@@ -389,6 +391,7 @@ impl Core {
                 numbers: vec![active.number],
                 member: active.member,
             }));
+            self.state.released = true;
         }
         // A team released before all reported: what came in goes on now.
         if let Some(number) = self.state.gather.as_ref().map(|g| g.number)

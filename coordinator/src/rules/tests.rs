@@ -290,6 +290,7 @@ mod guard;
 mod handoff;
 mod intake;
 mod memory;
+mod notify;
 mod outputs;
 mod routing;
 mod team;

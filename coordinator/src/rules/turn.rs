@@ -9,8 +9,8 @@ use arbiter_bus::TraceContext;
 use arbiter_llm::structured::Structured;
 use arbiter_llm::{LlmError, Message, Request, Usage};
 use arbiter_protocol::{
-    ArbiterIntent, ArbiterOutput, ErrorEntry, LogBody, MemoryEntry, Role, SystemEntry, member_name,
-    orchestrator_name,
+    ArbiterIntent, ArbiterOutput, ErrorEntry, LogBody, MemoryEntry, NotificationKind, Role,
+    SystemEntry, member_name, orchestrator_name,
 };
 
 use crate::rules::route::Routed;
@@ -164,13 +164,15 @@ impl Core {
             Err(e) => {
                 // The user turn stays: it reaches the Arbiter with the next message.
                 tracing::error!(error = %e, "Arbiter turn failed");
-                self.log(LogBody::Error(ErrorEntry {
-                    error: e.to_wire(Role::Arbiter),
-                }));
+                let error = e.to_wire(Role::Arbiter);
+                let summary = format!("The Arbiter's turn failed: {error}");
+                self.log(LogBody::Error(ErrorEntry { error }));
+                self.notify(NotificationKind::Failed, summary);
                 self.question_left(Ending::Failed);
             }
         }
         self.maybe_hand_off();
+        self.notify_settled();
     }
 
     /// After a turn: an Orchestrator that asked a question must not wait
@@ -203,12 +205,12 @@ impl Core {
             Ending::Elsewhere => "went to someone else",
             Ending::Failed => "failed",
         };
-        self.log(LogBody::System(SystemEntry {
-            text: format!(
-                "{name} asked a question and is waiting for an answer, but the Arbiter's \
-                 turn {why}. Write to go on, or /stop."
-            ),
-        }));
+        let text = format!(
+            "{name} asked a question and is waiting for an answer, but the Arbiter's \
+             turn {why}. Write to go on, or /stop."
+        );
+        self.log(LogBody::System(SystemEntry { text: text.clone() }));
+        self.notify(NotificationKind::NeedsInput, text);
     }
 
     /// Adds model requests of the Arbiter's (a turn's, those of an
