@@ -207,10 +207,15 @@ impl Core {
             .partition(|w| w.deadline <= now);
         self.state.approvals.waiting = waiting;
         for waiting in due {
-            let minutes = (waiting.deadline - waiting.asked_at).num_seconds() as f64 / 60.0;
+            let secs = (waiting.deadline - waiting.asked_at).num_seconds().max(0);
+            let wait = if secs < 120 {
+                format!("{secs} s")
+            } else {
+                format!("{} min", (secs + 30) / 60)
+            };
             let reason = format!(
-                "nobody answered within {minutes:.0} min; the call did not run. Go on without \
-                 it, or ask the Arbiter to have the human approve it."
+                "nobody answered within {wait}; the call did not run. Go on without it, or ask \
+                 the Arbiter to have the human approve it."
             );
             self.answer(
                 waiting,

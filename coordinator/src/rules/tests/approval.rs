@@ -152,7 +152,7 @@ fn nobody_answering_within_the_wait_denies_the_call() {
         lines,
         vec![format!(
             "Approval 1 (input 1 to {id}): denied by no answer in time: nobody answered \
-             within 1 min; the call did not run. Go on without it, or ask the Arbiter to have \
+             within 60 s; the call did not run. Go on without it, or ask the Arbiter to have \
              the human approve it."
         )]
     );
