@@ -210,16 +210,18 @@ impl Core {
             return;
         }
         let seq = self.state.log_seq;
-        self.effect(Effect::Notify(arbiter_protocol::Notification {
-            v: VERSION,
-            id: arbiter_protocol::Notification::id_of(&self.id, seq, kind),
-            kind,
-            session_id: self.id.clone(),
-            seq,
-            summary,
-            approval,
-            at: self.now.wall,
-        }));
+        self.effect(Effect::Notify {
+            event: arbiter_protocol::Notification {
+                v: VERSION,
+                id: arbiter_protocol::Notification::id_of(&self.id, seq, kind),
+                kind,
+                session_id: self.id.clone(),
+                seq,
+                summary,
+                approval,
+                at: self.now.wall,
+            },
+        });
     }
 
     pub(crate) fn effect(&mut self, effect: Effect) {

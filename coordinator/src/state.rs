@@ -278,8 +278,12 @@ pub(crate) enum Effect {
     /// A memory entry to keep: a put in the memory bucket.
     Memory(arbiter_protocol::MemoryEntry),
     /// An event for the webhooks: stored in the notification stream, from
-    /// which each hook's delivery takes it (see `notify.rs`).
-    Notify(arbiter_protocol::Notification),
+    /// which each hook's delivery takes it (see `notify.rs`). A struct
+    /// variant: the event has a `type` of its own, which the effect's tag
+    /// would collide with (a record with a newtype `Notify` did not read back).
+    Notify {
+        event: arbiter_protocol::Notification,
+    },
 }
 
 impl Effect {
@@ -316,7 +320,9 @@ impl Effect {
                     subjects::memory_msg_id(&m.session_id, &key),
                 )
             }
-            Effect::Notify(n) => (subjects::notification(&n.session_id), n.id.clone()),
+            Effect::Notify { event } => {
+                (subjects::notification(&event.session_id), event.id.clone())
+            }
         }
     }
 }
@@ -561,8 +567,8 @@ pub(crate) async fn publish(
             Err(AppendError::Stopped) => false,
         };
     }
-    if let Effect::Notify(n) = effect {
-        return publish_notification(bus, subject, &msg_id, trace, n, cancel).await;
+    if let Effect::Notify { event } = effect {
+        return publish_notification(bus, subject, &msg_id, trace, event, cancel).await;
     }
     steplog::retry(cancel, "publish an effect", || async {
         match effect {
@@ -571,7 +577,7 @@ pub(crate) async fn publish(
             Effect::Input(i) => bus.publish_js(subject.clone(), &msg_id, trace, i).await,
             Effect::Control(c) => bus.publish_js(subject.clone(), &msg_id, trace, c).await,
             Effect::Memory(m) => bus.publish_js(subject.clone(), &msg_id, trace, m).await,
-            Effect::Notify(_) => Ok(()),
+            Effect::Notify { .. } => Ok(()),
         }
     })
     .await
@@ -646,7 +652,7 @@ pub(crate) async fn replay(
             // A put of the same entry again changes nothing.
             // An event stored again within the server's duplicate window is
             // dropped; later, a hook may get it twice, under the same id.
-            Effect::Control(_) | Effect::Memory(_) | Effect::Notify(_) => false,
+            Effect::Control(_) | Effect::Memory(_) | Effect::Notify { .. } => false,
         };
         if !published && !publish(bus, writer, effect, trace, cancel).await {
             return false;
@@ -755,12 +761,28 @@ mod tests {
             },
         ];
         let snapshot = Snapshot::new(Utc::now());
-        let outbox = vec![Effect::Control(Control {
-            v: VERSION,
-            orch_id: "o1".into(),
-            action: arbiter_protocol::ControlAction::Release,
-            sent_at: Utc::now(),
-        })];
+        let kind = arbiter_protocol::NotificationKind::Completed;
+        let outbox = vec![
+            Effect::Control(Control {
+                v: VERSION,
+                orch_id: "o1".into(),
+                action: arbiter_protocol::ControlAction::Release,
+                sent_at: Utc::now(),
+            }),
+            // An event has a `type` of its own, beside the effect's tag.
+            Effect::Notify {
+                event: arbiter_protocol::Notification {
+                    v: VERSION,
+                    id: arbiter_protocol::Notification::id_of("s1", 4, kind),
+                    kind,
+                    session_id: "s1".into(),
+                    seq: 4,
+                    summary: "Done.".into(),
+                    approval: None,
+                    at: Utc::now(),
+                },
+            },
+        ];
         for replace in [false, true] {
             let mut written = record("s1", 7, &append, &snapshot, &outbox);
             written.replace = replace;

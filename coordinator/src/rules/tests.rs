@@ -219,7 +219,7 @@ fn line(effect: &Effect) -> String {
             c.orch_id
         ),
         Effect::Memory(m) => format!("memory: {}", m.text),
-        Effect::Notify(n) => format!("notify {}: {}", n.kind.as_str(), n.summary),
+        Effect::Notify { event: n } => format!("notify {}: {}", n.kind.as_str(), n.summary),
     }
 }
 

@@ -35,7 +35,7 @@ fn events(step: &Step) -> Vec<String> {
     step.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Notify(n) => {
+            Effect::Notify { event: n } => {
                 assert_eq!(n.id, format!("s1.{}.{}", n.seq, n.kind.as_str()));
                 let about = step
                     .effects
@@ -130,7 +130,7 @@ fn a_session_released_and_idle_is_completed_once() {
             none,
         ]
     );
-    let Some(Effect::Notify(n)) = core.take_step().effects.first().cloned() else {
+    let Some(Effect::Notify { event: n }) = core.take_step().effects.first().cloned() else {
         // Nothing left over.
         assert!(!core.state.released);
         return;
