@@ -54,3 +54,4 @@ mod soak;
 mod team_faults;
 mod teams;
 mod telemetry;
+mod webhooks;
