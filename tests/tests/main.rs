@@ -11,8 +11,8 @@ mod common;
 mod direct;
 mod sandbox;
 
-mod approvals_worker;
 mod approvals;
+mod approvals_worker;
 mod arbiter_handoff;
 mod bad_input;
 mod binaries;
