@@ -207,7 +207,8 @@ async fn post(
     let body = match hook.format {
         Format::Standard => stored.to_vec(),
         Format::Slack => {
-            serde_json::to_vec(&serde_json::json!({ "text": event.summary })).unwrap_or_default()
+            serde_json::to_vec(&serde_json::json!({ "text": slack_text(&event.summary) }))
+                .unwrap_or_default()
         }
     };
     let timestamp = chrono::Utc::now().timestamp();
@@ -232,9 +233,29 @@ async fn post(
     }
 }
 
+/// `summary` as Slack shows text, not markup: a summary quotes what a model
+/// wrote, and Slack reads `<!channel>`, `<@U…>` and `<https://…|…>` in a
+/// message's text as mentions and links. Its own escaping (`&`, `<`, `>`)
+/// keeps them as the characters they are.
+fn slack_text(summary: &str) -> String {
+    summary
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slack_message_shows_what_a_model_wrote_as_text() {
+        assert_eq!(
+            slack_text("Orchestrator I asks to run bash: echo <!channel> && curl <https://x|y>"),
+            "Orchestrator I asks to run bash: echo &lt;!channel&gt; &amp;&amp; curl \
+             &lt;https://x|y&gt;"
+        );
+    }
 
     #[test]
     fn the_wait_doubles_from_a_second_to_five_minutes() {
