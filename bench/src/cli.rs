@@ -57,18 +57,21 @@ pub struct RoleArgs {
     /// The Codex CLI (codex runtime).
     #[arg(long)]
     pub codex_bin: Option<PathBuf>,
+    /// A webhook the coordinator POSTs every event type to (the hooks part).
+    #[arg(long)]
+    pub hook_url: Option<String>,
 }
 
 /// Which parts to run and how hard. The defaults take about three minutes.
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     /// Parts to run, comma separated: baseline, saturation, levels, start,
-    /// memory, anatomy, otel, handoff, teams, runtimes (each runtime side by side; not by default).
+    /// memory, anatomy, otel, hooks, handoff, teams, runtimes (each runtime side by side; not by default).
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,handoff,teams"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,hooks,handoff,teams"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -201,6 +204,10 @@ pub enum Phase {
     /// Routing overhead at 100 sessions with OpenTelemetry export on, to a
     /// local OTLP receiver, against the same level with export off.
     Otel,
+    /// Routing overhead at 100 sessions with a webhook configured whose
+    /// receiver accepts the connection and never answers, against the same
+    /// level with no webhook: a hung receiver must delay no session.
+    Hooks,
     Runtimes,
     /// Chains of Orchestrator generations handing packets on: the Arbiter's
     /// growth per generation, the handoff gap, the tokens per packet.

@@ -17,6 +17,8 @@ pub struct Ctx {
     pub opts: RunOptions,
     /// The OTLP endpoint the next systems' children export to (the otel phase).
     pub otlp: std::sync::Mutex<Option<String>>,
+    /// The webhook the next systems' coordinator POSTs to (the hooks phase).
+    pub hook_url: std::sync::Mutex<Option<String>>,
     pub mock: MockAnthropic,
     pub recorder: Arc<Recorder>,
     /// The workers' runtime for the systems started from now on.
@@ -47,6 +49,7 @@ impl Ctx {
         Ok(Self {
             opts,
             otlp: std::sync::Mutex::new(None),
+            hook_url: std::sync::Mutex::new(None),
             mock,
             recorder,
             runtime: std::sync::Mutex::new(arbiter_worker::Runtime::Native),
@@ -74,6 +77,11 @@ impl Ctx {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
+        let hook_url = self
+            .hook_url
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         System::start(
             &self.mock,
             &self.recorder,
@@ -83,6 +91,7 @@ impl Ctx {
                 slots_per_worker,
                 dir: &dir,
                 otlp: otlp.as_deref(),
+                hook_url: hook_url.as_deref(),
                 runtime,
                 claude_bin: self.opts.claude_bin.as_deref(),
                 codex_bin: self.opts.codex_bin.as_deref(),

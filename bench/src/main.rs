@@ -15,6 +15,7 @@ mod cli;
 mod ctx;
 mod handoff;
 mod hist;
+mod hooks;
 mod levels;
 mod load;
 mod machine;

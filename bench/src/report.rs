@@ -50,6 +50,8 @@ pub struct Report {
     /// The otel phase: the level with export off, with export on, and the
     /// spans the receiver took.
     pub otel: Option<(Level, Level, u64)>,
+    /// The hooks phase: the level with no webhook and with a hung one.
+    pub hooks: Option<crate::hooks::Hooks>,
     pub handoff: Option<crate::handoff::Handoff>,
     pub teams: Option<crate::teams::Teams>,
 }
@@ -89,6 +91,7 @@ impl Report {
             memory: None,
             anatomy: Vec::new(),
             otel: None,
+            hooks: None,
             handoff: None,
             teams: None,
         }
@@ -333,8 +336,8 @@ fn tick_p50(level: &Level) -> std::time::Duration {
     level.hops.iter().map(Latency::p50).sum()
 }
 
-/// How much slower export on is than off, in percent of off.
-fn otel_change(off: &Level, on: &Level) -> f64 {
+/// How much slower a tick is in `on` than in `off`, in percent of `off`.
+fn tick_change(off: &Level, on: &Level) -> f64 {
     let off = tick_p50(off).as_secs_f64();
     let on = tick_p50(on).as_secs_f64();
     if off > 0.0 {
@@ -361,7 +364,7 @@ impl Report {
             "  one tick (three hops, p50 summed): off {} on {} ({:+.1} %); spans received {}",
             micros(tick_p50(off)),
             micros(tick_p50(on)),
-            otel_change(off, on),
+            tick_change(off, on),
             count(*spans),
         );
         println!(
@@ -372,6 +375,26 @@ impl Report {
 }
 
 impl Report {
+    pub fn print_hooks(&self) {
+        let Some(h) = &self.hooks else { return };
+        header(&format!(
+            "A webhook whose receiver hangs, {} sessions: none, then a hung one",
+            count(u64::from(h.off.sessions))
+        ));
+        for (i, name) in HOPS.iter().enumerate() {
+            row(&format!("{name}, no webhook"), &h.off.hops[i]);
+            row(&format!("{name}, hung webhook"), &h.hung.hops[i]);
+        }
+        println!(
+            "  one tick (three hops, p50 summed): none {} hung {} ({:+.1} %); POSTs left \
+             hanging {}",
+            micros(tick_p50(&h.off)),
+            micros(tick_p50(&h.hung)),
+            tick_change(&h.off, &h.hung),
+            count(h.connections),
+        );
+    }
+
     pub fn print_handoff(&self) {
         let Some(h) = &self.handoff else { return };
         header(&format!(
@@ -464,7 +487,7 @@ pub fn targets(report: &Report) -> Vec<String> {
         }
     }
     if let Some((off, on, _)) = &report.otel {
-        let change = otel_change(off, on);
+        let change = tick_change(off, on);
         lines.push(line(
             &format!(
                 "routing overhead at {} sessions, export on vs off",
@@ -473,6 +496,19 @@ pub fn targets(report: &Report) -> Vec<String> {
             format!("{change:+.1} %"),
             "≤ +10 %",
             on.hops[0].len() > 0 && change <= 10.0,
+        ));
+    }
+    if let Some(h) = &report.hooks {
+        let change = tick_change(&h.off, &h.hung);
+        lines.push(line(
+            &format!(
+                "routing overhead at {} sessions, hung webhook vs none",
+                count(u64::from(h.off.sessions))
+            ),
+            format!("{change:+.1} %"),
+            "≤ +10 %",
+            // Only a figure if the hung receiver was POSTed to at all.
+            h.hung.hops[0].len() > 0 && h.connections > 0 && change <= 10.0,
         ));
     }
     if let Some(s) = &report.saturation {

@@ -30,6 +30,16 @@ pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
         console_caps: arbiter_coordinator::ConsoleCaps::off(),
         // The teams part runs teams of 10.
         team_cap: 16,
+        hooks: match &args.hook_url {
+            Some(url) => {
+                let secret = arbiter_coordinator::notify::Secret::parse("bench-secret")
+                    .map_err(anyhow::Error::msg)?;
+                vec![arbiter_coordinator::notify::Hook::new(
+                    "bench", url, secret,
+                )?]
+            }
+            None => Vec::new(),
+        },
         ..arbiter_coordinator::Config::default()
     };
     arbiter_coordinator::run(config, stopped())
@@ -96,14 +106,18 @@ pub struct CliBins<'a> {
 }
 
 /// The command line that starts a coordinator.
-pub fn coordinator_args(nats_url: &str, llm_url: &str) -> Vec<String> {
-    vec![
+pub fn coordinator_args(nats_url: &str, llm_url: &str, hook_url: Option<&str>) -> Vec<String> {
+    let mut args = vec![
         "coordinator".into(),
         "--nats-url".into(),
         nats_url.into(),
         "--llm-url".into(),
         llm_url.into(),
-    ]
+    ];
+    if let Some(url) = hook_url {
+        args.extend(["--hook-url".into(), url.into()]);
+    }
+    args
 }
 
 /// The command line that starts a worker.

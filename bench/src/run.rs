@@ -78,6 +78,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         report.otel = Some(otel(&ctx).await?);
         report.print_otel();
     }
+    if ctx.opts.has(Phase::Hooks) {
+        report.hooks = Some(crate::hooks::run(&ctx).await?);
+        report.print_hooks();
+    }
     if ctx.opts.has(Phase::Handoff) {
         report.handoff = Some(crate::handoff::run(&ctx).await?);
         report.print_handoff();

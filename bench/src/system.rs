@@ -26,6 +26,9 @@ pub struct System {
     /// Process start → consuming, per child.
     pub ready_after: Vec<(String, Duration)>,
     watcher: tokio::task::JoinHandle<()>,
+    /// With a webhook: the events stored for it as the sessions run (see
+    /// `hooks.rs`).
+    events: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How a phase wants its system.
@@ -36,6 +39,8 @@ pub struct Shape<'a> {
     pub dir: &'a Path,
     /// The OTLP endpoint the children export to; `None`: export off.
     pub otlp: Option<&'a str>,
+    /// The webhook the coordinator POSTs its events to; `None`: no hook.
+    pub hook_url: Option<&'a str>,
     pub runtime: arbiter_worker::Runtime,
     pub claude_bin: Option<&'a Path>,
     pub codex_bin: Option<&'a Path>,
@@ -55,7 +60,7 @@ impl System {
         let llm = mock.base_url();
         let coordinator = Proc::spawn(
             "coordinator",
-            &roles::coordinator_args(nats.url(), &llm),
+            &roles::coordinator_args(nats.url(), &llm, shape.hook_url),
             shape.dir,
             shape.otlp,
         )?;
@@ -89,8 +94,12 @@ impl System {
             workers,
             ready_after: Vec::new(),
             watcher,
+            events: None,
         };
         system.wait_ready().await?;
+        if shape.hook_url.is_some() {
+            system.events = Some(crate::hooks::feed(system.bus.clone()));
+        }
         Ok(system)
     }
 
@@ -182,6 +191,9 @@ impl System {
 
     pub async fn stop(self) {
         self.watcher.abort();
+        if let Some(events) = self.events {
+            events.abort();
+        }
         self.coordinator.stop().await;
         for w in self.workers {
             w.stop().await;
