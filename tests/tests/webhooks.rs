@@ -1,13 +1,12 @@
 //! Webhooks end to end, over a real nats-server and the real coordinator
 //! binary: a local HTTP receiver checks each POST's Standard Webhooks
-//! signature and records the event ids. It gets `completed`, `failed` and
-//! `budget` events, each once by id, across a kill -9 of the coordinator;
+//! signature and records the event ids. It gets `needs_input` (a tool call
+//! waiting for approval), `completed`, `failed` and `budget` events, each
+//! once by id, across a kill -9 of the coordinator;
 //! a receiver that answers 500 twice gets the event on the third try; and a
 //! receiver that never answers holds no session up. Which steps emit which
 //! events is decided by the coordinator's core, in its table tests
-//! (coordinator/src/rules/tests/notify.rs). `needs_input` from an approval
-//! is not driven here: the worker's policy floor that would ask for one is
-//! another change in progress.
+//! (coordinator/src/rules/tests/notify.rs).
 
 use crate::common;
 
@@ -160,18 +159,23 @@ fn hooked_config(sys: &System, url: &str) -> arbiter_coordinator::Config {
     }
 }
 
-/// `completed`, `failed` and `budget` reach the receiver signed, each once
+/// `needs_input`, `completed`, `failed` and `budget` reach the receiver signed, each once
 /// by id, and the coordinator's kill -9 in the middle loses none and
 /// sends none twice (a restored session stores its events again under the
 /// same ids, which the server drops as duplicates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_reach_a_receiver_signed_once_each_across_a_coordinator_kill() {
     let receiver = Receiver::start(Answer::Ok).await;
-    let sys = System::start_with(Options {
+    let mut sys = System::start_with(Options {
         coordinator: false,
+        workers: 0,
         ..Default::default()
     })
     .await;
+    // The worker asks before any push.
+    let mut worker = sys.worker_config("worker-0", 4, 200_000);
+    worker.policy = arbiter_protocol::Policy::parse("ask bash(git push*)").unwrap();
+    sys.spawn_worker_with(worker);
     let (_dir, file) = config_file(&hook_file(
         &receiver.url,
         "[budget.session]\ntokens = 10000\n",
@@ -202,7 +206,20 @@ async fn events_reach_a_receiver_signed_once_each_across_a_coordinator_kill() {
         orch(true, "Spent.").usage(11_400, 100, 0, 0),
     );
     sys.send(budget, "Spend it").await;
-    let before = receiver.wait_ids(3).await;
+
+    // needs_input: an Orchestrator's push waits for the human.
+    let asks = "s-hook-asks";
+    let (arb, brief) = (arbiter_lane("Push it"), "Brief: push it.");
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    sys.mock.push(
+        &orch_lane(brief),
+        arbiter_tests::MockReply::tool_use(
+            "bash",
+            serde_json::json!({"command": "git push origin main"}),
+        ),
+    );
+    sys.send(asks, "Push it").await;
+    let before = receiver.wait_ids(4).await;
 
     // completed: the Arbiter's release turn is in flight when the
     // coordinator is killed; the restored session runs it again.
@@ -228,7 +245,7 @@ async fn events_reach_a_receiver_signed_once_each_across_a_coordinator_kill() {
         |b| matches!(b, LogBody::Arbiter(e) if e.text == "It is built."),
     )
     .await;
-    let posts = receiver.wait_ids(4).await;
+    let posts = receiver.wait_ids(5).await;
     never.open();
     // Nothing more comes: no event twice, no stray one.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -245,6 +262,7 @@ async fn events_reach_a_receiver_signed_once_each_across_a_coordinator_kill() {
     assert_eq!(
         seen,
         vec![
+            (asks.to_owned(), "needs_input".to_owned()),
             (budget.to_owned(), "budget".to_owned()),
             (budget.to_owned(), "budget".to_owned()),
             (done.to_owned(), "completed".to_owned()),
@@ -259,6 +277,11 @@ async fn events_reach_a_receiver_signed_once_each_across_a_coordinator_kill() {
     );
     assert!(posts.iter().all(|p| p.valid), "{posts:#?}");
     assert!(before.iter().all(|p| p.valid));
+    let asked = posts.iter().find(|p| p.kind == "needs_input").unwrap();
+    assert_eq!(
+        asked.summary, "Orchestrator I asks to run bash: git push origin main",
+        "{asked:?}"
+    );
     let completed = posts.iter().find(|p| p.kind == "completed").unwrap();
     assert!(completed.summary.contains("It is built."), "{completed:?}");
     assert!(!completed.summary.contains("LOST"));
