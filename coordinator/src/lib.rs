@@ -102,6 +102,9 @@ pub struct Config {
     /// How long a tool call waits for the human's approval before it is
     /// denied (see `rules/approval.rs`).
     pub approval_timeout: Duration,
+    /// How long a session at work may show nothing new in its log before
+    /// the webhooks hear `stalled` (0: never); see `rules/notify.rs`.
+    pub stall_after: Duration,
     /// The webhooks: sessions store the events some hook wants, and each
     /// hook's delivery POSTs them (see `notify.rs`). None: no event is stored.
     pub hooks: Vec<notify::Hook>,
@@ -113,6 +116,9 @@ impl Config {
         self.hooks.iter().any(|h| h.wants(kind))
     }
 }
+
+/// See [`Config::stall_after`].
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30 * 60);
 
 /// See [`Config::approval_timeout`].
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -146,6 +152,7 @@ impl Default for Config {
             budget: arbiter_protocol::Budget::default(),
             memory_tokens: arbiter_protocol::memory::DEFAULT_MEMORY_TOKENS,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            stall_after: DEFAULT_STALL_AFTER,
             hooks: Vec::new(),
             team_cap: DEFAULT_TEAM_CAP,
             team_wait: DEFAULT_TEAM_WAIT,

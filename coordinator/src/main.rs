@@ -72,6 +72,10 @@ struct Cli {
     /// denied (the Orchestrator is told, and goes on).
     #[arg(long, env = "ARBITER_APPROVAL_TIMEOUT_SECS", default_value_t = arbiter_coordinator::DEFAULT_APPROVAL_TIMEOUT.as_secs())]
     approval_timeout_secs: u64,
+    /// Seconds a session at work may show nothing new in its log before the
+    /// webhooks hear `stalled` (0: never).
+    #[arg(long, env = "ARBITER_STALL_AFTER_SECS", default_value_t = arbiter_coordinator::DEFAULT_STALL_AFTER.as_secs())]
+    stall_after_secs: u64,
     /// The share of its context budget, in percent, past which the Arbiter
     /// hands off to a new generation from a packet it writes (0: never).
     #[arg(long, env = "ARBITER_HANDOFF_PCT", default_value_t = arbiter_coordinator::arbiter_handoff::DEFAULT_HANDOFF_PCT,
@@ -206,6 +210,7 @@ async fn run_main() -> anyhow::Result<()> {
         escalate_risk: cli.escalate_risk,
         team_wait: std::time::Duration::from_secs(cli.team_wait_secs),
         approval_timeout: std::time::Duration::from_secs(cli.approval_timeout_secs.max(1)),
+        stall_after: std::time::Duration::from_secs(cli.stall_after_secs),
         hooks,
         retention: arbiter_coordinator::retention::Retention {
             limits: arbiter_bus::retention::Limits {

@@ -184,6 +184,9 @@ impl Core {
     /// Queues a log entry with the next seq; it is published when the step is stored.
     pub(crate) fn log(&mut self, body: LogBody) {
         self.state.log_seq += 1;
+        // Something new: the stall watch starts again (`notify.rs`).
+        self.state.progress_at = Some(self.now.wall);
+        self.state.stall_told = false;
         self.step.effects.push(Effect::Log(LogEntry {
             v: VERSION,
             session_id: self.id.clone(),
@@ -403,6 +406,7 @@ impl Core {
         self.expire_held();
         self.expire_gather();
         self.expire_approvals();
+        self.check_stall();
     }
 
     /// Errors found restoring the records (an unreadable step), shown

@@ -330,6 +330,7 @@ impl Session {
             let gap_deadline = self.core.held.deadline();
             let team_deadline = self.core.gather_deadline(now());
             let approval_deadline = self.core.approval_deadline(now());
+            let stall_deadline = self.core.stall_deadline(now());
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 Some(seen) = self.watch.next() => {
@@ -382,11 +383,11 @@ impl Session {
                     self.status.touch();
                 }
                 () = async {
-                    match gap_deadline.into_iter().chain(team_deadline).chain(approval_deadline).min() {
+                    match gap_deadline.into_iter().chain(team_deadline).chain(approval_deadline).chain(stall_deadline).min() {
                         Some(deadline) => tokio::time::sleep_until(deadline).await,
                         None => std::future::pending().await,
                     }
-                }, if gap_deadline.is_some() || team_deadline.is_some() || approval_deadline.is_some() => {
+                }, if gap_deadline.is_some() || team_deadline.is_some() || approval_deadline.is_some() || stall_deadline.is_some() => {
                     self.core.tick(now());
                 }
                 _ = heartbeat.tick() => {

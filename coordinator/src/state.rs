@@ -217,6 +217,12 @@ pub(crate) struct Snapshot {
     /// settles, the webhooks hear `completed` (see `rules/notify.rs`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released: bool,
+    /// When the session last showed something new (its last log entry), and
+    /// whether the webhooks were told it stalled since (see `rules/notify.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stall_told: bool,
 }
 
 impl Snapshot {
@@ -263,6 +269,8 @@ impl Snapshot {
             workspace: None,
             approvals: crate::rules::approval::Approvals::default(),
             released: false,
+            progress_at: None,
+            stall_told: false,
         }
     }
 }

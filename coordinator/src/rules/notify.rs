@@ -1,12 +1,13 @@
 //! Which steps tell the webhooks what (docs/notifications.md). Most events
 //! are decided where their entry is logged (`failed` in `outputs.rs`,
 //! `route.rs` and `turn.rs`, `budget` in `budget.rs`, `needs_input` in
-//! `approval.rs`, `guard.rs` and `turn.rs`); this file holds `completed`:
-//! the session settled after its Orchestrators were released.
+//! `approval.rs`, `guard.rs` and `turn.rs`); this file holds `completed`
+//! (the session settled after its Orchestrators were released) and
+//! `stalled` (at work, and nothing new in its log for `--stall-after-secs`).
 
-use arbiter_protocol::{LogBody, NotificationKind};
+use arbiter_protocol::{LogBody, NotificationKind, member_name};
 
-use crate::rules::Core;
+use crate::rules::{Core, Now};
 use crate::state::Effect;
 
 /// Characters of the Arbiter's last words a `completed` event quotes.
@@ -45,5 +46,65 @@ impl Core {
             summary.push_str(&format!(" It said: {quoted}{cut}"));
         }
         self.notify(NotificationKind::Completed, summary);
+    }
+
+    /// Whether the session is at work with nobody else to wait for: the
+    /// Arbiter thinking or input queued, or an Orchestrator working (not
+    /// waiting on its question); no hold, no approval waiting (those are
+    /// `needs_input`), and not told of this stall yet.
+    fn stall_watched(&self) -> bool {
+        !self.config.stall_after.is_zero()
+            && !self.state.stall_told
+            && self.state.hold.is_none()
+            && self.state.approvals.waiting.is_empty()
+            && (self.state.turn_in_flight
+                || !self.state.queue.is_empty()
+                || self.state.team.iter().any(|a| !a.asked))
+    }
+
+    /// When the session counts as stalled, on the monotonic clock, if it
+    /// is watched.
+    pub(crate) fn stall_deadline(&self, now: Now) -> Option<tokio::time::Instant> {
+        if !self.stall_watched() {
+            return None;
+        }
+        let since = self.state.progress_at?;
+        let due = since + chrono::Duration::from_std(self.config.stall_after).ok()?;
+        Some(now.mono + (due - now.wall).to_std().unwrap_or_default())
+    }
+
+    /// Nothing new in the log for `stall_after` while at work: `stalled`,
+    /// once until something new comes.
+    pub(crate) fn check_stall(&mut self) {
+        if !self.stall_watched() {
+            return;
+        }
+        let Some(since) = self.state.progress_at else {
+            return;
+        };
+        let quiet = self.now.wall - since;
+        if quiet.to_std().unwrap_or_default() < self.config.stall_after {
+            return;
+        }
+        self.state.stall_told = true;
+        self.step.changed = true;
+        let working: Vec<String> = self
+            .state
+            .team
+            .iter()
+            .filter(|a| !a.asked)
+            .map(|a| member_name(a.number, a.member))
+            .collect();
+        let who = if working.is_empty() {
+            "the Arbiter has work queued or in flight".to_owned()
+        } else {
+            format!("{} at work", working.join(", "))
+        };
+        let summary = format!(
+            "Stalled: nothing new in the log for {} min while {who}; the last entry was at {} UTC.",
+            quiet.num_minutes(),
+            since.format("%H:%M")
+        );
+        self.notify(NotificationKind::Stalled, summary);
     }
 }

@@ -335,3 +335,113 @@ fn a_release_that_summons_a_successor_is_not_completed_until_that_one_is_release
         "{events:?}"
     );
 }
+
+/// The `stalled` events of one tick at `secs`, as `stalled: <summary>`.
+fn stalls_at(core: &mut Core, secs: u64) -> Vec<String> {
+    core.tick(at(secs));
+    core.take_step()
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Notify { event } if event.kind == NotificationKind::Stalled => {
+                Some(event.summary.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_session_at_work_with_nothing_new_for_the_set_time_is_stalled_once_until_something_comes() {
+    let mut core = hooked(|c| c.stall_after = Duration::from_secs(600));
+    core.on_input(human("Build it"), at(0));
+    turn(
+        &mut core,
+        reply("summon_orchestrator", "Build", serde_json::json!({})),
+        at(1),
+    );
+    core.take_step();
+    // Orchestrator I works; its summons (at 1 s) is the last entry.
+    assert_eq!(core.stall_deadline(at(1)), Some(at(601).mono));
+    assert!(stalls_at(&mut core, 600).is_empty(), "not yet");
+    let told = stalls_at(&mut core, 601);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0]
+            .starts_with("Stalled: nothing new in the log for 10 min while Orchestrator I at work"),
+        "{told:?}"
+    );
+    // Once: no deadline, no second event until something new is logged.
+    assert!(core.stall_deadline(at(602)).is_none());
+    assert!(stalls_at(&mut core, 1_300).is_empty());
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Half done.", false), at(1_400));
+    core.take_step();
+    assert_eq!(core.stall_deadline(at(1_400)), Some(at(2_000).mono));
+    assert_eq!(stalls_at(&mut core, 2_000).len(), 1);
+}
+
+#[test]
+fn a_session_that_waits_for_the_human_or_is_off_is_never_stalled() {
+    // Its Orchestrator asked, and the Arbiter answered the human: it waits for them.
+    let mut core = hooked(|c| c.stall_after = Duration::from_secs(600));
+    core.on_input(human("Build it"), at(0));
+    turn(
+        &mut core,
+        reply("summon_orchestrator", "Build", serde_json::json!({})),
+        at(1),
+    );
+    let id = orch_id(&core, 1);
+    core.on_input(output(&id, 1, "Which database?", true), at(2));
+    turn(
+        &mut core,
+        reply("address_human", "Which database?", serde_json::json!({})),
+        at(3),
+    );
+    core.take_step();
+    assert!(core.stall_deadline(at(3)).is_none());
+    assert!(stalls_at(&mut core, 5_000).is_empty());
+    // A tool call waits for approval: that is `needs_input`, not a stall.
+    let mut asking = hooked(|c| c.stall_after = Duration::from_secs(600));
+    asking.on_input(human("Push it"), at(0));
+    turn(
+        &mut asking,
+        reply("summon_orchestrator", "Push", serde_json::json!({})),
+        at(1),
+    );
+    let id = orch_id(&asking, 1);
+    let Input::Orchestrator(mut messages, trace, ack) = output(&id, 1, "", false) else {
+        unreachable!()
+    };
+    messages[0].event = OrchestratorEvent::ApprovalNeeded(arbiter_protocol::ApprovalRequest {
+        call_id: "toolu_1".into(),
+        tool: "bash".into(),
+        input: serde_json::json!({"command": "git push"}),
+        rule: "ask bash(git push*)".into(),
+    });
+    asking.on_input(Input::Orchestrator(messages, trace, ack), at(2));
+    asking.take_step();
+    assert!(asking.stall_deadline(at(2)).is_none());
+    assert!(stalls_at(&mut asking, 1_000).is_empty());
+    // Nothing at work at all.
+    let mut idle = hooked(|c| c.stall_after = Duration::from_secs(600));
+    idle.on_input(human("hi"), at(0));
+    turn(
+        &mut idle,
+        reply("address_human", "Hello.", serde_json::json!({})),
+        at(1),
+    );
+    idle.take_step();
+    assert!(stalls_at(&mut idle, 5_000).is_empty());
+    // Off: 0.
+    let mut off = hooked(|c| c.stall_after = Duration::ZERO);
+    off.on_input(human("Build it"), at(0));
+    turn(
+        &mut off,
+        reply("summon_orchestrator", "Build", serde_json::json!({})),
+        at(1),
+    );
+    off.take_step();
+    assert!(off.stall_deadline(at(1)).is_none());
+    assert!(stalls_at(&mut off, 50_000).is_empty());
+}
