@@ -157,6 +157,7 @@ struct Attached {
     session_sub: async_nats::Subscriber,
     delta_sub: async_nats::Subscriber,
     orch_sub: async_nats::Subscriber,
+    watchers_sub: async_nats::Subscriber,
     log: Follow,
 }
 
@@ -209,6 +210,7 @@ async fn run(
         session_sub,
         delta_sub,
         orch_sub,
+        watchers_sub,
         log,
     } = attached;
     let stored_seq = status.as_ref().map_or(0, |s| s.last_seq);
@@ -270,6 +272,7 @@ async fn run(
         move |s: &OrchestratorStatus| s.session_id == id,
         FeedEvent::Orchestrator,
     ));
+    tasks.spawn(answer_watchers(bus.client.clone(), watchers_sub));
     tasks.spawn(watch_connection(bus.client.clone(), tx, reconnected_tx));
     // The tasks are aborted when this one is, with the feed.
     while tasks.join_next().await.is_some() {}
@@ -311,6 +314,7 @@ async fn subscribe_and_open(conn: Connection, session_id: &str) -> Result<Attach
     let session_sub = subscribe(subjects::session_status(session_id)).await?;
     let delta_sub = subscribe(subjects::session_delta(session_id)).await?;
     let orch_sub = subscribe(subjects::ALL_ORCH_STATUS.to_owned()).await?;
+    let watchers_sub = subscribe(subjects::session_watchers(session_id)).await?;
     bus.client
         .flush()
         .await
@@ -326,8 +330,20 @@ async fn subscribe_and_open(conn: Connection, session_id: &str) -> Result<Attach
         session_sub,
         delta_sub,
         orch_sub,
+        watchers_sub,
         log,
     })
+}
+
+/// Answers the coordinator's question whether a console follows the
+/// session (`session.<id>.watchers`): while one does, the Arbiter's words
+/// to the human tell no webhook that the human is needed.
+pub(crate) async fn answer_watchers(client: async_nats::Client, mut sub: async_nats::Subscriber) {
+    while let Some(message) = sub.next().await {
+        if let Some(reply) = message.reply {
+            let _ = client.publish(reply, Vec::new().into()).await;
+        }
+    }
 }
 
 /// Decodes every message of a subscription and forwards those `keep` accepts.

@@ -87,9 +87,15 @@ where
     if let Some(status) = attached.status {
         console.progress.status(status);
     }
+    // While it follows, it says so to the coordinator (see `feed::answer_watchers`).
+    let watchers = tokio::spawn(crate::feed::answer_watchers(
+        console.bus.client.clone(),
+        attached.watchers_sub,
+    ));
     let result = console
         .follow(terminal.input, attached.status_sub, attached.log, shutdown)
         .await;
+    watchers.abort();
     Ended {
         attached: true,
         result,
@@ -101,6 +107,8 @@ struct Attached {
     bus: Bus,
     /// Live session status, subscribed before anything is sent.
     status_sub: async_nats::Subscriber,
+    /// The coordinator's question whether a console follows the session.
+    watchers_sub: async_nats::Subscriber,
     /// The latest status from the bucket, if the session has one.
     status: Option<SessionStatus>,
     log: Follow,
@@ -120,6 +128,11 @@ async fn attach(nats: &NatsOptions, session_id: &str) -> Result<Attached> {
         .subscribe(subject.clone())
         .await
         .map_err(|e| subscribe_error(&e))?;
+    let watchers_sub = bus
+        .client
+        .subscribe(subjects::session_watchers(session_id))
+        .await
+        .map_err(|e| subscribe_error(&e))?;
     // The server must know the subscription before the bucket is read, or a
     // status published in between would be missed.
     bus.client.flush().await.map_err(|e| subscribe_error(&e))?;
@@ -129,6 +142,7 @@ async fn attach(nats: &NatsOptions, session_id: &str) -> Result<Attached> {
     Ok(Attached {
         bus,
         status_sub,
+        watchers_sub,
         status,
         log,
     })

@@ -92,6 +92,12 @@ pub(crate) enum Input {
         orch_id: String,
         pool: String,
     },
+    /// No console followed the session when the Arbiter wrote to the human
+    /// in entry `seq` (what [`Task::AskWatchers`] found).
+    Unwatched {
+        seq: u64,
+        summary: String,
+    },
 }
 
 impl Input {
@@ -100,7 +106,7 @@ impl Input {
         match self {
             Input::Human { ack, .. } | Input::Refused { ack, .. } => ack,
             Input::Orchestrator(_, _, ack) | Input::Malformed(_, ack) => ack,
-            Input::NoWorker { .. } => None,
+            Input::NoWorker { .. } | Input::Unwatched { .. } => None,
         }
     }
 }
@@ -112,6 +118,9 @@ pub(crate) enum Task {
     /// Ask whether a worker of `pool` is up: [`Input::NoWorker`] when none
     /// answers.
     CheckPool { orch_id: String, pool: String },
+    /// Ask whether a console follows the session: [`Input::Unwatched`]
+    /// (with the `needs_input` event's `summary` about entry `seq`) when none answers.
+    AskWatchers { seq: u64, summary: String },
 }
 
 /// What one step does, in the order the shell carries it out: store the
@@ -209,10 +218,20 @@ impl Core {
         summary: String,
         approval: Option<arbiter_protocol::WaitingApproval>,
     ) {
+        self.notify_about(self.state.log_seq, kind, summary, approval);
+    }
+
+    /// Queues a webhook event about log entry `seq`.
+    pub(crate) fn notify_about(
+        &mut self,
+        seq: u64,
+        kind: arbiter_protocol::NotificationKind,
+        summary: String,
+        approval: Option<arbiter_protocol::WaitingApproval>,
+    ) {
         if !self.config.notifies(kind) {
             return;
         }
-        let seq = self.state.log_seq;
         self.effect(Effect::Notify {
             event: arbiter_protocol::Notification {
                 v: VERSION,
@@ -379,6 +398,14 @@ impl Core {
             Input::Malformed(error, ack) => {
                 self.keep_ack(ack);
                 self.log(LogBody::Error(ErrorEntry { error }));
+            }
+            Input::Unwatched { seq, summary } => {
+                self.notify_about(
+                    seq,
+                    arbiter_protocol::NotificationKind::NeedsInput,
+                    summary,
+                    None,
+                );
             }
             Input::NoWorker { orch_id, pool } => {
                 // Gone, or heard from since (a worker took it after all).

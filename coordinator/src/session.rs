@@ -44,6 +44,8 @@ pub(crate) const INBOX_CAPACITY: usize = 256;
 /// How long a message put back because its session's inbox was full waits
 /// before the server delivers it again.
 pub(crate) const PUT_BACK_DELAY: Duration = Duration::from_secs(1);
+/// How long a console has to say it follows the session (see `Task::AskWatchers`).
+const WATCHERS_WAIT: Duration = Duration::from_secs(2);
 
 /// The time now, for the core's entry points (only the shell reads clocks).
 fn now() -> Now {
@@ -555,6 +557,19 @@ impl Session {
         for task in tasks {
             let (shared, inbox) = (self.shared.clone(), self.inbox.clone());
             match task {
+                Task::AskWatchers { seq, summary } => {
+                    let subject = subjects::session_watchers(&self.core.id);
+                    tokio::spawn(async move {
+                        // No responders comes back at once; a console that
+                        // follows answers within a round trip.
+                        let asked = shared.bus.client.request(subject, bytes::Bytes::new());
+                        let watched =
+                            matches!(tokio::time::timeout(WATCHERS_WAIT, asked).await, Ok(Ok(_)));
+                        if !watched && let Some(inbox) = inbox.upgrade() {
+                            let _ = inbox.send(Input::Unwatched { seq, summary }).await;
+                        }
+                    });
+                }
                 Task::CheckPool { orch_id, pool } => {
                     tokio::spawn(async move {
                         if !shared.fleet.pool_served(&shared.bus.client, &pool).await

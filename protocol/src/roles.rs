@@ -323,10 +323,11 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::ALL_SESSION_IN,
                         subjects::ALL_SESSION_STATE,
                     ]),
-                Grant::new("session status and the Arbiter's streamed words (core NATS)")
+                Grant::new("session status and the Arbiter's streamed words, and whether a console follows a session (core NATS)")
                     .publish([
                         format!("{PREFIX}.session.*.status"),
                         format!("{PREFIX}.session.*.delta"),
+                        format!("{PREFIX}.session.*.watchers"),
                     ]),
                 Grant::new("summon Orchestrators to any pool")
                     .publish([format!("{PREFIX}.summon.*")]),
@@ -493,6 +494,8 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                         subjects::ALL_SESSION_LOG.to_owned(),
                         format!("{PREFIX}.session.*.in.>"),
                     ]),
+                Grant::new("say it follows a session: answer the coordinator's `session.<id>.watchers` (core request)")
+                    .subscribe([format!("{PREFIX}.session.*.watchers")]),
                 Grant::new("read session status: the bucket (one key by direct get; for `sessions`, its keys from the subjects its stream holds) and the live subjects")
                     .publish([api(&format!("DIRECT.GET.{kv}.>"))])
                     .subscribe([
@@ -526,7 +529,10 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
 /// A role's whole permission set: the union of its [`grants`].
 pub fn permissions(who: Identity<'_>) -> Permissions {
     let mut out = Permissions {
-        allow_responses: matches!(who.role, NatsRole::Worker | NatsRole::Coordinator),
+        allow_responses: matches!(
+            who.role,
+            NatsRole::Worker | NatsRole::Coordinator | NatsRole::Console
+        ),
         ..Permissions::default()
     };
     for grant in grants(who) {
@@ -587,6 +593,11 @@ pub fn render_table() -> String {
         }
         if role == NatsRole::Worker {
             out.push_str("| worker | answer requests made to it | `allow_responses: true` | |\n");
+        }
+        if role == NatsRole::Console {
+            out.push_str(
+                "| console | answer the coordinator's question whether it follows a session (to the asker's inbox) | `allow_responses: true` | |\n",
+            );
         }
     }
     out

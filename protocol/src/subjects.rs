@@ -342,6 +342,11 @@ pub const ALL_SESSION_STATE: &str = "arbiter.v1.session.*.state";
 pub fn session_delta(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.delta")
 }
+/// Core NATS request: is a console following the session? Each console
+/// that follows it answers (an empty body); no answer: nobody watches.
+pub fn session_watchers(session_id: &str) -> String {
+    format!("{PREFIX}.session.{session_id}.watchers")
+}
 pub const ALL_SESSION_HUMAN: &str = "arbiter.v1.session.*.human";
 pub const ALL_SESSION_LOG: &str = "arbiter.v1.session.*.log";
 /// Every session's inputs ([`session_input`]).

@@ -409,3 +409,74 @@ async fn a_hung_receiver_delays_no_session() {
         "without hooks {without:?}, with a hung receiver {with:?}"
     );
 }
+
+/// The Arbiter's words to the human are `needs_input` only when no console
+/// follows the session: sent from the test alone (nobody watching), the
+/// receiver gets one, quoting them; typed in a real `arbiter-console` that
+/// follows the session, it gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arbiters_words_are_needs_input_only_when_no_console_follows() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let receiver = Receiver::start(Answer::Ok).await;
+    let mut sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let config = hooked_config(&sys, &receiver.url);
+    sys.spawn_coordinator_with(config);
+
+    let alone = "s-hook-alone";
+    sys.mock.push(
+        &arbiter_lane("Which one?"),
+        arbiter("address_human", "Which database?"),
+    );
+    sys.send(alone, "Which one?").await;
+    let posts = receiver.wait_ids(1).await;
+    assert_eq!(
+        (posts[0].session.as_str(), posts[0].kind.as_str()),
+        (alone, "needs_input")
+    );
+    assert_eq!(
+        posts[0].summary,
+        "The Arbiter wrote to you while no console was open on the session: Which database?"
+    );
+    assert!(posts[0].valid);
+
+    let watched = "s-hook-watched";
+    sys.mock.push(
+        &arbiter_lane("Hello there"),
+        arbiter("address_human", "Hello."),
+    );
+    let mut console = tokio::process::Command::new(arbiter_tests::bin("arbiter-console"))
+        .env_clear()
+        .envs(sys.nats_env("console"))
+        .args(["--plain", "--session", watched])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(process_log("console-watched"))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = console.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(console.stdout.take().unwrap()).lines();
+    stdin.write_all(b"Hello there\n").await.unwrap();
+    tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("Hello.") {
+                return;
+            }
+        }
+        panic!("the console ended before the reply");
+    })
+    .await
+    .expect("the reply in the console");
+    // The question (2 s at most) and a delivery would have come by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let posts = receiver.posts();
+    assert!(
+        posts.iter().all(|p| p.session != watched),
+        "an event for a watched session: {posts:#?}"
+    );
+    drop(stdin);
+}

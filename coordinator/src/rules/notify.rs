@@ -13,7 +13,40 @@ use crate::state::Effect;
 /// Characters of the Arbiter's last words a `completed` event quotes.
 const QUOTED_CHARS: usize = 200;
 
+/// `text` cut to [`QUOTED_CHARS`], with `…` when cut.
+fn quoted(text: &str) -> String {
+    let mut quoted: String = text.chars().take(QUOTED_CHARS).collect();
+    if text.chars().count() > QUOTED_CHARS {
+        quoted.push('…');
+    }
+    quoted
+}
+
 impl Core {
+    /// The Arbiter wrote to the human (the entry logged last): the shell
+    /// asks whether a console follows the session, and when none does the
+    /// webhooks hear `needs_input` about it (`Input::Unwatched`).
+    pub(crate) fn ask_watchers(&mut self) {
+        if !self.config.notifies(NotificationKind::NeedsInput) {
+            return;
+        }
+        let said = self.step.effects.iter().rev().find_map(|e| match e {
+            Effect::Log(entry) => match &entry.body {
+                LogBody::Arbiter(a) => Some(a.text.clone()),
+                _ => None,
+            },
+            _ => None,
+        });
+        let summary = format!(
+            "The Arbiter wrote to you while no console was open on the session: {}",
+            quoted(&said.unwrap_or_default())
+        );
+        self.step.tasks.push(crate::rules::Task::AskWatchers {
+            seq: self.state.log_seq,
+            summary,
+        });
+    }
+
     /// After a turn: a session whose Orchestrators were released and that
     /// now has none, nothing queued, no turn due, no hold and no handoff
     /// under way has settled: `completed`, once per release.
@@ -37,13 +70,7 @@ impl Core {
         let mut summary =
             "Done: the Orchestrators are released and the Arbiter waits for you.".to_owned();
         if let Some(said) = said {
-            let quoted: String = said.chars().take(QUOTED_CHARS).collect();
-            let cut = if said.chars().count() > QUOTED_CHARS {
-                "…"
-            } else {
-                ""
-            };
-            summary.push_str(&format!(" It said: {quoted}{cut}"));
+            summary.push_str(&format!(" It said: {}", quoted(&said)));
         }
         self.notify(NotificationKind::Completed, summary);
     }

@@ -77,6 +77,7 @@ impl Core {
             ArbiterIntent::AddressHuman => {
                 self.state.rejections = 0;
                 self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
+                self.ask_watchers();
             }
             ArbiterIntent::AddressOrchestrator => {
                 match pick_members(&self.state.team, members.as_deref(), false) {

@@ -445,3 +445,58 @@ fn a_session_that_waits_for_the_human_or_is_off_is_never_stalled() {
     assert!(off.stall_deadline(at(1)).is_none());
     assert!(stalls_at(&mut off, 50_000).is_empty());
 }
+
+#[test]
+fn the_arbiters_words_to_the_human_ask_who_watches_and_nobody_watching_is_needs_input() {
+    let mut core = hooked(|_| {});
+    core.on_input(human("hi"), at(0));
+    core.take_step();
+    turn(
+        &mut core,
+        reply("address_human", "Which database?", serde_json::json!({})),
+        at(1),
+    );
+    let step = core.take_step();
+    let asked: Vec<_> = step
+        .tasks
+        .iter()
+        .filter_map(|t| match t {
+            Task::AskWatchers { seq, summary } => Some((*seq, summary.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        vec![(
+            2,
+            "The Arbiter wrote to you while no console was open on the session: Which database?"
+                .to_owned()
+        )]
+    );
+    assert!(events(&step).is_empty(), "not before the answer");
+    // Nobody answered: needs_input about entry 2.
+    core.on_input(
+        Input::Unwatched {
+            seq: 2,
+            summary: asked[0].1.clone(),
+        },
+        at(3),
+    );
+    let step = core.take_step();
+    let Some(Effect::Notify { event }) = step.effects.first() else {
+        panic!("no event: {:?}", shown(&step))
+    };
+    assert_eq!(
+        (event.id.as_str(), event.kind, event.seq),
+        ("s1.2.needs_input", NotificationKind::NeedsInput, 2)
+    );
+    // A hook that does not want needs_input: nobody is asked.
+    let mut other = hooked(|c| c.hooks = vec![hook(&[NotificationKind::Completed])]);
+    other.on_input(human("hi"), at(0));
+    turn(
+        &mut other,
+        reply("address_human", "Hello.", serde_json::json!({})),
+        at(1),
+    );
+    assert!(other.take_step().tasks.is_empty());
+}
