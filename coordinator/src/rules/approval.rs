@@ -239,16 +239,22 @@ impl Core {
         Some(now.mono + left)
     }
 
-    /// Approvals of an Orchestrator that ended are withdrawn: nobody is
-    /// asked about a call that will never run.
+    /// Approvals of an Orchestrator that ended are withdrawn, each said in
+    /// the log: nobody is asked about a call that will never run.
     pub(crate) fn withdraw_approvals(&mut self, orch_id: &str) {
-        let before = self.state.approvals.waiting.len();
-        self.state
-            .approvals
-            .waiting
-            .retain(|w| w.orch_id != orch_id);
-        if self.state.approvals.waiting.len() != before {
-            self.step.changed = true;
+        let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.state.approvals.waiting)
+            .into_iter()
+            .partition(|w| w.orch_id == orch_id);
+        self.state.approvals.waiting = waiting;
+        for w in gone {
+            self.log(LogBody::System(SystemEntry {
+                text: format!(
+                    "Approval {} is withdrawn: {} ended, and its {} call never ran.",
+                    w.approval,
+                    member_name(w.number, w.member),
+                    w.request.tool
+                ),
+            }));
         }
     }
 

@@ -213,7 +213,14 @@ fn an_orchestrator_that_ends_withdraws_its_approvals() {
         },
     });
     core.on_input(Input::Orchestrator(messages, trace, ack), at(3));
-    core.take_step();
+    let lines = shown(&core.take_step());
+    assert!(
+        lines.contains(
+            &"System: Approval 1 is withdrawn: Orchestrator I ended, and its bash call never ran."
+                .to_owned()
+        ),
+        "{lines:?}"
+    );
     assert!(core.status(false, at(3)).approvals.is_empty());
     core.on_input(answer(1, ApprovalDecision::AllowOnce, None, "alice"), at(4));
     assert!(shown(&core.take_step())[0].contains("is not waiting any more"));
