@@ -283,8 +283,10 @@ impl Policy {
     }
 
     /// Refuses a layer that would loosen `floor`: a looser mode, or an
-    /// `allow` rule the floor would ask about or deny (checked on a sample
-    /// of its pattern, each wildcard standing for one name). Such a layer
+    /// `allow` rule the floor would ask about or deny (one with no pattern:
+    /// any rule of the floor for that tool that asks or denies; one with a
+    /// pattern: checked on a sample of it, each wildcard standing for one
+    /// name). Such a layer
     /// is refused whole: the Arbiter or the human expects a call to run
     /// that would not.
     pub fn within(&self, floor: &Policy) -> Result<(), Loosening> {
@@ -295,6 +297,19 @@ impl Policy {
             });
         }
         for rule in self.rules.iter().filter(|r| r.action == Action::Allow) {
+            // An allow of every call of a tool reaches whatever the floor
+            // asks about or denies of it.
+            if rule.pattern.is_none()
+                && let Some(stricter) = floor.rules.iter().find(|f| {
+                    f.action > Action::Allow
+                        && (f.tool == rule.tool || f.tool == "*" || rule.tool == "*")
+                })
+            {
+                return Err(Loosening {
+                    asked: rule.to_string(),
+                    floor: stricter.to_string(),
+                });
+            }
             let tool = if rule.tool == "*" { "bash" } else { &rule.tool };
             let sample = rule.pattern.as_deref().map(sample);
             let theirs = floor.decide_subject(tool, sample.as_deref());

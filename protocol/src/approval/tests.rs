@@ -245,6 +245,16 @@ fn loosening_is_refused() {
             "mode ask; allow bash",
             Some(("allow bash", "mode ask")),
         ),
+        (
+            "ask bash(git push*)",
+            "allow bash",
+            Some(("allow bash", "ask bash(git push*)")),
+        ),
+        (
+            "deny write(**/.env)",
+            "allow *",
+            Some(("allow *", "deny write(**/.env)")),
+        ),
         // What the floor allows may be allowed again, and anything tightened.
         ("ask bash(git push*)", "allow bash(cargo *)", None),
         ("", "mode read-only; deny bash(curl *)", None),
