@@ -16,6 +16,7 @@ pub mod approval;
 pub mod approvals;
 pub mod budget;
 mod command;
+pub use command::check_policy;
 pub mod conversation;
 mod error;
 mod feed;
@@ -69,6 +70,9 @@ pub struct Config {
     /// message: a new session starts with its memory, and keeps what it
     /// learns there. `None`: the session has no memory.
     pub workspace: Option<String>,
+    /// The session's policy to set as the console starts (`--policy`), as
+    /// typed: sent as `/policy …` before anything else.
+    pub policy: Option<String>,
 }
 
 impl Default for Config {
@@ -82,6 +86,7 @@ impl Default for Config {
             screen: false,
             identity: DEFAULT_IDENTITY.to_owned(),
             workspace: None,
+            policy: None,
         }
     }
 }
@@ -104,6 +109,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             )
             .await;
         }
+        command::send_policy(&config, &session_id).await?;
         let ended = screen::run(&config, &session_id, shutdown).await;
         return ended.finish(&mut tokio::io::stderr(), &session_id).await;
     }
@@ -138,6 +144,7 @@ where
     check_identity(&config.identity)?;
     let session_id = session_id(config.session.as_deref())?;
     write_line(&mut notices, &format!("session {session_id}")).await?;
+    command::send_policy(&config, &session_id).await?;
     let ended = session::run(
         &config,
         &session_id,

@@ -36,6 +36,11 @@ struct Cli {
     /// the name of the current directory).
     #[arg(long, env = "ARBITER_WORKSPACE", global = true)]
     workspace: Option<String>,
+    /// The session's tool-call policy, set as the console starts (as
+    /// `/policy` does): `'mode ask; deny bash(curl *)'`. It can only
+    /// tighten each worker's own (docs/approvals.md).
+    #[arg(long, env = "ARBITER_POLICY")]
+    policy: Option<String>,
     #[command(flatten)]
     nats: NatsArgs,
     /// Show the Arbiter's musings (the full-screen view toggles them with Ctrl-T).
@@ -133,8 +138,13 @@ impl Cli {
         let nats = self.nats.options();
         let identity = identity_of(&nats);
         let workspace = workspace_of(self.workspace.as_deref())?;
+        if let Some(policy) = &self.policy {
+            arbiter_console::check_policy(policy)
+                .map_err(|why| anyhow::anyhow!("--policy: {why}"))?;
+        }
         Ok(Config {
             workspace: Some(workspace),
+            policy: self.policy,
             nats,
             identity,
             session: self.session,

@@ -58,6 +58,23 @@ pub struct Summon {
     /// whose policy would loosen its own. Absent: the worker's alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::Policy>,
+    /// The Arbiter's policy for this summons (its output's `policy`),
+    /// checked as a layer of its own beside the session's, under the same
+    /// rule: it may only tighten the worker's. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arbiter_policy: Option<crate::Policy>,
+}
+
+impl Summon {
+    /// The policies the summons asks the worker to hold its calls to beside
+    /// its own: the session's, then the Arbiter's.
+    pub fn layers(&self) -> Vec<crate::Policy> {
+        self.policy
+            .iter()
+            .chain(&self.arbiter_policy)
+            .cloned()
+            .collect()
+    }
 }
 
 /// `orch.<orch_id>.in`: the Arbiter speaks to its Orchestrator.

@@ -107,6 +107,13 @@ pub struct ArbiterOutput {
     /// consensus, e.g. "get a second opinion"). Leave it out (or null) otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consensus: Option<ConsensusChoice>,
+    /// summon_orchestrator only: a stricter tool-call policy for this
+    /// summons than the session's, when the work calls for care (the
+    /// human asked for it, or the risk is high): rules and a mode such as
+    /// `mode ask; deny bash(git push*)`. It can only tighten what the
+    /// workers allow. Leave it out (or null) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// The human's word on a consensus.
@@ -146,6 +153,7 @@ impl ArbiterOutput {
             complexity: None,
             risk: None,
             consensus: None,
+            policy: None,
         }
     }
 }

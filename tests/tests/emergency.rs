@@ -173,6 +173,7 @@ async fn an_emergency_stored_just_after_its_wake_up_still_starts_at_once() {
         budget: None,
         emergency: true,
         policy: None,
+        arbiter_policy: None,
     };
     publish_refused(&sys, subjects::summon_urgent("default"), &summon).await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;

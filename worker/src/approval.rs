@@ -44,7 +44,7 @@ pub(crate) struct Pending {
 /// when that differs: a call is then held to both.
 pub(crate) fn layers_for(
     floor: &Policy,
-    session: Option<&Policy>,
+    summoned: Vec<Policy>,
     stored: Option<Layers>,
 ) -> Result<Layers, String> {
     match stored {
@@ -54,8 +54,8 @@ pub(crate) fn layers_for(
             }
             Ok(layers)
         }
-        None => Layers::new(floor.clone(), session.cloned().into_iter().collect())
-            .map_err(|loosening| format!("the session's policy was refused: {loosening}")),
+        None => Layers::new(floor.clone(), summoned)
+            .map_err(|loosening| format!("the summons' policy was refused: {loosening}")),
     }
 }
 
@@ -130,14 +130,14 @@ mod tests {
     #[test]
     fn a_session_policy_that_loosens_the_floor_is_refused_naming_both_rules() {
         let floor = policy("ask bash(git push*)");
-        let error = layers_for(&floor, Some(&policy("allow bash(git push*)")), None).unwrap_err();
+        let error = layers_for(&floor, vec![policy("allow bash(git push*)")], None).unwrap_err();
         assert!(
             error.contains(
                 "`allow bash(git push*)` asks for more than the worker allows (`ask bash(git push*)`)"
             ),
             "{error}"
         );
-        let layers = layers_for(&floor, Some(&policy("deny bash(rm *)")), None).unwrap();
+        let layers = layers_for(&floor, vec![policy("deny bash(rm *)")], None).unwrap();
         assert_eq!(layers.tighter.len(), 1);
         assert_eq!(
             layers
@@ -148,16 +148,39 @@ mod tests {
     }
 
     #[test]
+    fn the_arbiters_policy_is_a_layer_of_its_own_and_may_not_loosen_either() {
+        let floor = policy("ask bash(git push*)");
+        let layers = layers_for(
+            &floor,
+            vec![policy("deny bash(rm *)"), policy("deny bash(curl *)")],
+            None,
+        )
+        .unwrap();
+        let curl = json!({"command": "curl example.com"});
+        assert_eq!(layers.decide("bash", &curl).action, Action::Deny);
+        let error = layers_for(
+            &floor,
+            vec![policy("deny bash(rm *)"), policy("mode auto; allow bash")],
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with("the summons' policy was refused: `allow bash` asks for more"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_takeover_keeps_the_stored_layers_and_adds_its_own_floor() {
-        let stored = layers_for(&policy("ask bash(git push*)"), None, None).unwrap();
+        let stored = layers_for(&policy("ask bash(git push*)"), vec![], None).unwrap();
         let own = policy("deny bash(curl*)");
-        let layers = layers_for(&own, None, Some(stored.clone())).unwrap();
+        let layers = layers_for(&own, vec![], Some(stored.clone())).unwrap();
         let push = json!({"command": "git push origin main"});
         let curl = json!({"command": "curl example.com"});
         assert_eq!(layers.decide("bash", &push).action, Action::Ask);
         assert_eq!(layers.decide("bash", &curl).action, Action::Deny);
         // The same floor: nothing added.
-        let same = layers_for(&stored.floor, None, Some(stored.clone())).unwrap();
+        let same = layers_for(&stored.floor, vec![], Some(stored.clone())).unwrap();
         assert_eq!(same, stored);
     }
 
@@ -171,7 +194,7 @@ mod tests {
     fn a_subagent_is_denied_what_would_ask_and_what_is_denied() {
         let layers = layers_for(
             &policy("ask bash(git push*); deny write(**/.env)"),
-            None,
+            vec![],
             None,
         )
         .unwrap();

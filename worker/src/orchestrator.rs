@@ -279,7 +279,7 @@ async fn open(
     // under the session's; refused when that would loosen the floor, or
     // when the runtime cannot hold it to them (approval.rs).
     let stored = claimed.snapshot.layers.take();
-    let layers = crate::approval::layers_for(&shared.config.policy, summon.policy.as_ref(), stored)
+    let layers = crate::approval::layers_for(&shared.config.policy, summon.layers(), stored)
         .and_then(|layers| {
             crate::runtime::policy::map(shared.config.runtime, &layers)?;
             Ok(layers)

@@ -133,3 +133,57 @@ async fn approvals_are_asked_with_what_to_type_and_answered_by_commands() {
         "{done:#?}"
     );
 }
+
+/// `--policy` sets the session's policy as the console starts: it is the
+/// first message on the wire, before anything typed; one that does not read
+/// stops the console at once, naming the item, and nothing is sent.
+#[tokio::test]
+async fn the_policy_flag_is_sent_first_and_a_bad_one_is_refused_at_start() {
+    let coordinator = Coordinator::start().await;
+    let s = "s-policy-flag";
+    let mut inbox = coordinator.human_messages().await;
+    let mut console = Console::spawn(
+        &[
+            "--plain",
+            "--session",
+            s,
+            "--policy",
+            "mode ask; deny bash(curl *)",
+            "--nats-url",
+            coordinator.url(),
+        ],
+        true,
+    );
+    assert_eq!(console.session_id().await, s);
+    console.type_line("Build it").await;
+    let first = next_human(&mut inbox).await;
+    assert_eq!(first.text, "/policy mode ask; deny bash(curl *)");
+    assert_eq!(
+        first.policy,
+        Some(Policy::parse("mode ask; deny bash(curl *)").unwrap())
+    );
+    let second = next_human(&mut inbox).await;
+    assert_eq!((second.text.as_str(), second.policy), ("Build it", None));
+    console.interrupt();
+    drop(console.finish().await);
+
+    let bad = Console::spawn(
+        &[
+            "--plain",
+            "--session",
+            s,
+            "--policy",
+            "permit all",
+            "--nats-url",
+            coordinator.url(),
+        ],
+        true,
+    );
+    let done = bad.finish().await;
+    assert!(!done.status.success());
+    assert!(
+        done.stderr.iter().any(|l| l.contains("--policy")
+            && l.contains("`permit all`: a rule starts with allow, ask or deny")),
+        "{done:#?}"
+    );
+}

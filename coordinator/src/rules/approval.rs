@@ -34,6 +34,10 @@ pub(crate) struct Approvals {
     /// The session's policy, from `/policy`: carried by every summons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// The Arbiter's policy of its last summons (its output's `policy`):
+    /// carried by that summons' Orchestrators, a chain's later links too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summons_policy: Option<Policy>,
     /// Call ids answered lately, so that a request seen again (a worker
     /// that took the Orchestrator over asks once more) is not asked twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -4,7 +4,7 @@
 
 use arbiter_protocol::{
     ArbiterEntry, ArbiterIntent, ArbiterOutput, ArbiterToOrchestratorEntry, Control, ControlAction,
-    Directive, ErrorEntry, LogBody, MusingEntry, NotificationKind, OrchestratorInput,
+    Directive, ErrorEntry, LogBody, MusingEntry, NotificationKind, OrchestratorInput, Policy,
     ReleasedEntry, StrategyEntry, Summon, SummonStrategy, SummonedEntry, SystemEntry, VERSION,
     WireError, member_name, orchestrator_name,
 };
@@ -70,6 +70,7 @@ impl Core {
             runtime,
             risk,
             complexity,
+            policy,
             ..
         } = output;
         self.remember_facts(memory.unwrap_or_default());
@@ -92,6 +93,11 @@ impl Core {
             }
             ArbiterIntent::SummonOrchestrator => match target {
                 Some(Ok(target)) => {
+                    let policy = match policy.as_deref().map(Policy::parse).transpose() {
+                        Ok(policy) => policy,
+                        Err(e) => return self.reject(intent, &format!("its {e}")),
+                    };
+                    self.state.approvals.summons_policy = policy;
                     self.state.rejections = 0;
                     self.release(self.state.team.clone());
                     self.summon(message, target, directive, chose, (risk, complexity));
@@ -370,6 +376,7 @@ impl Core {
             budget: None,
             emergency,
             policy: self.state.approvals.policy.clone(),
+            arbiter_policy: self.state.approvals.summons_policy.clone(),
         });
         orch_id
     }

@@ -77,6 +77,7 @@ pub async fn publish_summons(
         budget: None,
         emergency: false,
         policy: None,
+        arbiter_policy: None,
     };
     bus.publish_js(
         subjects::summon(pool),

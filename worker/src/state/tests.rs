@@ -35,6 +35,7 @@ fn summon(orch_id: &str) -> Summon {
         budget: None,
         emergency: false,
         policy: None,
+        arbiter_policy: None,
     }
 }
 

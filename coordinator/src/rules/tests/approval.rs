@@ -272,3 +272,57 @@ fn the_sessions_policy_rides_on_the_next_summons() {
         Some("mode ask; deny bash(curl *)")
     );
 }
+
+#[test]
+fn the_arbiters_policy_rides_on_its_summons_and_one_that_does_not_read_is_refused() {
+    let mut core = core();
+    core.on_input(human("Deploy it, carefully"), at(0));
+    turn(
+        &mut core,
+        reply(
+            "summon_orchestrator",
+            "Deploy",
+            serde_json::json!({"policy": "mode ask; deny bash(curl *)"}),
+        ),
+        at(1),
+    );
+    let step = core.take_step();
+    let summons = step
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Summon(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("a summons");
+    assert_eq!(summons.policy, None, "no session policy");
+    assert_eq!(
+        summons.arbiter_policy.map(|p| p.to_string()).as_deref(),
+        Some("mode ask; deny bash(curl *)")
+    );
+
+    let mut refused = super::core();
+    refused.on_input(human("Deploy it"), at(0));
+    turn(
+        &mut refused,
+        reply(
+            "summon_orchestrator",
+            "Deploy",
+            serde_json::json!({"policy": "permit everything"}),
+        ),
+        at(1),
+    );
+    let step = refused.take_step();
+    assert!(
+        !step.effects.iter().any(|e| matches!(e, Effect::Summon(_))),
+        "nothing summoned"
+    );
+    let lines = shown(&step);
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "Your summon_orchestrator could not be carried out: its policy `permit everything`: \
+             a rule starts with allow, ask or deny"
+        )),
+        "{lines:?}"
+    );
+}
