@@ -142,6 +142,47 @@ pub(crate) fn message(
     }
 }
 
+/// `--policy`: the session's policy, sent as `/policy …` before the console
+/// attaches, so that it rides on the first summons. It was checked when the
+/// console started.
+pub(crate) async fn send_policy(config: &crate::Config, session_id: &str) -> crate::Result<()> {
+    let Some(policy) = &config.policy else {
+        return Ok(());
+    };
+    let conn = arbiter_bus::connect_with(
+        &config.nats,
+        crate::session::CLIENT_NAME,
+        arbiter_bus::Reach::FailFast,
+    )
+    .await?;
+    let bus = arbiter_bus::Bus::open(
+        conn,
+        arbiter_protocol::roles::NatsRole::Console,
+        arbiter_bus::Reach::FailFast,
+    )
+    .await?;
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let text = format!("/policy {policy}");
+    let message = message(session_id, &message_id, text, config.workspace.as_deref());
+    bus.publish_js(
+        arbiter_protocol::subjects::session_human_from(session_id, &config.identity),
+        &message_id,
+        &arbiter_bus::TraceContext::none(),
+        &message,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Checks `--policy` as `/policy` would: the error names the item.
+pub fn check_policy(text: &str) -> std::result::Result<(), String> {
+    match typed(&format!("/policy {text}")) {
+        Typed::Policy(_) => Ok(()),
+        Typed::Wrong(why) => Err(why.trim_start_matches("/policy: ").to_owned()),
+        _ => Err(format!("{text:?} is not a policy")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,46 +306,5 @@ mod tests {
             sent.policy.map(|p| p.to_string()),
             Some("mode auto; ask bash(git push*)".into())
         );
-    }
-}
-
-/// `--policy`: the session's policy, sent as `/policy …` before the console
-/// attaches, so that it rides on the first summons. It was checked when the
-/// console started.
-pub(crate) async fn send_policy(config: &crate::Config, session_id: &str) -> crate::Result<()> {
-    let Some(policy) = &config.policy else {
-        return Ok(());
-    };
-    let conn = arbiter_bus::connect_with(
-        &config.nats,
-        crate::session::CLIENT_NAME,
-        arbiter_bus::Reach::FailFast,
-    )
-    .await?;
-    let bus = arbiter_bus::Bus::open(
-        conn,
-        arbiter_protocol::roles::NatsRole::Console,
-        arbiter_bus::Reach::FailFast,
-    )
-    .await?;
-    let message_id = uuid::Uuid::now_v7().to_string();
-    let text = format!("/policy {policy}");
-    let message = message(session_id, &message_id, text, config.workspace.as_deref());
-    bus.publish_js(
-        arbiter_protocol::subjects::session_human_from(session_id, &config.identity),
-        &message_id,
-        &arbiter_bus::TraceContext::none(),
-        &message,
-    )
-    .await?;
-    Ok(())
-}
-
-/// Checks `--policy` as `/policy` would: the error names the item.
-pub fn check_policy(text: &str) -> std::result::Result<(), String> {
-    match typed(&format!("/policy {text}")) {
-        Typed::Policy(_) => Ok(()),
-        Typed::Wrong(why) => Err(why.trim_start_matches("/policy: ").to_owned()),
-        _ => Err(format!("{text:?} is not a policy")),
     }
 }
