@@ -30,10 +30,18 @@ def parse_request(body):
     if not isinstance(req, dict):
         return {}
     rf = req.get("response_format")
+    js = (rf.get("json_schema") or {}) if isinstance(rf, dict) else {}
+    schema = js.get("schema") if isinstance(js.get("schema"), dict) else {}
+    # A union at the root: its members' first required property (the
+    # Arbiter's `intent`, a step's tool `name`) tells what kind of form it is.
+    members = schema.get("anyOf") or []
     return {
         "tools": len(req.get("tools") or []),
         "tool_choice": req.get("tool_choice"),
         "response_format": rf.get("type") if isinstance(rf, dict) else None,
+        "response_format_strict": js.get("strict"),
+        "response_format_union": len(members),
+        "union_of": sorted({(m.get("required") or ["?"])[0] for m in members if isinstance(m, dict)}),
         "messages": len(req.get("messages") or []),
         "stream": bool(req.get("stream")),
     }
@@ -166,6 +174,17 @@ def text_call(content):
     return None
 
 
+def union_step(content):
+    """A step of structured_output "union": `{"name": …, "parameters": {…}}`."""
+    try:
+        obj = json.loads((content or "").strip())
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("name"), str) and isinstance(obj.get("parameters"), dict):
+        return obj["name"]
+    return None
+
+
 def summary(path):
     calls = []
     try:
@@ -183,6 +202,11 @@ def summary(path):
         n = text_call(c.get("content")) if c.get("tools") and not c["tool_calls"] else None
         if n:
             text_names[n] = text_names.get(n, 0) + 1
+    steps = {}
+    for c in calls:
+        n = union_step(c.get("content")) if "name" in (c.get("union_of") or []) else None
+        if n:
+            steps[n] = steps.get(n, 0) + 1
     finishes = {}
     for c in calls:
         finishes[str(c.get("finish_reason"))] = finishes.get(str(c.get("finish_reason")), 0) + 1
@@ -195,6 +219,13 @@ def summary(path):
         "tool_calls_by_name": names,
         "text_tool_calls": sum(text_names.values()),
         "text_tool_calls_by_name": text_names,
+        "union_calls": sum(1 for c in calls if "name" in (c.get("union_of") or [])),
+        "union_steps": sum(n for k, n in steps.items() if k != "respond"),
+        "union_steps_by_name": steps,
+        "arbiter_forms": sorted({f"union of {c['response_format_union']}, strict {c.get('response_format_strict')}"
+                                 for c in calls if "intent" in (c.get("union_of") or [])}),
+        "completion_tokens": sum(c.get("completion_tokens") or 0 for c in calls),
+        "prompt_tokens": sum(c.get("prompt_tokens") or 0 for c in calls),
         "finish_reasons": finishes,
         "response_formats": sorted({str(c.get("response_format")) for c in calls}),
         "model_secs": round(sum(c["secs"] for c in calls), 1),

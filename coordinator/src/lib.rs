@@ -294,6 +294,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         )
     })
     .await?;
+    // The Arbiter's reply form: what this deployment offers (`rules/form.rs`).
+    let output_schema = Arc::new(rules::form::arbiter_schema(&rules::form::Offer::of(
+        &config,
+    )));
     let shared = Arc::new(Shared {
         sealer,
         memory,
@@ -304,9 +308,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         fleet: fleet::Fleet::default(),
         caps: caps::Caps::new(config.console_caps.clone()),
         config: Arc::new(config),
-        output_schema: Arc::new(arbiter_llm::schema::for_model::<
-            arbiter_protocol::ArbiterOutput,
-        >()),
+        output_schema,
         archived: retention::Archived::default(),
     });
     let alarms = shared.bus.alarms.clone();

@@ -36,6 +36,7 @@ pub mod arbiter_handoff;
 pub(crate) mod budget;
 pub(crate) mod consensus;
 pub(crate) mod foresee;
+pub(crate) mod form;
 pub(crate) mod guard;
 pub(crate) mod memory;
 pub(crate) mod notify;

@@ -166,6 +166,10 @@ pub(crate) struct Snapshot {
     pub log_seq: u64,
     pub queue: VecDeque<Pending>,
     pub notes: Vec<(u32, String)>,
+    /// The human's last words, as written: under the `small` profile a
+    /// summons' brief carries them (`rules/route.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_human: Option<String>,
     pub rejections: u32,
     pub context_tokens: u64,
     /// The last transcript turn is a user message the Arbiter has not answered yet.
@@ -252,6 +256,7 @@ impl Snapshot {
             log_seq: 0,
             queue: VecDeque::new(),
             notes: Vec::new(),
+            last_human: None,
             rejections: 0,
             context_tokens: 0,
             turn_in_flight: false,

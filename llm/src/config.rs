@@ -133,6 +133,10 @@ pub struct RoleFile {
     pub server: Option<String>,
     /// This role's structured output mode, above the provider section's.
     pub structured_output: Option<String>,
+    /// `full` (the default) or `small`: what the role asks of its model.
+    pub profile: Option<String>,
+    /// The sampling temperature (0 to 2); unset: the server's default.
+    pub temperature: Option<f32>,
     api_key: Option<toml::Value>,
 }
 
@@ -340,6 +344,20 @@ pub fn resolve(
         provider.structured_output.as_ref(),
     ) {
         model.structured_output = value.parse().map_err(|e| named(e, &place))?;
+    }
+    if let Some(t) = section.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(LlmError::Config(format!(
+                "[{}] temperature must be between 0 and 2, not {t}",
+                section_name(role)
+            )));
+        }
+        model.temperature = Some(t);
+    }
+    if let Some(profile) = &section.profile {
+        model.profile = profile
+            .parse()
+            .map_err(|e| named(e, &format!("[{}] profile", section_name(role))))?;
     }
     if let Some((place, value)) =
         setting("server", section.server.as_ref(), provider.server.as_ref())

@@ -34,7 +34,7 @@ pub use anthropic::{AnthropicClient, DEFAULT_ANTHROPIC_URL, DEFAULT_ANTHROPIC_VE
 pub use config::{ConfigFile, ProviderOverrides, RoleConfig, RoleOverrides};
 pub use error::{LlmError, Result};
 pub use http::Timeouts;
-pub use model_config::{ModelConfig, Provider, parse_model_spec};
+pub use model_config::{ModelConfig, Profile, Provider, parse_model_spec};
 pub use openai::{DEFAULT_OPENAI_URL, OpenAiClient};
 pub use output::{Mode as OutputMode, RESPOND_TOOL, Server, StructuredOutput};
 pub use retry::RetryPolicy;

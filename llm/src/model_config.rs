@@ -99,6 +99,37 @@ pub struct ModelConfig {
     /// The server behind `base_url` (`server`); `None`: detected from the
     /// provider and URL (see [`Server::detect`]).
     pub server: Option<Server>,
+    /// What the role asks of the model (`profile`): everything, or what a
+    /// small local model does well.
+    pub profile: Profile,
+    /// The sampling temperature sent (`temperature`); `None`: the server's
+    /// default, except under `profile = "small"`, which sends 0 (a small
+    /// model's steps hold together far better greedy: ECOSYSTEM.md §3.4).
+    pub temperature: Option<f32>,
+}
+
+/// The `profile` setting of a role: how much the role asks of its model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    /// Every feature: for frontier models.
+    #[default]
+    Full,
+    /// Only what a small local model handles well (docs/local-models.md
+    /// says what each role leaves out).
+    Small,
+}
+
+impl std::str::FromStr for Profile {
+    type Err = LlmError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "full" => Ok(Self::Full),
+            "small" => Ok(Self::Small),
+            other => Err(LlmError::Config(format!(
+                "profile must be \"full\" or \"small\", not {other:?}"
+            ))),
+        }
+    }
 }
 
 impl ModelConfig {
@@ -122,6 +153,8 @@ impl ModelConfig {
             timeouts: Timeouts::default(),
             structured_output: StructuredOutput::Auto,
             server: None,
+            profile: Profile::Full,
+            temperature: None,
         }
     }
 
@@ -132,7 +165,25 @@ impl ModelConfig {
     }
 
     /// How a call offering tools (or not) asks for its typed output.
+    /// The temperature to send, if any (see [`ModelConfig::temperature`]).
+    pub fn sampling_temperature(&self) -> Option<f32> {
+        match (self.temperature, self.profile) {
+            (Some(t), _) => Some(t),
+            (None, Profile::Small) => Some(0.0),
+            (None, Profile::Full) => None,
+        }
+    }
+
+    /// `auto` under `profile = "small"` on a local server is the union
+    /// mode: small models write no native calls (§3.4 of the ecosystem notes).
     pub fn output_mode(&self, has_tools: bool) -> crate::output::Mode {
+        let local = !matches!(self.server(), Server::OpenAi | Server::Anthropic);
+        if self.structured_output == StructuredOutput::Auto
+            && self.profile == Profile::Small
+            && local
+        {
+            return StructuredOutput::Union.resolve(self.server(), has_tools);
+        }
         self.structured_output.resolve(self.server(), has_tools)
     }
 

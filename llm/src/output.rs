@@ -3,7 +3,11 @@
 //! final-answer tool (`respond`), or as a schema in the system prompt. Servers
 //! that turn `response_format` into a grammar (llama.cpp, vLLM, Ollama) apply
 //! it from the first token, so with tools in the same request the model can
-//! never call one; those get the final-answer tool. The request is reshaped
+//! never call one; those get the final-answer tool. Small models that never
+//! write their template's call markup get the union mode: no `tools` in the
+//! request, and a `response_format` that is one member per tool
+//! (`{name, arguments}`) plus the final answer, so every reply is one step
+//! the grammar keeps valid (`../shared/ECOSYSTEM.md` §3.4). The request is reshaped
 //! before it is sent and the reply shaped back, so callers always see the
 //! answer as the reply's text and never see the `respond` call.
 
@@ -32,10 +36,14 @@ pub enum StructuredOutput {
     Tool,
     /// The schema in the system prompt, no decoding constraint, JSON read from the text.
     Prompt,
+    /// On calls with tools, no `tools` field: each reply is one tool call or
+    /// the final answer, written as JSON under a `response_format` union.
+    Union,
 }
 
 impl StructuredOutput {
-    pub const ALLOWED: &'static str = "\"auto\", \"response_format\", \"tool\" or \"prompt\"";
+    pub const ALLOWED: &'static str =
+        "\"auto\", \"response_format\", \"tool\", \"prompt\" or \"union\"";
 
     /// The mode of one call on `server`; `has_tools` says whether it offers tools.
     ///
@@ -48,7 +56,8 @@ impl StructuredOutput {
             Self::ResponseFormat => Mode::ResponseFormat,
             Self::Prompt => Mode::Prompt,
             Self::Tool if has_tools => Mode::Tool,
-            Self::Tool => Mode::ResponseFormat,
+            Self::Union if has_tools => Mode::Union,
+            Self::Tool | Self::Union => Mode::ResponseFormat,
             Self::Auto if !has_tools => Mode::ResponseFormat,
             Self::Auto => match server {
                 Server::OpenAi | Server::Anthropic => Mode::ResponseFormat,
@@ -67,6 +76,7 @@ impl FromStr for StructuredOutput {
             "response_format" => Self::ResponseFormat,
             "tool" => Self::Tool,
             "prompt" => Self::Prompt,
+            "union" => Self::Union,
             other => {
                 return Err(LlmError::Config(format!(
                     "structured_output must be {}, not {other:?}",
@@ -160,6 +170,27 @@ pub enum Mode {
     ResponseFormat,
     Tool,
     Prompt,
+    Union,
+}
+
+/// The final answer's arguments in [`Mode::Union`] when the request has no
+/// output schema (a subagent's report): `{"text": …}`.
+fn text_answer_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "Your report, in full."}},
+        "required": ["text"],
+        "additionalProperties": false,
+    })
+}
+
+/// Whether `mode` leaves `request` and its reply as they are.
+fn untouched(request: &Request, mode: Mode) -> bool {
+    match mode {
+        Mode::ResponseFormat => true,
+        Mode::Union => request.tools.is_empty(),
+        Mode::Tool | Mode::Prompt => request.output_schema.is_none() && request.tools.is_empty(),
+    }
 }
 
 /// The request as it goes on the wire in `mode`. Everything added is a pure
@@ -168,6 +199,9 @@ pub enum Mode {
 /// A request the mode leaves as it is (no schema, or a schema the API takes
 /// natively) is borrowed: cloning it copied the whole transcript per call.
 pub(crate) fn shape(request: &Request, mode: Mode) -> Cow<'_, Request> {
+    if mode == Mode::Union && !request.tools.is_empty() {
+        return Cow::Owned(union(request));
+    }
     let Some(schema) = &request.output_schema else {
         return Cow::Borrowed(request);
     };
@@ -176,7 +210,7 @@ pub(crate) fn shape(request: &Request, mode: Mode) -> Cow<'_, Request> {
     }
     let mut wire = request.clone();
     match mode {
-        Mode::ResponseFormat => {}
+        Mode::ResponseFormat | Mode::Union => {}
         Mode::Tool => {
             wire.output_schema = None;
             let mut tools = wire.tools.to_vec();
@@ -212,6 +246,97 @@ pub(crate) fn shape(request: &Request, mode: Mode) -> Cow<'_, Request> {
     Cow::Owned(wire)
 }
 
+/// The request in [`Mode::Union`]: no tools; the output schema one member
+/// per tool plus the final answer; the tools listed in the system prompt;
+/// the transcript's calls and results as the text they were written as and
+/// as user messages (no `tool_calls` the server would render as markup the
+/// model never writes).
+fn union(request: &Request) -> Request {
+    let mut wire = request.clone();
+    let answer = request
+        .output_schema
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(text_answer_schema);
+    let member = |name: &str, arguments: Value| {
+        serde_json::json!({
+            "type": "object",
+            // `parameters`, not `arguments`: a grammar writes the required
+            // properties in name order, and the tool must be named first.
+            "properties": {"name": {"type": "string", "enum": [name]}, "parameters": arguments},
+            "required": ["name", "parameters"],
+            "additionalProperties": false,
+        })
+    };
+    let mut members: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| member(&t.name, t.input_schema.clone()))
+        .collect();
+    members.push(member(RESPOND_TOOL, answer));
+    wire.output_schema = Some(std::sync::Arc::new(serde_json::json!({ "anyOf": members })));
+    wire.tools = Default::default();
+    let mut listed = String::new();
+    for tool in request.tools.iter() {
+        let description = tool.description.lines().next().unwrap_or_default();
+        listed.push_str(&format!("- `{}`: {description}\n", tool.name));
+    }
+    let ending = if request.output_schema.is_some() {
+        "its parameters being the JSON object described above"
+    } else {
+        "its parameters being `{\"text\": \"<your report>\"}`"
+    };
+    append(
+        &mut wire.system,
+        &format!(
+            "# Steps\n\nEvery reply of yours is exactly one JSON object, `{{\"name\": …, \
+             \"parameters\": {{…}}}}`: one step. To use a tool, name it and give its arguments; \
+             it runs, and its result is the next message you get. Work in steps like this until \
+             the task is done, then end with `{RESPOND_TOOL}`, {ending}. The tools:\n{listed}- \
+             `{RESPOND_TOOL}`: end your turn with your answer.\n\nDo what the task asks with \
+             the tools, and check it, before you answer: an answer that says something was \
+             done must rest on tool results you saw."
+        ),
+    );
+    let mut names = std::collections::HashMap::new();
+    let messages: Vec<crate::Message> = request
+        .messages
+        .iter()
+        .map(|message| {
+            let mut texts = Vec::new();
+            for block in &message.content {
+                match block {
+                    Block::Text { text } => texts.push(text.clone()),
+                    Block::ToolUse { id, name, input } => {
+                        names.insert(id.clone(), name.clone());
+                        texts.push(
+                            serde_json::json!({"name": name, "parameters": input}).to_string(),
+                        );
+                    }
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } => {
+                        let name = names.get(tool_use_id).map_or("the tool", String::as_str);
+                        let what = if *is_error { "error from" } else { "result of" };
+                        texts.push(format!("[{what} {name}]\n{content}"));
+                    }
+                    Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
+                }
+            }
+            crate::Message {
+                role: message.role,
+                content: vec![Block::Text {
+                    text: texts.join("\n\n"),
+                }],
+            }
+        })
+        .collect();
+    wire.messages = std::sync::Arc::new(messages);
+    wire
+}
+
 fn append(system: &mut String, section: &str) {
     if !system.is_empty() {
         system.push_str("\n\n");
@@ -226,7 +351,7 @@ fn append(system: &mut String, section: &str) {
 /// out (`{"name": …, "arguments": {…}}`, fenced or not, as small models do)
 /// is taken as that call.
 pub(crate) fn unshape(mut response: Response, mode: Mode, request: &Request) -> Response {
-    if mode == Mode::ResponseFormat || request.output_schema.is_none() {
+    if untouched(request, mode) {
         return response;
     }
     if !response.content.iter().any(is_tool_use) {
@@ -234,7 +359,14 @@ pub(crate) fn unshape(mut response: Response, mode: Mode, request: &Request) -> 
             return response;
         };
         let known = request.tools.iter().any(|t| t.name == name);
-        if name == RESPOND_TOOL && mode == Mode::Tool {
+        if name == RESPOND_TOOL && matches!(mode, Mode::Tool | Mode::Union) {
+            if request.output_schema.is_none() {
+                let text = arguments
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| arguments.to_string(), str::to_owned);
+                return answer(response, &Value::String(text));
+            }
             return answer(response, &arguments);
         }
         if known {
@@ -284,7 +416,7 @@ pub(crate) fn unshape_events(
     request: Request,
 ) -> crate::retry::Events {
     use futures::StreamExt as _;
-    if mode == Mode::ResponseFormat || request.output_schema.is_none() {
+    if untouched(&request, mode) {
         return events;
     }
     events
@@ -327,9 +459,11 @@ fn answer(mut response: Response, arguments: &Value) -> Response {
     response
         .content
         .retain(|b| !matches!(b, Block::Text { .. } | Block::ToolUse { .. }));
-    response.content.push(Block::Text {
-        text: arguments.to_string(),
-    });
+    let text = match arguments {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    response.content.push(Block::Text { text });
     if response.stop_reason != StopReason::MaxTokens {
         response.stop_reason = StopReason::EndTurn;
     }
@@ -337,16 +471,11 @@ fn answer(mut response: Response, arguments: &Value) -> Response {
 }
 
 /// A tool call written as text: one JSON object with a string `name` and an
-/// object `arguments` (or `parameters`), nothing else around it but a fence.
+/// object `arguments` (or `parameters`), alone, fenced, or after a lead-in
+/// line (see [`crate::structured::json_in`]).
 fn written_call(text: &str) -> Option<(String, Value)> {
-    let trimmed = text.trim();
-    let unfenced = trimmed
-        .strip_prefix("```json")
-        .or_else(|| trimmed.strip_prefix("```"))
-        .and_then(|rest| rest.strip_suffix("```"))
-        .unwrap_or(trimmed)
-        .trim();
-    let Value::Object(mut object) = serde_json::from_str(unfenced).ok()? else {
+    let Value::Object(mut object) = serde_json::from_str(crate::structured::json_in(text)).ok()?
+    else {
         return None;
     };
     let arguments = object

@@ -37,6 +37,43 @@ fn parse_checked<T: DeserializeOwned>(
     schema: &Value,
     checker: &Checker,
 ) -> std::result::Result<T, String> {
+    let unfenced = json_in(text);
+    if unfenced.is_empty() {
+        return Err("the reply was empty; a JSON object was required".into());
+    }
+    let mut value: Value =
+        serde_json::from_str(unfenced).map_err(|e| format!("the reply is not valid JSON: {e}"))?;
+    let dropped = crate::schema::fit_to_variant(&mut value, schema);
+    if !dropped.is_empty() {
+        tracing::info!(
+            fields = %dropped.join(", "),
+            "reply fields that do not belong to the form it chose were dropped"
+        );
+    }
+    crate::schema::strip_optional_nulls(&mut value, schema);
+    if let Err(detail) = checker.check(&value) {
+        return Err(union_detail(&value, schema).unwrap_or(detail));
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// What is wrong with `value`, in words a model can act on, when `schema`
+/// is a union at the root: "no member matched" says nothing, so the value
+/// is checked against the flat form of every member together (the field,
+/// the value, the values there are). `None` when that finds nothing.
+fn union_detail(value: &Value, schema: &Value) -> Option<String> {
+    schema.get("anyOf")?;
+    let mut flat = schema.clone();
+    crate::schema::flatten_root_union(&mut flat);
+    let checker = Checker::cached(&flat).ok()?;
+    checker.check(value).err()
+}
+
+/// The JSON a reply holds: the whole text when it is JSON; else the first
+/// fenced block (```` ```json ````) that is; else the first balanced
+/// `{…}` that is (a reply with a lead-in line, as small models write); else
+/// the text as it is (trimmed, without a fence), for the parser to explain.
+pub fn json_in(text: &str) -> &str {
     let trimmed = text.trim();
     let unfenced = trimmed
         .strip_prefix("```json")
@@ -44,14 +81,62 @@ fn parse_checked<T: DeserializeOwned>(
         .and_then(|rest| rest.strip_suffix("```"))
         .unwrap_or(trimmed)
         .trim();
-    if unfenced.is_empty() {
-        return Err("the reply was empty; a JSON object was required".into());
+    let is_json = |s: &str| serde_json::from_str::<serde::de::IgnoredAny>(s).is_ok();
+    if unfenced.is_empty() || is_json(unfenced) {
+        return unfenced;
     }
-    let mut value: Value =
-        serde_json::from_str(unfenced).map_err(|e| format!("the reply is not valid JSON: {e}"))?;
-    crate::schema::strip_optional_nulls(&mut value, schema);
-    checker.check(&value)?;
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    let mut rest = trimmed;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let body_at = after.find('\n').map_or(after.len(), |n| n + 1);
+        let Some(end) = after[body_at..].find("```") else {
+            break;
+        };
+        let block = after[body_at..body_at + end].trim();
+        if is_json(block) {
+            return block;
+        }
+        rest = &after[body_at + end + 3..];
+    }
+    let mut from = 0;
+    while let Some(open) = trimmed[from..].find('{').map(|i| i + from) {
+        if let Some(len) = balanced(&trimmed[open..])
+            && is_json(&trimmed[open..open + len])
+        {
+            return &trimmed[open..open + len];
+        }
+        from = open + 1;
+    }
+    unfenced
+}
+
+/// The length of the balanced `{…}` that `text` starts with (strings and
+/// their escapes skipped), if it closes.
+fn balanced(text: &str) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, c) in text.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The request's `output_schema`, set to `T`'s when missing, and compiled;
@@ -292,4 +377,30 @@ where
     Err(LlmError::Stream(
         "the stream ended before the message was complete".into(),
     ))
+}
+
+#[cfg(test)]
+mod json_in_tests {
+    use super::json_in;
+
+    #[test]
+    fn the_json_is_found_after_a_lead_in() {
+        let cases = [
+            (r#"{"a":1}"#, r#"{"a":1}"#),
+            ("```json\n{\"a\":1}\n```", r#"{"a":1}"#),
+            (
+                "Here is my answer:\n```json\n{\"a\":1}\n```\nThanks.",
+                r#"{"a":1}"#,
+            ),
+            ("Here it is: {\"a\": \"}{\"} and more", "{\"a\": \"}{\"}"),
+            (
+                "Sure.\n{\"a\": {\"b\": [1, 2]}}",
+                "{\"a\": {\"b\": [1, 2]}}",
+            ),
+            ("no json { here", "no json { here"),
+        ];
+        for (text, json) in cases {
+            assert_eq!(json_in(text), json, "{text}");
+        }
+    }
 }

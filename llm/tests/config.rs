@@ -496,7 +496,7 @@ server = "openai"
     for (text, expected) in [
         (
             "[orchestrator]\nstructured_output = \"json\"\n",
-            "[orchestrator] structured_output: must be \"auto\", \"response_format\", \"tool\" or \"prompt\", not \"json\"",
+            "[orchestrator] structured_output: must be \"auto\", \"response_format\", \"tool\", \"prompt\" or \"union\", not \"json\"",
         ),
         (
             "[openai]\nserver = \"tgi\"\n[arbiter]\nmodel = \"openai:x\"\n",

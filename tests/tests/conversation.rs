@@ -194,6 +194,10 @@ async fn seed_flow(sys: System) {
                 .len(),
             5
         );
+        // The form by intent, flattened for Anthropic (no union at the
+        // root), only the decision required (rules/form.rs).
+        assert!(schema.get("anyOf").is_none(), "{schema}");
+        assert_eq!(schema["required"], serde_json::json!(["intent", "message"]));
         // The transcript grows by one exchange per turn: user, assistant, … user.
         assert_eq!(request.messages().len(), 2 * i + 1);
         let text = request.all_text();

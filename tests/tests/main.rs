@@ -49,6 +49,7 @@ mod runtime_tools;
 mod runtimes;
 mod schemas;
 mod security;
+mod small_model;
 mod soak;
 // team_budget: decisions tested as table cases in coordinator/src/rules/tests/budget.rs.
 mod team_faults;

@@ -13,7 +13,7 @@ use arbiter_tests::mock_openai::output_cap;
 use arbiter_tests::{ChatRequestExt, OpenAiReply, RecordedRequest, Semantics};
 use common::*;
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const BRIEF: &str = "Write hello.txt in the workspace, saying hello.";
 
@@ -104,8 +104,14 @@ async fn seed_flow_capped(
         "nothing reached the Anthropic mock"
     );
     let arbiter = sys.openai.requests_for(&arb);
-    // Calls without tools keep the strict schema on every server.
+    // The Arbiter's form (coordinator/src/rules/form.rs): strict and flat
+    // where the server may be OpenAI; a non-strict union, the decision
+    // required first, where the server compiles it into a grammar.
     assert_eq!(arbiter.len(), 2);
+    let grammar = matches!(
+        server,
+        Some(Server::LlamaCpp | Server::Ollama | Server::Vllm | Server::LmStudio)
+    );
     for r in &arbiter {
         assert_eq!(
             r.header("authorization"),
@@ -113,14 +119,29 @@ async fn seed_flow_capped(
         );
         assert!(r.chat_system().contains("Arbiter"));
         assert!(r.chat_tool_names().is_empty());
-        assert_eq!(r.body["response_format"]["json_schema"]["strict"], true);
-        assert_eq!(
-            r.chat_output_schema()["properties"]["intent"]["enum"]
+        let schema = r.chat_output_schema();
+        assert_eq!(r.body["response_format"]["json_schema"]["strict"], !grammar);
+        let intents: Vec<Value> = if grammar {
+            let members = schema["anyOf"].as_array().expect("a union");
+            for member in members {
+                assert_eq!(member["required"][0], "intent", "{member}");
+                assert_eq!(member["required"][1], "message", "{member}");
+            }
+            members
+                .iter()
+                .map(|m| m["properties"]["intent"]["enum"][0].clone())
+                .collect()
+        } else {
+            assert!(schema.get("anyOf").is_none(), "{schema}");
+            schema["properties"]["intent"]["enum"]
                 .as_array()
                 .unwrap()
-                .len(),
-            5
-        );
+                .clone()
+        };
+        let mut intents: Vec<&str> = intents.iter().filter_map(Value::as_str).collect();
+        intents.sort_unstable();
+        intents.dedup();
+        assert_eq!(intents.len(), 5, "{schema}");
     }
     Run {
         orch: sys.openai.requests_for(&orch),

@@ -179,7 +179,12 @@ impl Agent {
             Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
             Runtime::Codex => crate::runtime::codex::TOOLS.to_vec(),
         };
-        let system = crate::prompt::orchestrator_system_prompt(&names);
+        let system = match shared.config.model.profile {
+            arbiter_llm::Profile::Small if shared.config.runtime == Runtime::Native => {
+                crate::prompt::orchestrator_small_prompt(&names)
+            }
+            _ => crate::prompt::orchestrator_system_prompt(&names),
+        };
         let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
         Self {
             shared,

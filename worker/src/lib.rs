@@ -280,6 +280,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     )
     .await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");
+    let delegates = config.model.profile == arbiter_llm::Profile::Full;
     let shared = Arc::new(Shared {
         bus,
         state,
@@ -291,9 +292,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         output_schema: Arc::new(arbiter_llm::schema::for_model::<
             arbiter_protocol::OrchestratorOutput,
         >()),
+        // The `small` profile does not delegate: no `task` tool.
         tools: tools::specs()
             .into_iter()
-            .chain([tools::task::spec()])
+            .chain(delegates.then(tools::task::spec))
             .collect(),
     });
     let leases = lease::Registry::default();

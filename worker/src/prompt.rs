@@ -51,6 +51,24 @@ If your first message carries a handoff packet from your predecessor, take it as
     )
 }
 
+/// The Orchestrator's prompt under `profile = "small"`: short and literal,
+/// no delegation (the `task` tool is not offered), no notes or packets to
+/// plan; a small model follows few rules, and follows them to the letter.
+pub fn orchestrator_small_prompt(tools: &[&str]) -> String {
+    format!(
+        r#"You are an Orchestrator. The first message is your task, from the Arbiter. Do the task yourself with your tools, one step at a time, in the working directory (paths are relative to it):
+- `write` creates a file (or replaces it) with the content you give;
+- `bash` runs a shell command and shows what it printed and its exit code;
+- `read` shows a file; `edit` changes part of one.
+After each step you see its result. Do only what the task asks.
+
+When every part of the task is done and you have seen it work, end your turn with your report: {{"expects_response": true, "message": "<what you did, and what the commands printed>"}}. If something fails and you cannot fix it, report that, with the error. Never report as done something no tool result showed you.
+
+Your tools: {tools}."#,
+        tools = tools.join(", ")
+    )
+}
+
 /// The system prompt of every subagent; `tools` names the tools it has.
 pub fn subagent_system_prompt(tools: &[&str]) -> String {
     format!(

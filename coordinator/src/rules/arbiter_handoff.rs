@@ -178,7 +178,7 @@ impl Core {
         }
         let schema = Arc::new(arbiter_llm::schema::for_model::<ArbiterPacket>());
         let request = Request {
-            system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
+            system: crate::prompt::arbiter_system_prompt(self.config.model.profile).to_owned(),
             messages: messages.into(),
             tools: Arc::default(),
             output_schema: Some(schema.clone()),
@@ -253,11 +253,14 @@ impl Core {
     }
 
     /// The new generation's context until its first turn reports the
-    /// model's figure: its system prompt, output schema and transcript, at
-    /// four bytes a token.
+    /// model's figure: its system prompt, output schema (in the flat form
+    /// the strict APIs are sent; the union repeats the shared fields per
+    /// member) and transcript, at four bytes a token.
     fn estimate_context(&self) -> u64 {
-        let bytes = crate::prompt::ARBITER_SYSTEM_PROMPT.len()
-            + self.output_schema.to_string().len()
+        let mut schema = serde_json::Value::clone(&self.output_schema);
+        arbiter_llm::schema::flatten_root_union(&mut schema);
+        let bytes = crate::prompt::arbiter_system_prompt(self.config.model.profile).len()
+            + schema.to_string().len()
             + self.transcript.iter().map(|t| t.text.len()).sum::<usize>();
         (bytes as u64).div_ceil(4)
     }

@@ -92,7 +92,7 @@ impl Core {
                 }
             }
             ArbiterIntent::SummonOrchestrator => match target {
-                Some(Ok(target)) => {
+                Some(Ok(mut target)) => {
                     let policy = match policy.as_deref().map(Policy::parse).transpose() {
                         Ok(policy) => policy,
                         Err(e) => return self.reject(intent, &format!("its {e}")),
@@ -100,7 +100,13 @@ impl Core {
                     self.state.approvals.summons_policy = policy;
                     self.state.rejections = 0;
                     self.release(self.state.team.clone());
-                    self.summon(message, target, directive, chose, (risk, complexity));
+                    let brief = self.brief(message);
+                    if target.strategy == SummonStrategy::Solo
+                        && let [only] = target.briefs.as_mut_slice()
+                    {
+                        only.clone_from(&brief);
+                    }
+                    self.summon(brief, target, directive, chose, (risk, complexity));
                 }
                 Some(Err(reason)) => {
                     // The audit trail: what was asked, and why it did not go.
@@ -203,6 +209,18 @@ impl Core {
 
     /// Summons one Orchestrator (solo) or a whole team at once: a team is
     /// one generation number, its members 1, 2, 3… (II.1, II.2, II.3).
+    /// The brief a summons sends: the Arbiter's message; under the `small`
+    /// profile with the human's last words after it, as written (a small
+    /// model's restatement drops what matters: a file name, a command).
+    fn brief(&self, message: String) -> String {
+        match (&self.config.model.profile, &self.state.last_human) {
+            (arbiter_llm::Profile::Small, Some(words)) if !message.contains(words.as_str()) => {
+                format!("{message}\n\nThe human's words, as written: {words}")
+            }
+            _ => message,
+        }
+    }
+
     fn summon(
         &mut self,
         brief: String,

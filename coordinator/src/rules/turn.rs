@@ -89,6 +89,12 @@ impl Core {
         let notes = std::mem::take(&mut self.state.notes);
         let budget = self.take_budget_notes();
         let queue: Vec<Pending> = self.state.queue.drain(..).collect();
+        if let Some(text) = queue.iter().rev().find_map(|p| match p {
+            Pending::Human { text, .. } => Some(text.clone()),
+            _ => None,
+        }) {
+            self.state.last_human = Some(text);
+        }
         queue_text(&notes, budget, &queue)
     }
 
@@ -105,7 +111,7 @@ impl Core {
             .collect();
         messages.extend(next.map(Message::user));
         Request {
-            system: crate::prompt::ARBITER_SYSTEM_PROMPT.to_owned(),
+            system: crate::prompt::arbiter_system_prompt(self.config.model.profile).to_owned(),
             messages: Arc::new(messages),
             tools: Arc::default(),
             output_schema: Some(self.output_schema.clone()),

@@ -1,11 +1,25 @@
 //! The JSON body of a Chat Completions request: the system prompt as the
 //! first message, tool results as `tool` messages, tools as functions, the
-//! output schema as a strict `response_format`, usage asked for in the stream.
+//! output schema as a `response_format` (strict for OpenAI and servers not
+//! known; non-strict, a union kept, for servers that compile it into a
+//! grammar), usage asked for in the stream.
 
 use serde_json::{Value, json};
 
 use crate::schema::{self, Dialect};
-use crate::{Block, Message, MessageRole, Request};
+use crate::{Block, Message, MessageRole, Request, Server};
+
+/// The schema dialect of `response_format` on `server`: the servers that
+/// compile it into a grammar are sent it non-strict, so that only what must
+/// be there is required (their grammar writes it first, in order) and a
+/// union at the root stays one; OpenAI, and servers not known (which may
+/// pass it on to OpenAI), get the strict form.
+pub(crate) fn dialect(server: Server) -> Dialect {
+    match server {
+        Server::LlamaCpp | Server::Vllm | Server::Ollama | Server::LmStudio => Dialect::Grammar,
+        Server::OpenAi | Server::Anthropic | Server::Other => Dialect::OpenAiStrict,
+    }
+}
 
 /// The `json_schema.name` of the structured output (`[a-zA-Z0-9_-]{1,64}`).
 const OUTPUT_NAME: &str = "reply";
@@ -15,6 +29,7 @@ pub(crate) fn body(
     max_tokens_field: &str,
     max_tokens: u64,
     request: &Request,
+    dialect: Dialect,
 ) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
@@ -51,10 +66,11 @@ pub(crate) fn body(
         body["tools"] = Value::Array(tools);
     }
     if let Some(output) = &request.output_schema {
-        let output = schema::normalised(output, Dialect::OpenAiStrict);
+        let output = schema::normalised(output, dialect);
+        let strict = dialect == Dialect::OpenAiStrict;
         body["response_format"] = json!({
             "type": "json_schema",
-            "json_schema": {"name": OUTPUT_NAME, "schema": *output, "strict": true},
+            "json_schema": {"name": OUTPUT_NAME, "schema": *output, "strict": strict},
         });
     }
     body
@@ -170,7 +186,13 @@ mod tests {
             }))),
             max_output_tokens: None,
         };
-        let body = body("qwen", "max_completion_tokens", 500, &request);
+        let body = body(
+            "qwen",
+            "max_completion_tokens",
+            500,
+            &request,
+            Dialect::OpenAiStrict,
+        );
         assert_eq!(
             body["messages"],
             json!([

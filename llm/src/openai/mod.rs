@@ -161,12 +161,17 @@ impl OpenAiClient {
 
     fn prepare(&self, request: &Request) -> Value {
         let max_tokens = self.cap(request);
-        body::body(
+        let mut body = body::body(
             &self.config.model,
             &self.config.max_tokens_field,
             max_tokens,
             request,
-        )
+            body::dialect(self.config.server()),
+        );
+        if let Some(t) = self.config.sampling_temperature() {
+            body["temperature"] = serde_json::json!(t);
+        }
+        body
     }
 
     fn opener<'a>(&'a self, body: &'a Value) -> Open<'a> {

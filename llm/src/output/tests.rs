@@ -4,6 +4,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::*;
+use crate::Message;
 
 fn request() -> Request {
     Request {
@@ -87,7 +88,7 @@ fn settings_parse_and_bad_values_name_the_allowed_ones() {
         StructuredOutput::Tool
     );
     let err = "json".parse::<StructuredOutput>().unwrap_err().to_string();
-    assert!(err.contains("structured_output must be \"auto\", \"response_format\", \"tool\" or \"prompt\", not \"json\""), "{err}");
+    assert!(err.contains("structured_output must be \"auto\", \"response_format\", \"tool\", \"prompt\" or \"union\", not \"json\""), "{err}");
     assert_eq!("llama.cpp".parse::<Server>().unwrap(), Server::LlamaCpp);
     let err = "tgi".parse::<Server>().unwrap_err().to_string();
     assert!(
@@ -214,4 +215,106 @@ fn prompt_mode_puts_the_schema_in_the_system_prompt_only() {
         "{}",
         wire.system
     );
+}
+
+#[test]
+fn union_mode_sends_one_member_per_tool_and_no_tools() {
+    let mut with_call = request();
+    with_call.messages = std::sync::Arc::new(vec![
+        Message::user("make it"),
+        Message {
+            role: crate::MessageRole::Assistant,
+            content: vec![call("write", json!({"path": "a.py"}))],
+        },
+        Message {
+            role: crate::MessageRole::User,
+            content: vec![Block::ToolResult {
+                tool_use_id: "c1".into(),
+                content: "wrote a.py".into(),
+                is_error: false,
+            }],
+        },
+    ]);
+    let wire = shape(&with_call, Mode::Union);
+    assert!(wire.tools.is_empty());
+    let schema = wire.output_schema.as_deref().unwrap();
+    let names: Vec<&Value> = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["properties"]["name"]["enum"][0])
+        .collect();
+    assert_eq!(names, [&json!("write"), &json!(RESPOND_TOOL)]);
+    assert!(wire.system.contains("- `write`: Write"), "{}", wire.system);
+    // The calls and results are text: no tool_calls for the server to render.
+    let texts: Vec<String> = wire
+        .messages
+        .iter()
+        .map(|m| match m.content.as_slice() {
+            [Block::Text { text }] => text.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(texts[1], r#"{"name":"write","parameters":{"path":"a.py"}}"#);
+    assert_eq!(texts[2], "[result of write]\nwrote a.py");
+    // Back: a step is a call, the final member the answer.
+    let step = unshape(
+        reply(
+            vec![text(r#"{"name":"write","parameters":{"path":"b.py"}}"#)],
+            StopReason::EndTurn,
+        ),
+        Mode::Union,
+        &with_call,
+    );
+    assert_eq!(
+        step.tool_uses().map(|(_, n, _)| n).collect::<Vec<_>>(),
+        ["write"]
+    );
+    let done = unshape(
+        reply(
+            vec![text(
+                r#"{"name":"respond","parameters":{"message":"done"}}"#,
+            )],
+            StopReason::EndTurn,
+        ),
+        Mode::Union,
+        &with_call,
+    );
+    assert_eq!(done.text(), r#"{"message":"done"}"#);
+    // Without tools it is response_format as usual.
+    assert_eq!(
+        StructuredOutput::Union.resolve(Server::LlamaCpp, false),
+        Mode::ResponseFormat
+    );
+}
+
+#[test]
+fn a_report_without_a_schema_still_runs_a_written_call() {
+    // A subagent: tools, no output schema.
+    let mut sub = request();
+    sub.output_schema = None;
+    for mode in [Mode::Tool, Mode::Prompt, Mode::Union] {
+        let out = unshape(
+            reply(
+                vec![text(
+                    "I will write it.\n```json\n{\"name\": \"write\", \"arguments\": {\"path\": \"x\"}}\n```",
+                )],
+                StopReason::EndTurn,
+            ),
+            mode,
+            &sub,
+        );
+        assert_eq!(out.tool_uses().count(), 1, "{mode:?}");
+    }
+    let report = unshape(
+        reply(
+            vec![text(
+                r#"{"name":"respond","parameters":{"text":"All done: x written."}}"#,
+            )],
+            StopReason::EndTurn,
+        ),
+        Mode::Union,
+        &sub,
+    );
+    assert_eq!(report.text(), "All done: x written.");
 }

@@ -4,6 +4,17 @@
 //! is refused), no numeric or length bounds, only the allowed string formats,
 //! `anyOf` not `oneOf`, `enum` not `const`. OpenAI strict adds: every
 //! property required, optional ones nullable.
+//!
+//! A schema whose root is a union of objects (the Arbiter's, one member per
+//! intent) goes as it is to servers that turn it into a grammar
+//! ([`Dialect::Grammar`]: llama.cpp, vLLM, Ollama, LM Studio), whose
+//! grammar then writes the required properties first, so the decision comes
+//! before anything else. The strict APIs take no union at the root, so for
+//! them it is flattened into one object with every member's properties
+//! ([`flatten_root_union`]); [`fit_to_variant`] takes a reply back to the
+//! member it chose.
+
+mod variant;
 
 mod refs;
 mod validate;
@@ -14,6 +25,7 @@ use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use validate::{Checker, strip_optional_nulls, validate};
+pub use variant::{fit_to_variant, flatten_root_union};
 
 /// A provider's schema rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +34,10 @@ pub enum Dialect {
     Anthropic,
     /// OpenAI `response_format` with `strict: true`.
     OpenAiStrict,
+    /// A server that compiles `response_format` into a grammar and is sent
+    /// it non-strict: a union at the root stays, `required` holds only what
+    /// must be there (the grammar writes those first, in order).
+    Grammar,
 }
 
 impl Dialect {
@@ -50,7 +66,7 @@ impl Dialect {
             "uuid",
         ];
         match self {
-            Dialect::Anthropic => ANTHROPIC,
+            Dialect::Anthropic | Dialect::Grammar => ANTHROPIC,
             Dialect::OpenAiStrict => OPENAI,
         }
     }
@@ -202,9 +218,16 @@ pub fn normalise(value: &mut Value, dialect: Dialect) {
 }
 
 fn normalise_value(value: &mut Value, dialect: Dialect) {
+    if dialect != Dialect::Grammar {
+        flatten_root_union(value);
+    }
+    normalise_inner(value, dialect);
+}
+
+fn normalise_inner(value: &mut Value, dialect: Dialect) {
     match value {
         Value::Object(map) => normalise_object(map, dialect),
-        Value::Array(items) => items.iter_mut().for_each(|v| normalise_value(v, dialect)),
+        Value::Array(items) => items.iter_mut().for_each(|v| normalise_inner(v, dialect)),
         _ => {}
     }
 }
@@ -243,10 +266,10 @@ fn normalise_object(map: &mut Map<String, Value>, dialect: Dialect) {
         // Property names are data, not schema keywords; enum values are data.
         if key == "properties" {
             if let Value::Object(props) = child {
-                props.values_mut().for_each(|v| normalise_value(v, dialect));
+                props.values_mut().for_each(|v| normalise_inner(v, dialect));
             }
         } else if key != "enum" && key != "required" {
-            normalise_value(child, dialect);
+            normalise_inner(child, dialect);
         }
     }
 }
