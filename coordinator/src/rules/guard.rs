@@ -240,11 +240,14 @@ fn clip(text: &str) -> String {
 }
 
 /// Whether two messages say the same thing: equal once case, punctuation
-/// and spacing are set aside, or sharing nearly all their words.
+/// and spacing are set aside, or sharing nearly all their words. Numbers
+/// and Roman numerals are set aside too: an echo that counts its rounds
+/// ("Orchestrator II.1 …", "Orchestrator II.14 …") is still an echo, and a
+/// round that made progress shows it by its tool calls, not by a counter.
 fn same(a: &str, b: &str) -> bool {
     let words = |s: &str| -> Vec<String> {
         s.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
+            .filter(|w| !w.is_empty() && !is_counter(w))
             .map(str::to_lowercase)
             .collect()
     };
@@ -262,9 +265,44 @@ fn same(a: &str, b: &str) -> bool {
     shared / all >= SAME_ENOUGH
 }
 
+/// A word that only counts: digits, or a Roman numeral (`II`, `xiv`).
+fn is_counter(word: &str) -> bool {
+    word.chars().all(|c| c.is_ascii_digit())
+        || word
+            .chars()
+            .all(|c| matches!(c.to_ascii_lowercase(), 'i' | 'v' | 'x' | 'l' | 'c'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::same;
+
+    #[test]
+    fn an_echo_that_counts_its_rounds_is_still_an_echo() {
+        // (one message, the next, the same?)
+        let cases = [
+            (
+                "Orchestrator II.1: continue with hello.py.",
+                "Orchestrator II.14: continue with hello.py.",
+                true,
+            ),
+            ("Try again (attempt 3).", "Try again (attempt 4).", true),
+            (
+                "Round 9 of 10: make sure the file exists",
+                "Round 10 of 10: make sure the file exists",
+                true,
+            ),
+            ("Create hello.py.", "Run hello.py with python3.", false),
+            (
+                "Wrote 14 bytes to hello.py",
+                "Ran hello.py: it printed hello",
+                false,
+            ),
+        ];
+        for (a, b, expected) in cases {
+            assert_eq!(same(a, b), expected, "{a:?} / {b:?}");
+        }
+    }
 
     #[test]
     fn the_same_words_are_the_same_message() {
