@@ -493,10 +493,44 @@ server = "openai"
     assert_eq!(plain.server(), Server::OpenAi);
     assert_eq!(plain.output_mode(true), OutputMode::ResponseFormat);
 
+    // profile = "small": auto is the union mode on a local server (not on
+    // OpenAI's), and the temperature sent is 0 unless one is set.
+    let small = |text: &str| {
+        config::resolve(
+            &ConfigFile::parse(text).unwrap(),
+            Role::Orchestrator,
+            &ProviderOverrides::default(),
+            &RoleOverrides::default(),
+            &no_env,
+        )
+        .unwrap()
+        .model
+    };
+    let local = small(
+        "[orchestrator]\nmodel = \"openai:q\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nserver = \"llama.cpp\"\nprofile = \"small\"\n",
+    );
+    assert_eq!(local.profile, arbiter_llm::Profile::Small);
+    assert_eq!(local.output_mode(true), OutputMode::Union);
+    assert_eq!(local.output_mode(false), OutputMode::ResponseFormat);
+    assert_eq!(local.sampling_temperature(), Some(0.0));
+    let openai =
+        small("[orchestrator]\nmodel = \"openai:gpt\"\nprofile = \"small\"\ntemperature = 0.7\n");
+    assert_eq!(openai.output_mode(true), OutputMode::ResponseFormat);
+    assert_eq!(openai.sampling_temperature(), Some(0.7));
+    assert_eq!(plain.sampling_temperature(), None);
+
     for (text, expected) in [
         (
             "[orchestrator]\nstructured_output = \"json\"\n",
             "[orchestrator] structured_output: must be \"auto\", \"response_format\", \"tool\", \"prompt\" or \"union\", not \"json\"",
+        ),
+        (
+            "[arbiter]\nprofile = \"tiny\"\n",
+            "[arbiter] profile: must be \"full\" or \"small\", not \"tiny\"",
+        ),
+        (
+            "[orchestrator]\ntemperature = 3.5\n",
+            "[orchestrator] temperature must be between 0 and 2, not 3.5",
         ),
         (
             "[openai]\nserver = \"tgi\"\n[arbiter]\nmodel = \"openai:x\"\n",

@@ -87,25 +87,20 @@ pub(crate) fn arbiter_schema(offer: &Offer) -> Value {
             }
         }
         for name in fields {
+            // A pool or runtime: any when not listed, an enum of several,
+            // left out with one (or none).
+            let listed = |list: &Option<Vec<String>>| match list {
+                None => Some(field(name)),
+                Some(values) if values.len() > 1 => {
+                    let mut prop = field(name);
+                    prop["enum"] = json!(values);
+                    Some(prop)
+                }
+                Some(_) => None,
+            };
             let prop = match *name {
-                "pool" => match &offer.pools {
-                    None => Some(field("pool")),
-                    Some(pools) if pools.len() > 1 => {
-                        let mut prop = field("pool");
-                        prop["enum"] = json!(pools);
-                        Some(prop)
-                    }
-                    Some(_) => None,
-                },
-                "runtime" => match &offer.runtimes {
-                    None => Some(field("runtime")),
-                    Some(runtimes) if runtimes.len() > 1 => {
-                        let mut prop = field("runtime");
-                        prop["enum"] = json!(runtimes);
-                        Some(prop)
-                    }
-                    Some(_) => None,
-                },
+                "pool" => listed(&offer.pools),
+                "runtime" => listed(&offer.runtimes),
                 other => Some(field(other)),
             };
             if let Some(prop) = prop {

@@ -88,7 +88,8 @@ pub fn strip_optional_nulls(value: &mut Value, schema: &Value) {
     }
 }
 
-fn required(schema: &Value) -> Vec<&str> {
+/// The names `schema` lists as `required`.
+pub(super) fn required(schema: &Value) -> Vec<&str> {
     schema
         .get("required")
         .and_then(Value::as_array)

@@ -96,7 +96,7 @@ pub fn fit_to_variant(value: &mut Value, schema: &Value) -> Vec<String> {
     let Some(properties) = member.get("properties").and_then(Value::as_object) else {
         return Vec::new();
     };
-    let required = required_of(member);
+    let required = super::validate::required(member);
     let mut dropped = Vec::new();
     object.retain(|name, v| {
         if !properties.contains_key(name) {
@@ -105,7 +105,7 @@ pub fn fit_to_variant(value: &mut Value, schema: &Value) -> Vec<String> {
             }
             return false;
         }
-        let keep = !v.is_null() || required.contains(name);
+        let keep = !v.is_null() || required.contains(&name.as_str());
         if !keep && !v.is_null() {
             dropped.push(name.clone());
         }
@@ -114,25 +114,12 @@ pub fn fit_to_variant(value: &mut Value, schema: &Value) -> Vec<String> {
     dropped
 }
 
-fn required_of(member: &Value) -> Vec<String> {
-    member
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| {
-            r.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether `object` matches `member`'s one-value properties.
 fn matches(member: &Value, object: &Map<String, Value>) -> bool {
     let Some(properties) = member.get("properties").and_then(Value::as_object) else {
         return false;
     };
-    let required = required_of(member);
+    let required = super::validate::required(member);
     properties.iter().all(|(name, prop)| {
         let Some([only]) = prop
             .get("enum")
@@ -141,7 +128,7 @@ fn matches(member: &Value, object: &Map<String, Value>) -> bool {
         else {
             return true;
         };
-        let is_required = required.contains(name);
+        let is_required = required.contains(&name.as_str());
         match object.get(name).filter(|v| !v.is_null()) {
             Some(given) => given == only,
             None => !is_required,
