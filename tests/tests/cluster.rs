@@ -398,6 +398,19 @@ async fn the_seed_flow_survives_kill_9_of_the_session_stream_leader_and_then_of_
         ],
         "cluster-worker",
     );
+    // The worker is up before the first summons: under a loaded CI machine
+    // its start outran the coordinator's no-worker notice once, and that
+    // System entry put the log one entry past what the test counts.
+    let presence = arbiter_worker::presence::presence_subject("w1");
+    eventually(CLUSTER_WAIT, "worker w1 to be up", || async {
+        admin
+            .client
+            .request(presence.clone(), "".into())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
 
     let s = "s-cluster";
     let view = ConsoleView::follow(&console, &admin, s).await;
