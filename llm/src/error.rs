@@ -224,12 +224,15 @@ pub(crate) fn error_from_body(
             .iter()
             .any(|k| lower.contains(k)));
     let context = kind == "request_too_large"
+        // llama-server's, on a prompt larger than its slot's context.
+        || kind == "exceed_context_size_error"
         || code == "context_length_exceeded"
         || status == Some(413)
         || [
             "prompt is too long",
             "context window",
             "context length",
+            "context size",
             "maximum context",
             "too many tokens",
         ]
@@ -334,6 +337,22 @@ mod tests {
             None,
         );
         assert!(matches!(openai_ctx, LlmError::ContextExceeded { .. }));
+        // llama-server's, older and newer builds: a numeric code, its own type.
+        for message in [
+            "the request exceeds the available context size, try increasing it",
+            "request (16433 tokens) exceeds the available context size (16384 tokens)",
+        ] {
+            let llama_ctx = error_from_body(
+                Some(400),
+                &json!({"error":{"code":400,"type":"exceed_context_size_error","message":message,
+                                 "n_prompt_tokens":16433,"n_ctx":16384}}),
+                None,
+            );
+            assert!(
+                matches!(llama_ctx, LlmError::ContextExceeded { .. }),
+                "{llama_ctx:?}"
+            );
+        }
         assert!(e(500, "api_error", "x").is_retryable());
         assert!(e(408, "", "x").is_retryable());
         assert!(e(409, "conflict_error", "x").is_retryable());

@@ -185,8 +185,12 @@ pub async fn complete<T: DeserializeOwned + JsonSchema>(
     let (schema, checker) = output_schema::<T>(&mut request)?;
     let mut attempt = 0;
     let mut grown = false;
+    let mut measured = None;
     loop {
+        within_window(model, &mut request, measured).await?;
+        let sent = request.messages.len();
         let response = model.complete(request.clone()).await?;
+        measured = response.context_tokens().map(|t| (sent, t));
         if grow(model, &mut request, &response, &mut grown).await {
             continue;
         }
@@ -290,7 +294,8 @@ async fn grow(
         return false;
     }
     *grown = true;
-    let Some(cap) = crate::larger_output_cap(model, request).await else {
+    let Some(cap) = crate::larger_output_cap(model, request, response.context_tokens()).await
+    else {
         return false;
     };
     tracing::warn!(
@@ -328,7 +333,10 @@ where
     let mut attempt = 0;
     let mut reported = 0;
     let mut grown = false;
+    let mut measured = None;
     loop {
+        within_window(model, &mut request, measured).await?;
+        let sent = request.messages.len();
         progress(Progress::Attempt(reported));
         reported += 1;
         let response = match streamed(model, &request, &mut progress).await {
@@ -343,6 +351,7 @@ where
             }
             Err(e) => return Err(e),
         };
+        measured = response.context_tokens().map(|t| (sent, t));
         if grow(model, &mut request, &response, &mut grown).await {
             continue;
         }
@@ -358,6 +367,39 @@ where
         }
         attempt += 1;
     }
+}
+
+/// Before a call: its cap lowered to what the window leaves
+/// ([`crate::window::fit`]). When the estimate leaves no room at all the
+/// request still goes, with the smallest cap: the estimate counts high, so
+/// the server, which counts exactly, judges; its refusal is the context
+/// error the caller gets.
+async fn within_window(
+    model: &dyn Model,
+    request: &mut Request,
+    measured: Option<(usize, u64)>,
+) -> Result<()> {
+    if let crate::window::Room::Full { prompt, window } =
+        crate::window::fit(model, request, measured).await
+    {
+        let cap = match request.max_output_tokens {
+            Some(cap) => cap,
+            None => model
+                .output_cap()
+                .await
+                .unwrap_or(crate::window::MIN_OUTPUT_CAP),
+        }
+        .min(crate::window::MIN_OUTPUT_CAP);
+        tracing::warn!(
+            model = model.name(),
+            prompt,
+            window,
+            cap,
+            "the request may not fit the context window; sent with the smallest cap"
+        );
+        request.max_output_tokens = Some(cap);
+    }
+    Ok(())
 }
 
 /// One streamed call, its text reported piece by piece.

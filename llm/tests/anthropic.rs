@@ -431,11 +431,16 @@ async fn model_limits_come_from_the_models_endpoint_unless_configured() {
             max_output_tokens: Some(128_000)
         }
     );
-    // The budget is what percentages are measured against; never past the window.
+    // The budget is what percentages are measured against: never past the
+    // window less the output cap, so a prompt within it leaves room for a
+    // whole reply.
+    let cap = overridden.config().max_output_tokens;
+    assert!(cap > 0 && cap < 150_000);
     assert_eq!(
         arbiter_llm::context_budget(&overridden, 200_000).await,
-        150_000
+        150_000 - cap
     );
+    assert_eq!(arbiter_llm::context_budget(&overridden, 1_000).await, 1_000);
 }
 
 #[tokio::test(start_paused = true)]

@@ -29,9 +29,32 @@ pub use semantics::{Semantics, output_cap};
 /// It stops when dropped.
 pub type MockOpenAi = MockServer<OpenAiReply>;
 
-/// Which server's handling of `tools` beside `response_format` the mock copies.
+/// What of a real server the mock copies: its handling of `tools` beside
+/// `response_format`, and its context window.
 #[derive(Default)]
-pub struct Copied(Mutex<Semantics>);
+pub struct Copied(Mutex<Server>);
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Server {
+    semantics: Semantics,
+    /// llama-server's `n_ctx` per slot (see [`MockServer::set_window`]).
+    window: Option<u64>,
+}
+
+/// The prompt tokens the mock counts for a Chat Completions request: a
+/// token per 4 bytes of its messages, tools and `response_format` as JSON,
+/// rounded up. Deterministic, so that a test can check each request it
+/// recorded against the window.
+pub fn prompt_tokens(request: &Value) -> u64 {
+    let bytes: usize = ["messages", "tools", "response_format"]
+        .iter()
+        .map(|key| match &request[*key] {
+            Value::Null => 0,
+            value => value.to_string().len(),
+        })
+        .sum();
+    (bytes as u64).div_ceil(4)
+}
 
 impl MockServer<OpenAiReply> {
     /// Binds 127.0.0.1 on a free port and starts serving.
@@ -57,12 +80,27 @@ impl MockServer<OpenAiReply> {
     /// Which server's handling of `tools` beside `response_format` to copy
     /// (default: OpenAI's).
     pub fn set_semantics(&self, semantics: Semantics) {
-        *self
-            .shared
-            .extra
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = semantics;
+        self.server(|s| s.semantics = semantics);
+    }
+
+    /// Copies a llama-server whose slot holds `window` tokens: a request
+    /// whose prompt ([`prompt_tokens`]) and output cap together pass it is
+    /// refused with llama-server's 400 `exceed_context_size_error` (its
+    /// reply stays on the lane), and every reply's usage reports the
+    /// counted prompt.
+    pub fn set_window(&self, window: Option<u64>) {
+        self.server(|s| s.window = window);
+    }
+
+    fn server(&self, change: impl FnOnce(&mut Server)) {
+        change(
+            &mut self
+                .shared
+                .extra
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
     }
 }
 
@@ -171,17 +209,27 @@ async fn answer(
             return reply::error_response(400, "invalid_request_error", &msg, &[]);
         }
     };
-    let semantics = *shared
+    let server = *shared
         .extra
         .0
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
+    let semantics = server.semantics;
     let (recorded, n) = shared.record(headers, &body, arrived);
-    let Some(reply) = shared.reply_to(&recorded).await else {
+    let prompt = prompt_tokens(&body);
+    let cap = output_cap(&body).unwrap_or(u64::MAX);
+    if let Some(window) = server.window
+        && prompt.saturating_add(cap) > window
+    {
+        return reply::exceeds_context(prompt, window);
+    }
+    let Some(mut reply) = shared.reply_to(&recorded).await else {
         let msg = format!("mock: no scripted reply for lane {}", recorded.lane);
         return reply::error_response(400, "invalid_request_error", &msg, &[]);
     };
-    let cap = output_cap(&body).unwrap_or(u64::MAX);
+    if server.window.is_some() {
+        reply = reply.with_prompt_tokens(prompt);
+    }
     let reply = match reply.needs_tokens {
         Some(needs) if needs > cap => {
             // Cut off; the same model writes the same reply again next time.

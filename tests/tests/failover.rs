@@ -501,6 +501,10 @@ async fn a_pool_consumer_made_by_an_older_worker_gets_the_lease_as_its_ack_wait(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_too_large_for_one_message_is_stored_and_resumed_from_the_object_store() {
     let sys = workers_only().await;
+    // A window that holds the 1.1 MB reply: in the mock's 200,000 tokens
+    // the worker that takes over (which estimates the restored transcript,
+    // 3 characters a token) would rightly hand off at the edge instead.
+    sys.mock.set_model_limits(4_000_000, 64_000);
     let watch = Watch::start(&sys).await;
     let brief = "Write the big file.";
     let lane = orch_lane(brief);

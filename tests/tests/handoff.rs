@@ -419,9 +419,15 @@ async fn the_packet_sent_at_70_percent_readies_the_successor_if_the_predecessor_
         )
         .usage(740, 10, 0, 0),
     );
+    // An error it cannot get past (a full window is a hand-off instead:
+    // tests/tests/request_budget.rs).
     sys.mock.push(
         &lane,
-        MockReply::http_error(400, "invalid_request_error", "prompt is too long"),
+        MockReply::http_error(
+            400,
+            "invalid_request_error",
+            "messages.1.content: text content blocks must be non-empty",
+        ),
     );
     sys.mock
         .push(&orch_lane(&second), orch(true, "Picked up at T2."));

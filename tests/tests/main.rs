@@ -39,6 +39,7 @@ mod live_words;
 mod memory;
 mod providers_e2e;
 mod readme;
+mod request_budget;
 mod retention;
 mod routing;
 mod runaway;

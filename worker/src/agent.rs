@@ -50,6 +50,7 @@ mod cli;
 mod codex;
 mod repeats;
 mod waiting;
+mod window;
 
 pub(crate) use repeats::Repeats;
 pub use repeats::{
@@ -111,6 +112,12 @@ pub(crate) struct Agent {
     cap: Option<u64>,
     /// A reply of this turn was cut off and the cap raised already.
     grown: bool,
+    /// The last model call measured: the transcript's length when it was
+    /// sent, and its input tokens as the usage reported them (see
+    /// `agent/window.rs`).
+    measured: Option<(usize, u64)>,
+    /// It handed off at the edge of its context window already.
+    at_edge: bool,
     /// The Claude Code runtime's CLI process, once started.
     cli: Option<ClaudeProcess>,
     /// The CLI's session transcript as restored from the records, until the
@@ -204,6 +211,8 @@ impl Agent {
             baseline: start.baseline,
             cap: None,
             grown: false,
+            measured: None,
+            at_edge: false,
             cli_stored: start.cli_transcript.as_ref().map_or(0, String::len),
             cli_restored: start.cli_transcript,
             cli: None,
@@ -334,8 +343,16 @@ impl Agent {
         if let Some(error) = self.over_budget() {
             return self.fail(error).await;
         }
+        if !self.fit_window().await? {
+            return Ok(());
+        }
         let response = match self.call_model().await? {
             Ok(response) => response,
+            Err(WireError::Model {
+                class: arbiter_protocol::ModelErrorKind::ContextExceeded,
+                message,
+                ..
+            }) => return self.hand_off_at_edge(window::Edge::Refused(message)).await,
             Err(error) => return self.fail(error).await,
         };
         let has_tools = response.tool_uses().next().is_some();
@@ -346,8 +363,9 @@ impl Agent {
                 max_output_tokens: self.cap,
                 ..Request::default()
             };
+            let prompt = response.context_tokens();
             if let Some(cap) =
-                arbiter_llm::larger_output_cap(self.shared.model.as_ref(), &asked).await
+                arbiter_llm::larger_output_cap(self.shared.model.as_ref(), &asked, prompt).await
             {
                 tracing::warn!(
                     cap,
@@ -364,6 +382,14 @@ impl Agent {
             role: MessageRole::Assistant,
             content: response.content.clone(),
         });
+        // The reply is measured too: its output tokens, not an estimate of
+        // its text (agent/window.rs).
+        if let (Some((_, input)), Some(usage)) = (self.measured, response.usage) {
+            self.measured = Some((
+                self.transcript.messages().len(),
+                input + usage.output_tokens,
+            ));
+        }
         if has_tools {
             // Stored before any tool runs: a worker that lost its lease runs none.
             return self.step(Vec::new()).await;
@@ -818,6 +844,7 @@ impl Agent {
     /// One model call: `Err` when stopped, `Ok(Err(_))` when it failed for good.
     async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
         let request = self.request(self.transcript.shared());
+        let sent = request.messages.len();
         let foreseen = match self.foreseen.take() {
             Some(foreseen) if foreseen.request == request => Some(foreseen),
             Some(_) => {
@@ -852,6 +879,7 @@ impl Agent {
         let tokens = context::tokens_of(&response);
         if let Some(tokens) = tokens {
             self.snap.context_tokens = tokens;
+            self.measured = Some((sent, tokens));
         }
         let budget = self.shared.config.context_budget;
         // Not published on its own: what the reply leads to (a tool, an

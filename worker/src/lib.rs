@@ -253,8 +253,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut config = config;
     let model =
         arbiter_llm::client_for_role(&config.model, Some(arbiter_protocol::Role::Orchestrator))?;
-    config.context_budget =
-        arbiter_llm::context_budget(model.as_ref(), config.context_budget).await;
+    // The native loop sizes each request itself (`agent/window.rs`); a
+    // CLI sizes its own, so only the window bounds its budget.
+    config.context_budget = match config.runtime {
+        Runtime::Native => arbiter_llm::context_budget(model.as_ref(), config.context_budget).await,
+        Runtime::ClaudeCode | Runtime::Codex => {
+            arbiter_llm::context_budget_of_window(model.as_ref(), config.context_budget).await
+        }
+    };
     let subagent = start::subagent_role(&config).await?;
     let conn = arbiter_bus::connect_with(&config.nats, &config.worker_id, Reach::Wait).await?;
     let client = conn.client.clone();

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use tracing::Instrument as _;
 
+use arbiter_llm::window::{self, Room};
 use arbiter_llm::{Block, Message, MessageRole, Model, Request, StopReason};
 
 use crate::context;
@@ -76,6 +77,8 @@ async fn work(
     let mut transcript = Arc::new(vec![Message::user(input.prompt)]);
     let mut pct = 0.0;
     let mut last_words = String::new();
+    // The last call's message count and input tokens (arbiter_llm::window).
+    let mut measured = None;
     for call in 1..=role.max_calls {
         if let Some((unit, limit)) = allowance.and_then(|cap| cap.reached(spend)) {
             tracing::warn!(task = %title, call, "subagent stopped: the Orchestrator's budget is spent");
@@ -89,13 +92,35 @@ async fn work(
         status
             .update(|s| s.current_tool = Some(TASK.to_owned()))
             .await;
-        let request = Request {
+        let mut request = Request {
             system: system.clone(),
             messages: transcript.clone(),
             tools: specs.clone(),
             output_schema: None,
             max_output_tokens: None,
         };
+        if let Room::Full { prompt, window } =
+            window::fit(role.model.as_ref(), &mut request, measured).await
+        {
+            tracing::warn!(
+                prompt,
+                window,
+                call,
+                "subagent's context window full: stopped"
+            );
+            return ToolOutcome::error(format!(
+                "task: the subagent stopped after {} calls: its next request (about {prompt} \
+                 tokens) leaves no room for a reply in its {window}-token context window. Its \
+                 last words: {}",
+                call - 1,
+                if last_words.trim().is_empty() {
+                    "(none)"
+                } else {
+                    last_words.trim()
+                }
+            ));
+        }
+        let sent = request.messages.len();
         let response = tokio::select! {
             () = ctx.cancel.cancelled() => {
                 return ToolOutcome::error("task: cancelled".into());
@@ -118,6 +143,7 @@ async fn work(
         };
         if let Some(tokens) = context::tokens_of(&response) {
             pct = context::percent(tokens, role.context_budget);
+            measured = Some((sent, tokens));
         }
         let text = response.text();
         if !text.trim().is_empty() {
@@ -131,6 +157,9 @@ async fn work(
             role: MessageRole::Assistant,
             content: response.content.clone(),
         });
+        if let (Some((_, input)), Some(usage)) = (measured, response.usage) {
+            measured = Some((transcript.len(), input + usage.output_tokens));
+        }
         if uses.is_empty() {
             tracing::info!(task = %title, calls = call, "subagent reported");
             return report(text, &response.stop_reason);

@@ -241,6 +241,14 @@ impl OpenAiReply {
         self
     }
 
+    /// The usage's prompt tokens set to `prompt` (when it sends usage).
+    pub(super) fn with_prompt_tokens(mut self, prompt: u64) -> Self {
+        if let Some((_, completion, cached)) = self.usage {
+            self.usage = Some((prompt, completion, cached));
+        }
+        self
+    }
+
     /// Sends no usage at all, as some local servers do.
     pub fn no_usage(mut self) -> Self {
         self.usage = None;
@@ -561,6 +569,21 @@ pub(super) fn error_response(
         extra,
         Body::from(body.to_string()),
     )
+}
+
+/// llama-server's refusal of a request larger than its slot's context
+/// (`exceed_context_size_error`, with the counts recent builds add).
+pub(super) fn exceeds_context(prompt: u64, window: u64) -> Response {
+    let body = json!({"error": {
+        "code": 400,
+        "message": format!(
+            "request ({prompt} tokens) exceeds the available context size ({window} tokens)"
+        ),
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": prompt,
+        "n_ctx": window,
+    }});
+    respond(400, "application/json", &[], Body::from(body.to_string()))
 }
 
 pub(super) fn shutting_down() -> Response {
