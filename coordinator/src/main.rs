@@ -193,7 +193,7 @@ async fn run_main() -> anyhow::Result<()> {
     let config = arbiter_coordinator::Config {
         id: cli.id.unwrap_or_else(arbiter_coordinator::new_id),
         prices,
-        budget: file.budget.defaults(),
+        budget: file.budget.defaults_for(arbiter.model.profile),
         memory_tokens: cli.memory_tokens,
         nats: cli.nats.options(),
         pool: cli.pool,

@@ -170,6 +170,11 @@ pub(crate) struct Snapshot {
     /// summons' brief carries them (`rules/route.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_human: Option<String>,
+    /// The last report of an Orchestrator, with the worker's evidence, under
+    /// the `small` profile: the Arbiter's closing words carry it
+    /// (`rules/route.rs`), as a small model's own are "release all".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_report: Option<String>,
     pub rejections: u32,
     pub context_tokens: u64,
     /// The last transcript turn is a user message the Arbiter has not answered yet.
@@ -257,6 +262,7 @@ impl Snapshot {
             queue: VecDeque::new(),
             notes: Vec::new(),
             last_human: None,
+            last_report: None,
             rejections: 0,
             context_tokens: 0,
             turn_in_flight: false,

@@ -50,7 +50,24 @@ impl BudgetFile {
             held: false,
         }
     }
+
+    /// [`BudgetFile::defaults`] for a session whose Arbiter runs on
+    /// `profile`: under `small`, a session with no token cap written gets
+    /// [`SMALL_SESSION_TOKENS`], as a small model that loses its way spends
+    /// a million tokens on a task of a few lines.
+    pub fn defaults_for(&self, profile: crate::Profile) -> Budget {
+        let mut budget = self.defaults();
+        if profile == crate::Profile::Small && budget.session.tokens.is_none() {
+            budget.session.tokens = Some(SMALL_SESSION_TOKENS);
+        }
+        budget
+    }
 }
+
+/// The session token cap a `profile = "small"` Arbiter gets when
+/// `[budget.session]` sets none: the small tasks of #45 took 4,000 to
+/// 30,000 tokens; the runs that lost their way, 1.07 to 1.52 million.
+pub const SMALL_SESSION_TOKENS: u64 = 500_000;
 
 impl CapFile {
     fn cap(&self) -> Cap {
@@ -125,6 +142,35 @@ impl<'de> Deserialize<'de> for Tokens {
 mod tests {
     use super::*;
     use crate::ConfigFile;
+
+    /// A small Arbiter's session gets a token cap unless the file writes one.
+    #[test]
+    fn a_small_profile_session_gets_a_token_cap_by_default() {
+        use crate::Profile;
+        let none = ConfigFile::parse("").unwrap().budget;
+        assert_eq!(none.defaults_for(Profile::Full), Budget::default());
+        assert_eq!(
+            none.defaults_for(Profile::Small).session.tokens,
+            Some(SMALL_SESSION_TOKENS)
+        );
+        let usd = ConfigFile::parse("[budget.session]\nusd = 1\n")
+            .unwrap()
+            .budget;
+        let small = usd.defaults_for(Profile::Small).session;
+        assert_eq!(small.tokens, Some(SMALL_SESSION_TOKENS));
+        assert_eq!(small.cost_nanos, Some(1_000_000_000));
+        let written = ConfigFile::parse("[budget.session]\ntokens = 3000000\n")
+            .unwrap()
+            .budget;
+        assert_eq!(
+            written.defaults_for(Profile::Small).session.tokens,
+            Some(3_000_000)
+        );
+        assert_eq!(
+            none.defaults_for(Profile::Small).orchestrator,
+            Cap::default()
+        );
+    }
 
     #[test]
     fn caps_read_from_the_file() {

@@ -228,3 +228,146 @@ async fn an_orchestrator_repeating_one_tool_call_is_told_then_stopped_and_the_ar
         "the Arbiter was told of 80 % of the cap"
     );
 }
+
+/// What the user sees of an Orchestrator that talks instead of acting (a
+/// small model's habit, #45): its note claiming a file that does not exist
+/// is answered with that fact, and the Arbiter's digest flags it; the second
+/// note in a row without a tool call is told that notes do no work; once it
+/// has made the file, a note is answered with what the worker sees and a
+/// request to report if that is the brief; four notes in a row with no tool
+/// call reach the Arbiter as a report that it is stuck, and it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_that_only_writes_notes_is_told_then_reported_stuck() {
+    let sys = System::start().await;
+    let s = "s-notes";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Make hello.py");
+    let brief = "Create hello.py that prints hello.";
+    let lane = orch_lane(brief);
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    for reply in [
+        orch(false, "The file hello.py is now created."),
+        orch(false, "Working on hello.py."),
+        MockReply::tool_use(
+            "write",
+            json!({"path": "hello.py", "content": "print('hello')\n"}),
+        ),
+        orch(false, "hello.py is written."),
+        orch(false, "Still checking."),
+        orch(false, "Checking more."),
+        orch(false, "Almost there."),
+        orch(false, "All good."),
+    ] {
+        sys.mock.push(&lane, reply);
+    }
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "hello.py is made."));
+    sys.send(s, "Make hello.py").await;
+
+    let at = log
+        .wait_for(
+            "the stuck report",
+            |b| matches!(b, LogBody::Orchestrator(e) if e.expects_response),
+        )
+        .await;
+    let LogBody::Orchestrator(stuck) = &log.bodies()[at] else {
+        unreachable!()
+    };
+    assert_eq!(
+        stuck.text,
+        "[system] Stopped: I sent 4 notes in a row without calling a tool between them, so \
+         my work has not moved. Tell me exactly which tool to call next, or release me. My \
+         last note: All good."
+    );
+    let asked = sys.mock.wait_for_requests(&lane, 8, WAIT).await;
+    assert_eq!(asked.len(), 8, "it waits after the report");
+    let after = |i: usize| asked[i].last_user_text();
+    // After the claim with nothing behind it.
+    assert!(
+        after(1).contains("it says work is done while the worker saw no tool call"),
+        "{}",
+        after(1)
+    );
+    // After the second note in a row without a tool call.
+    assert!(
+        after(2).contains("That is 2 notes in a row with no tool call"),
+        "{}",
+        after(2)
+    );
+    // After the note that follows the write: what the worker sees, and the ask.
+    assert!(
+        after(4).contains("The worker sees this work so far: 1 tool call (write 1), 1 file changed (created: hello.py)")
+            && after(4).contains("check it and report to the Arbiter now"),
+        "{}",
+        after(4)
+    );
+    // The Arbiter's digest flags the first note, and it reads the stuck report.
+    let arbiter_asked = sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    let read = arbiter_asked[1].last_user_text();
+    assert!(
+        read.contains(
+            "- Orchestrator I: [Check: Orchestrator I reports done: 0 tool calls, 0 files \
+             changed. Nothing of it shows in the workspace.] The file hello.py is now created."
+        ) && read.contains("- Orchestrator I: hello.py is written.")
+            && read.contains("Orchestrator I: [system] Stopped: I sent 4 notes in a row"),
+        "{read}"
+    );
+    log.wait_for(
+        "the release",
+        |b| matches!(b, LogBody::Arbiter(e) if e.text == "hello.py is made."),
+    )
+    .await;
+}
+
+/// What the user sees of an Orchestrator whose every call fails, each a
+/// different one (reads of paths that do not exist): told at the 6th
+/// failure in a row, stopped at the 12th, and the Arbiter gets the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orchestrator_whose_calls_keep_failing_is_told_then_stopped() {
+    let sys = System::start().await;
+    let s = "s-failing";
+    let log = sys.watch_log(s).await;
+    let arb = arbiter_lane("Read the notes");
+    let brief = "Read the notes file.";
+    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    sys.mock.set_responder(move |request| {
+        (request.model() == ORCH_MODEL).then(|| {
+            let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            MockReply::tool_use("read", json!({"path": format!("notes-{i}.txt")}))
+        })
+    });
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "No notes file."));
+    sys.send(s, "Read the notes").await;
+    let at = log
+        .wait_for(
+            "the report of the stop",
+            |b| matches!(b, LogBody::Orchestrator(e) if e.expects_response),
+        )
+        .await;
+    let LogBody::Orchestrator(entry) = &log.bodies()[at] else {
+        unreachable!()
+    };
+    assert!(
+        entry.text.starts_with(
+            "Stopped: my last 12 tool calls all failed (the last was read {\"path\":\"notes-11.txt\"})"
+        ),
+        "{}",
+        entry.text
+    );
+    let asked = sys.mock.requests_for(&orch_lane(brief));
+    assert_eq!(asked.len(), 12, "no model call after the stop");
+    assert!(
+        asked[6]
+            .last_user_text()
+            .contains("Your last 6 tool calls all failed"),
+        "{}",
+        asked[6].last_user_text()
+    );
+    log.wait_for(
+        "the release",
+        |b| matches!(b, LogBody::Arbiter(e) if e.text == "No notes file."),
+    )
+    .await;
+}

@@ -81,7 +81,13 @@ async fn a_small_model_summons_and_its_orchestrator_works_in_union_steps() {
             pair("Summoned Orchestrator I", &brief),
             pair("Orchestrator I", "Wrote hello.txt."),
             pair("Released", "I"),
-            pair("Arbiter", "hello.txt holds hello."),
+            // The closing words carry the last report and its evidence.
+            pair(
+                "Arbiter",
+                "hello.txt holds hello.\n\nThe last report: Orchestrator I: Wrote hello.txt.\n\
+                 [Evidence from the worker, not written by Orchestrator I: 1 tool call (write \
+                 1), 1 file changed (created: hello.txt)]"
+            ),
         ]
     );
     assert_eq!(

@@ -518,12 +518,26 @@ impl Agent {
                 .snap
                 .repeats
                 .ran(&call_key, &outcome.content, limits.0, limits.1);
+            // A call refused by the policy is not the model's failure.
+            let failing = if ran {
+                self.snap.repeats.failed(&call_key, outcome.is_error)
+            } else {
+                repeats::Verdict::Run
+            };
+            // One stop is enough: the circle's, else the failures'.
+            let (stale, failing) = match (stale, failing) {
+                (stop @ repeats::Verdict::Stop(_), failing) => (stop, failing),
+                (_, repeats::Verdict::Stop(report)) => {
+                    (repeats::Verdict::Stop(report), repeats::Verdict::Run)
+                }
+                pair => pair,
+            };
             let mut blocks = vec![Block::ToolResult {
                 tool_use_id: id,
                 content: outcome.content,
                 is_error: outcome.is_error,
             }];
-            for verdict in [&repeated, &stale] {
+            for verdict in [&repeated, &stale, &failing] {
                 if let repeats::Verdict::Warn(warning) = verdict {
                     blocks.push(Block::Text {
                         text: warning.clone(),
@@ -532,7 +546,7 @@ impl Agent {
             }
             if let repeats::Verdict::Stop(report) = stale {
                 tracing::warn!(
-                    "tool calls that brought nothing new, too many in a row: work stopped"
+                    "tool calls that brought nothing new, or failed, too many in a row: work stopped"
                 );
                 blocks.extend(not_run(calls.by_ref().map(|(_, (id, _, _))| id)));
                 self.transcript.push_user(blocks);
@@ -571,6 +585,19 @@ impl Agent {
     /// A valid output: stored with the step, then published.
     async fn output(&mut self, mut output: OrchestratorOutput) -> Result<(), Stop> {
         self.snap.repairs = 0;
+        // Notes with no tool call between them (agent/repeats.rs); only the
+        // native loop counts every tool call itself.
+        let idle = if matches!(self.shared.config.runtime, Runtime::Native) {
+            let note = !output.expects_response;
+            self.snap.repeats.output(self.snap.tool_count, note)
+        } else {
+            repeats::Verdict::Run
+        };
+        if let repeats::Verdict::Stop(report) = &idle {
+            tracing::warn!("notes without a tool call, too many in a row: work stopped");
+            output.message = format!("{report} {}", output.message);
+            output.expects_response = true;
+        }
         if !output.expects_response {
             self.snap.notes_in_a_row += 1;
             if self.snap.notes_in_a_row > self.shared.config.max_consecutive_notes {
@@ -583,6 +610,9 @@ impl Agent {
         self.snap.out_seq += 1;
         let files = self.files_changed().await;
         let evidence = self.snap.tally.evidence(files);
+        // What the next request says after a note (below), from the evidence.
+        let unbacked = evidence.flag(1, None, &output.message).is_some();
+        let work_shown = (evidence.files.count() > 0).then(|| evidence.summary());
         // The packet rides on the message, beside the event (whose keys are fixed).
         let handoff = output.handoff.take();
         let mut message = self.outbox.message(
@@ -605,6 +635,25 @@ impl Agent {
                 format!(
                     "[system] Your note was shown. You have sent {notes} notes in a row: your \
                      next reply must speak to the Arbiter with expects_response true."
+                )
+            } else if let repeats::Verdict::Warn(told) = &idle {
+                format!(
+                    "[system] Your note was shown. {}",
+                    told.trim_start_matches("[system] ")
+                )
+            } else if unbacked {
+                "[system] Your note was shown, but it says work is done while the worker saw \
+                 no tool call and no file changed: none of it exists yet. Call the tool that \
+                 does it now."
+                    .to_owned()
+            } else if let Some(shown) = work_shown {
+                // A small model told only to go on invents work; one whose
+                // files exist is asked whether they are what was asked.
+                format!(
+                    "[system] Your note was shown to the human and will reach the Arbiter with \
+                     your next message. The worker sees this work so far: {shown}. If it is \
+                     what your brief asks for, check it and report to the Arbiter now, with \
+                     expects_response true; if not, go on with the next part."
                 )
             } else {
                 "[system] Your note was shown to the human and will reach the Arbiter with \

@@ -264,6 +264,14 @@ impl Core {
                     };
                     let report = output.message.clone();
                     let tool_calls = message.evidence.as_ref().map(Evidence::tool_calls);
+                    if self.config.model.profile == arbiter_llm::Profile::Small {
+                        self.state.last_report = Some(report_words(
+                            number,
+                            member,
+                            &report,
+                            message.evidence.as_ref(),
+                        ));
+                    }
                     let pending = Pending::Orchestrator {
                         number,
                         member,
@@ -287,7 +295,21 @@ impl Core {
                         self.check_round(number, &report, tool_calls);
                     }
                 } else {
-                    self.state.notes.push((number, output.message));
+                    // A note that claims work done with nothing to show is
+                    // flagged as a report is; first, so that the digest's
+                    // cut never drops it.
+                    let flag = message
+                        .evidence
+                        .as_ref()
+                        .and_then(|e| e.flag(number, member, &output.message));
+                    let text = match flag {
+                        Some(flag) => format!(
+                            "[Check: {flag}. Nothing of it shows in the workspace.] {}",
+                            output.message
+                        ),
+                        None => output.message,
+                    };
+                    self.state.notes.push((number, text));
                 }
             }
             OrchestratorEvent::ApprovalNeeded(request) => {

@@ -77,7 +77,14 @@ impl Core {
         match intent {
             ArbiterIntent::AddressHuman => {
                 self.state.rejections = 0;
-                self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
+                // With no Orchestrator left (one failed, or all were
+                // released), these are the closing words.
+                let text = if self.state.team.is_empty() {
+                    self.closing(message)
+                } else {
+                    message
+                };
+                self.log(LogBody::Arbiter(ArbiterEntry { text }));
                 self.ask_watchers();
             }
             ArbiterIntent::AddressOrchestrator => {
@@ -133,8 +140,9 @@ impl Core {
                     Ok(picked) => {
                         self.state.rejections = 0;
                         self.release(picked);
-                        if !message.trim().is_empty() {
-                            self.log(LogBody::Arbiter(ArbiterEntry { text: message }));
+                        let text = self.closing(message);
+                        if !text.trim().is_empty() {
+                            self.log(LogBody::Arbiter(ArbiterEntry { text }));
                         }
                     }
                     Err(reason) => return self.reject(intent, &reason),
@@ -207,8 +215,23 @@ impl Core {
         }));
     }
 
-    /// Summons one Orchestrator (solo) or a whole team at once: a team is
-    /// one generation number, its members 1, 2, 3… (II.1, II.2, II.3).
+    /// The Arbiter's words at the end of the work: under the `small`
+    /// profile, followed by the last report it had and the worker's
+    /// evidence, as written (once: it is then cleared). A small model's
+    /// own closing words are often "release all" or a server's error.
+    fn closing(&mut self, message: String) -> String {
+        if self.config.model.profile != arbiter_llm::Profile::Small {
+            return message;
+        }
+        match self.state.last_report.take() {
+            Some(report) if message.trim().is_empty() => format!("The last report: {report}"),
+            Some(report) if !message.contains(report.as_str()) => {
+                format!("{message}\n\nThe last report: {report}")
+            }
+            _ => message,
+        }
+    }
+
     /// The brief a summons sends: the Arbiter's message; under the `small`
     /// profile with the human's last words after it, as written (a small
     /// model's restatement drops what matters: a file name, a command).
@@ -221,6 +244,8 @@ impl Core {
         }
     }
 
+    /// Summons one Orchestrator (solo) or a whole team at once: a team is
+    /// one generation number, its members 1, 2, 3… (II.1, II.2, II.3).
     fn summon(
         &mut self,
         brief: String,

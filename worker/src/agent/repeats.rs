@@ -18,6 +18,13 @@
 //! model is told; [`crate::Config::stale_stop`] and the work stops, after
 //! that call, the same way. A call that gave anything new (a file written, a
 //! different output) starts that count over.
+//!
+//! And a model can talk instead of act: note after note (`expects_response:
+//! false`) with no tool call between them, each saying the work goes on or
+//! is done (a small model does this for a whole context window). At
+//! [`IDLE_WARN`] such notes in a row the model is told, once, that a note
+//! does no work; at [`IDLE_STOP`] the note goes to the Arbiter as a report
+//! that the Orchestrator looks stuck, and it waits for an answer.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -32,6 +39,17 @@ pub const DEFAULT_REPEAT_STOP: u32 = 10;
 pub const DEFAULT_STALE_WARN: u32 = 15;
 /// ... and at which the work stops (0: never).
 pub const DEFAULT_STALE_STOP: u32 = 30;
+/// Notes in a row with no tool call before each (since the output before
+/// it) at which the model is told that notes do no work.
+pub const IDLE_WARN: u32 = 2;
+/// ... and at which the note goes to the Arbiter as a report that the
+/// Orchestrator looks stuck.
+pub const IDLE_STOP: u32 = 4;
+/// Tool calls in a row that failed (an error result, or a command that
+/// did not exit 0), whatever the calls, at which the model is told.
+pub const FAILED_WARN: u32 = 6;
+/// ... and at which the work stops and the Arbiter is told.
+pub const FAILED_STOP: u32 = 12;
 /// Characters of the call shown in a warning or a report.
 const SHOWN_CHARS: usize = 200;
 /// Calls and results kept to tell what is new.
@@ -55,6 +73,15 @@ pub(crate) struct Repeats {
     /// Calls in a row that brought nothing new.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stale: u32,
+    /// Notes in a row with no tool call before each.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_notes: u32,
+    /// The Orchestrator's tool count at its last output.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tools_at_output: u32,
+    /// Tool calls in a row that failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -73,7 +100,72 @@ pub(crate) enum Verdict {
 
 impl Repeats {
     pub(crate) fn is_empty(&self) -> bool {
-        self.call.is_none() && self.seen.is_empty()
+        self.call.is_none()
+            && self.seen.is_empty()
+            && self.idle_notes == 0
+            && self.tools_at_output == 0
+            && self.failed == 0
+    }
+
+    /// Counts a call that ran and whether it failed (`call`, [`normalised`],
+    /// for the report): [`FAILED_WARN`] failures in a row and the model is
+    /// told, [`FAILED_STOP`] and the work stops. One success starts over.
+    pub(crate) fn failed(&mut self, call: &str, failed: bool) -> Verdict {
+        if !failed {
+            self.failed = 0;
+            return Verdict::Run;
+        }
+        self.failed = self.failed.saturating_add(1);
+        let n = self.failed;
+        if n >= FAILED_STOP {
+            self.failed = 0;
+            return Verdict::Stop(format!(
+                "Stopped: my last {n} tool calls all failed (the last was {}). Tell me what \
+                 to do differently, or release me.",
+                shown(call)
+            ));
+        }
+        if n == FAILED_WARN {
+            return Verdict::Warn(format!(
+                "[system] Your last {n} tool calls all failed. Read the errors, and change \
+                 what you do (check the path, read the file before you edit it, run a \
+                 simpler command), or report to the Arbiter what blocks you. At {FAILED_STOP} \
+                 failures in a row your work is stopped and the Arbiter is told."
+            ));
+        }
+        Verdict::Run
+    }
+
+    /// Counts an output made when the Orchestrator had made `tool_count`
+    /// tool calls in all: a note (`note`) with no tool call since the
+    /// output before it is idle. Says what to do with a note.
+    pub(crate) fn output(&mut self, tool_count: u32, note: bool) -> Verdict {
+        let acted = tool_count != self.tools_at_output;
+        self.tools_at_output = tool_count;
+        if !note || acted {
+            self.idle_notes = 0;
+            return Verdict::Run;
+        }
+        self.idle_notes = self.idle_notes.saturating_add(1);
+        let idle = self.idle_notes;
+        if idle >= IDLE_STOP {
+            self.idle_notes = 0;
+            return Verdict::Stop(format!(
+                "[system] Stopped: I sent {idle} notes in a row without calling a tool \
+                 between them, so my work has not moved. Tell me exactly which tool to call \
+                 next, or release me. My last note:"
+            ));
+        }
+        if idle == IDLE_WARN {
+            return Verdict::Warn(format!(
+                "[system] That is {idle} notes in a row with no tool call: a note does no \
+                 work, and says nothing the workspace shows. Call the tool that does the next \
+                 step now (write, edit, bash …), or, if the brief is done, report to the \
+                 Arbiter with expects_response true. At {IDLE_STOP} such notes your work is \
+                 stopped and the Arbiter is told."
+            ));
+        }
+        Verdict::Run
     }
 
     /// Counts what `call` ([`normalised`]) gave (`result`), with the limits
@@ -325,5 +417,83 @@ mod tests {
         assert!(matches!(got[2], Verdict::Stop(_)));
         assert!(matches!(got[5], Verdict::Stop(_)), "{got:?}");
         assert_eq!(got[3], Verdict::Run);
+    }
+
+    /// Notes with no tool call between them: told at the second, stopped
+    /// at the fourth; a tool call, or a report, starts the count over.
+    #[test]
+    fn notes_without_a_tool_call_are_told_once_then_stopped() {
+        let mut r = Repeats::default();
+        let kinds = |v: &Verdict| match v {
+            Verdict::Run => "run",
+            Verdict::Warn(_) => "warn",
+            Verdict::Stop(_) => "stop",
+        };
+        // (tool calls made by then, a note?) → verdict
+        let script: &[(u32, bool, &str)] = &[
+            (0, true, "run"),  // a note before any tool call: 1 idle
+            (0, true, "warn"), // 2
+            (0, true, "run"),  // 3
+            (0, true, "stop"), // 4: to the Arbiter
+            (0, true, "run"),  // counted afresh after the stop
+            (1, true, "run"),  // a tool ran since: not idle
+            (1, true, "run"),  // 1
+            (1, false, "run"), // a report starts the count over
+            (1, true, "run"),  // 1
+            (1, true, "warn"), // 2
+            (2, true, "run"),  // acted
+        ];
+        for (i, &(tools, note, want)) in script.iter().enumerate() {
+            let got = r.output(tools, note);
+            assert_eq!(kinds(&got), want, "step {i}: {got:?}");
+        }
+        let mut r = Repeats::default();
+        r.output(0, true);
+        let Verdict::Warn(told) = r.output(0, true) else {
+            unreachable!()
+        };
+        assert!(told.contains("a note does no work"), "{told}");
+        r.output(0, true);
+        let Verdict::Stop(report) = r.output(0, true) else {
+            unreachable!()
+        };
+        assert!(
+            report.contains("4 notes in a row without calling a tool"),
+            "{report}"
+        );
+        // Stored with the snapshot: a takeover goes on counting.
+        let mut r = Repeats::default();
+        r.output(3, true);
+        r.output(3, true);
+        let stored: Repeats = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(stored, r);
+        assert!(!r.is_empty());
+    }
+
+    /// Failures in a row, whatever the calls: told at 6, stopped at 12;
+    /// one success starts over.
+    #[test]
+    fn failures_in_a_row_are_told_then_stopped() {
+        let mut r = Repeats::default();
+        let mut got = Vec::new();
+        for i in 0..12 {
+            got.push(r.failed(&format!("edit {{\"path\":\"f{i}\"}}"), true));
+        }
+        assert!(got[..5].iter().all(|v| *v == Verdict::Run));
+        assert!(matches!(&got[5], Verdict::Warn(w) if w.contains("last 6 tool calls all failed")));
+        assert!(got[6..11].iter().all(|v| *v == Verdict::Run));
+        let Verdict::Stop(report) = &got[11] else {
+            unreachable!("{got:?}")
+        };
+        assert!(
+            report.starts_with("Stopped: my last 12 tool calls all failed (the last was edit"),
+            "{report}"
+        );
+        for _ in 0..5 {
+            r.failed("bash", true);
+        }
+        assert_eq!(r.failed("bash", false), Verdict::Run);
+        assert_eq!(r.failed("bash", true), Verdict::Run);
+        assert_eq!(r.failed, 1);
     }
 }

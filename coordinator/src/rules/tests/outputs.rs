@@ -1,6 +1,7 @@
 //! Table tests: Orchestrator output, taken in `seq` order.
 
 use super::*;
+use serde_json::json;
 
 fn notes(core: &Core) -> Vec<&str> {
     core.state.notes.iter().map(|(_, t)| t.as_str()).collect()
@@ -184,6 +185,181 @@ fn a_report_asks_and_a_note_does_not() {
     assert_eq!(
         core.transcript.last().unwrap().text,
         "Notes sent while working:\n- Orchestrator I: Working.\n\nOrchestrator I: TOML or YAML?"
+    );
+}
+
+/// A note that says work is done while the worker saw none is flagged in
+/// the Arbiter's digest, as a report is; one with work behind it is not.
+#[test]
+fn a_note_claiming_work_the_evidence_does_not_show_is_flagged_for_the_arbiter() {
+    let mut core = summoned("Write hello.py");
+    let id = orch_id(&core, 1);
+    let with_evidence = |input: Input, evidence: arbiter_protocol::Evidence| match input {
+        Input::Orchestrator(mut messages, trace, ack) => {
+            messages[0].evidence = Some(evidence);
+            Input::Orchestrator(messages, trace, ack)
+        }
+        other => other,
+    };
+    let nothing = arbiter_protocol::Evidence::default();
+    let mut wrote = nothing.clone();
+    wrote.files.created = vec!["hello.py".into()];
+    core.on_input(
+        with_evidence(
+            output(&id, 1, "The file hello.py is now created.", false),
+            nothing,
+        ),
+        at(2),
+    );
+    core.on_input(
+        with_evidence(output(&id, 2, "hello.py is written.", false), wrote.clone()),
+        at(3),
+    );
+    core.on_input(
+        with_evidence(output(&id, 3, "It prints hello.", true), wrote),
+        at(4),
+    );
+    start_turn(&mut core, at(5));
+    assert_eq!(
+        core.transcript
+            .last()
+            .unwrap()
+            .text
+            .lines()
+            .take(3)
+            .collect::<Vec<_>>(),
+        [
+            "Notes sent while working:",
+            "- Orchestrator I: [Check: Orchestrator I reports done: 0 tool calls, 0 files \
+             changed. Nothing of it shows in the workspace.] The file hello.py is now created.",
+            "- Orchestrator I: hello.py is written.",
+        ]
+    );
+}
+
+/// Under the `small` profile the Arbiter's closing words carry the last
+/// report and the worker's evidence, once: after a release, and after a
+/// failure when the Arbiter next speaks to the human; a question asked
+/// while an Orchestrator works does not. The full profile's words stay its own.
+#[test]
+fn small_profile_closing_words_carry_the_last_report_and_its_evidence() {
+    let with_evidence = |input: Input| match input {
+        Input::Orchestrator(mut messages, trace, ack) => {
+            let mut evidence = arbiter_protocol::Evidence::default();
+            evidence.files.created = vec!["hello.py".into()];
+            messages[0].evidence = Some(evidence);
+            Input::Orchestrator(messages, trace, ack)
+        }
+        other => other,
+    };
+    let evidence = "[Evidence from the worker, not written by Orchestrator I: 0 tool calls, \
+                    1 file changed (created: hello.py)]";
+    let closing = |profile: arbiter_llm::Profile, release: bool| {
+        let mut core = core_with(|c| c.model.profile = profile);
+        core.on_input(human("Make hello.py"), at(0));
+        turn(
+            &mut core,
+            reply("summon_orchestrator", "Make it.", json!({})),
+            at(1),
+        );
+        core.take_step();
+        let id = orch_id(&core, 1);
+        core.on_input(
+            with_evidence(output(&id, 1, "It prints hello.", true)),
+            at(2),
+        );
+        core.take_step();
+        if release {
+            turn(
+                &mut core,
+                reply("release_orchestrators", "release all", json!({})),
+                at(3),
+            );
+        } else {
+            // A question to the human while it works: no closing words yet.
+            turn(
+                &mut core,
+                reply("address_human", "Shall I go on?", json!({})),
+                at(3),
+            );
+            let asked = shown(&core.take_step());
+            assert_eq!(asked.last().unwrap(), "Arbiter: Shall I go on?");
+            core.on_input(human("Yes"), at(4));
+            turn(
+                &mut core,
+                reply("release_orchestrators", "", json!({})),
+                at(5),
+            );
+        }
+        shown(&core.take_step())
+            .into_iter()
+            .filter(|l| l.starts_with("Arbiter:"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        closing(arbiter_llm::Profile::Small, true),
+        [format!(
+            "Arbiter: release all\n\nThe last report: Orchestrator I: It prints hello.\n{evidence}"
+        )]
+    );
+    // An empty release message still shows the report.
+    assert_eq!(
+        closing(arbiter_llm::Profile::Small, false),
+        [format!(
+            "Arbiter: The last report: Orchestrator I: It prints hello.\n{evidence}"
+        )]
+    );
+    assert_eq!(
+        closing(arbiter_llm::Profile::Full, true),
+        ["Arbiter: release all".to_owned()]
+    );
+
+    // After a failure: the Arbiter's next words to the human carry it.
+    let mut core = core_with(|c| c.model.profile = arbiter_llm::Profile::Small);
+    core.on_input(human("Make hello.py"), at(0));
+    turn(
+        &mut core,
+        reply("summon_orchestrator", "Make it.", json!({})),
+        at(1),
+    );
+    core.take_step();
+    let id = orch_id(&core, 1);
+    core.on_input(
+        with_evidence(output(&id, 1, "Made it; checking.", true)),
+        at(2),
+    );
+    core.take_step();
+    turn(
+        &mut core,
+        reply("address_orchestrator", "Check it.", json!({})),
+        at(3),
+    );
+    core.take_step();
+    let Input::Orchestrator(mut messages, trace, ack) = output(&id, 2, "", false) else {
+        unreachable!()
+    };
+    messages[0].event = OrchestratorEvent::Failed(arbiter_protocol::OrchestratorFailed {
+        error: WireError::OrchestratorFailed {
+            number: 1,
+            message: "HTTP 400: the request exceeds the available context size".into(),
+        },
+    });
+    core.on_input(Input::Orchestrator(messages, trace, ack), at(4));
+    core.take_step();
+    turn(
+        &mut core,
+        reply("address_human", "It stopped.", json!({})),
+        at(5),
+    );
+    let said: Vec<String> = shown(&core.take_step())
+        .into_iter()
+        .filter(|l| l.starts_with("Arbiter:"))
+        .collect();
+    assert_eq!(
+        said,
+        [format!(
+            "Arbiter: It stopped.\n\nThe last report: Orchestrator I: Made it; checking.\n{evidence}"
+        )]
     );
 }
 
