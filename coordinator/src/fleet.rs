@@ -8,7 +8,7 @@
 //! routed: [`Fleet::offers`].
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use arbiter_protocol::subjects;
@@ -89,6 +89,86 @@ impl Fleet {
     }
 }
 
+/// How often the Arbiter's form is brought up to date with the fleet...
+const FORM_REFRESH: Duration = Duration::from_secs(15);
+/// ... and how often until a first worker answered (a coordinator usually
+/// starts before its workers).
+const FORM_FIRST: Duration = Duration::from_secs(1);
+/// A pool and runtime seen this recently are still offered: a worker that
+/// restarts, or misses one ping, does not take its pool out of the form.
+const FORM_MEMORY: Duration = Duration::from_secs(600);
+
+/// The Arbiter's reply form as the fleet last showed it (`rules/form.rs`):
+/// the pools and runtimes a summons may name are those the workers offer,
+/// asked every [`FORM_REFRESH`]. Each turn takes the current one.
+pub(crate) struct Form {
+    current: RwLock<Arc<serde_json::Value>>,
+    /// `(pool, runtime)` pairs seen, and when last.
+    seen: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl Form {
+    pub(crate) fn new(schema: serde_json::Value) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(schema)),
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The form a turn sends.
+    pub(crate) fn current(&self) -> Arc<serde_json::Value> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Takes what the workers that answered offer now; the form changes
+    /// when what was seen within [`FORM_MEMORY`] does. True when it did.
+    pub(crate) fn refresh(&self, config: &crate::Config, offers: &[Offer], now: Instant) -> bool {
+        let seen: Vec<(String, String)> = {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            for offer in offers {
+                seen.insert((offer.pool.clone(), offer.runtime.clone()), now);
+            }
+            seen.retain(|_, at| now.saturating_duration_since(*at) < FORM_MEMORY);
+            seen.keys().cloned().collect()
+        };
+        let offer = crate::rules::form::Offer::of(config).with_fleet(config, &seen);
+        let schema = Arc::new(crate::rules::form::arbiter_schema(&offer));
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if *current == schema {
+            return false;
+        }
+        tracing::info!(
+            pools = ?offer.pools,
+            runtimes = ?offer.runtimes,
+            "the Arbiter's form now offers what the workers do"
+        );
+        *current = schema;
+        true
+    }
+}
+
+/// Keeps `shared.form` up to date with the fleet, until aborted.
+pub(crate) async fn keep_form(shared: Arc<crate::Shared>) {
+    if shared.config.model.profile == arbiter_llm::Profile::Small {
+        // The small form names no pool or runtime.
+        return;
+    }
+    let mut answered = false;
+    loop {
+        match gather(&shared.bus.client, |_| false).await {
+            Ok(offers) => {
+                answered |= !offers.is_empty();
+                shared.form.refresh(&shared.config, &offers, Instant::now());
+            }
+            Err(e) => tracing::debug!(error = %e, "could not ping the workers"),
+        }
+        tokio::time::sleep(if answered { FORM_REFRESH } else { FORM_FIRST }).await;
+    }
+}
+
 #[derive(Deserialize)]
 struct PingReply {
     #[serde(default)]
@@ -156,4 +236,61 @@ async fn gather(
 async fn ping(client: &Client, pool: &str) -> Result<bool, async_nats::Error> {
     let offers = gather(client, |o| o.pool == pool).await?;
     Ok(offers.iter().any(|o| o.pool == pool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(pool: &str, runtime: &str) -> Offer {
+        Offer {
+            pool: pool.into(),
+            runtime: runtime.into(),
+            urgent: false,
+        }
+    }
+
+    fn pools(form: &Form) -> Option<Vec<String>> {
+        form.current()["anyOf"]
+            .as_array()?
+            .iter()
+            .find_map(|m| m["properties"]["pool"]["enum"].as_array().cloned())
+            .map(|e| {
+                e.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+    }
+
+    /// The form follows what the workers offer: a pool seen stays offered
+    /// for ten minutes after its last answer, then goes.
+    #[test]
+    fn the_form_follows_the_fleet_and_forgets_a_pool_gone_ten_minutes() {
+        let config = crate::Config::default();
+        let form = Form::new(crate::rules::form::arbiter_schema(
+            &crate::rules::form::Offer::of(&config),
+        ));
+        let t0 = Instant::now();
+        // Nobody answered yet: the form is the config's.
+        assert!(!form.refresh(&config, &[], t0));
+        assert!(form.refresh(
+            &config,
+            &[offer("default", "native"), offer("gpu", "native")],
+            t0
+        ));
+        assert_eq!(pools(&form), Some(vec!["default".into(), "gpu".into()]));
+        // The same again: no change.
+        assert!(!form.refresh(&config, &[offer("gpu", "native")], t0));
+        // The gpu worker misses pings for nine minutes: still offered.
+        let default = [offer("default", "native")];
+        assert!(!form.refresh(&config, &default, t0 + Duration::from_secs(540)));
+        // Past ten minutes since it last answered: gone, and with one pool
+        // left a summons has no `pool` to fill.
+        assert!(form.refresh(&config, &default, t0 + Duration::from_secs(601)));
+        assert_eq!(pools(&form), None);
+        assert!(!form.current().to_string().contains("\"pool\""));
+        // Every worker gone that long: the config's form again (any pool).
+        assert!(form.refresh(&config, &[], t0 + Duration::from_secs(1_300)));
+        assert!(form.current().to_string().contains("\"pool\""));
+    }
 }

@@ -205,8 +205,9 @@ pub(crate) struct Shared {
     pub fleet: fleet::Fleet,
     /// The per-console limits and what they count.
     pub caps: caps::Caps,
-    /// `ArbiterOutput`'s model-facing schema, made once: every turn carries it.
-    pub output_schema: Arc<serde_json::Value>,
+    /// `ArbiterOutput`'s model-facing schema, as the fleet last showed it:
+    /// every turn carries the current one.
+    pub form: fleet::Form,
     /// Sessions archived (the sweeper keeps it): their human lines are dropped.
     pub archived: retention::Archived,
     /// The workspaces' memory (the bucket `arbiter_memory`).
@@ -295,9 +296,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     })
     .await?;
     // The Arbiter's reply form: what this deployment offers (`rules/form.rs`).
-    let output_schema = Arc::new(rules::form::arbiter_schema(&rules::form::Offer::of(
-        &config,
-    )));
+    let output_schema = rules::form::arbiter_schema(&rules::form::Offer::of(&config));
     let shared = Arc::new(Shared {
         sealer,
         memory,
@@ -308,11 +307,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         fleet: fleet::Fleet::default(),
         caps: caps::Caps::new(config.console_caps.clone()),
         config: Arc::new(config),
-        output_schema,
+        form: fleet::Form::new(output_schema),
         archived: retention::Archived::default(),
     });
     let alarms = shared.bus.alarms.clone();
     let sweeper = tokio::spawn(retention::sweep(shared.clone()));
+    let form_keeper = tokio::spawn(fleet::keep_form(shared.clone()));
     let hooks_stop = tokio_util::sync::CancellationToken::new();
     let mut hooks = notify::start(
         &shared.bus,
@@ -325,6 +325,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         refused = alarms.fatal() => Err(refused.into()),
     };
     sweeper.abort();
+    form_keeper.abort();
     hooks_stop.cancel();
     while hooks.join_next().await.is_some() {}
     result

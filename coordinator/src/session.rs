@@ -139,12 +139,7 @@ pub(crate) fn spawn(
     let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
     let put_back = Arc::new(AtomicU64::new(0));
     let writer = state::writer(&shared.steps, &id, 0);
-    let core = Core::new(
-        id,
-        shared.config.clone(),
-        shared.output_schema.clone(),
-        now(),
-    );
+    let core = Core::new(id, shared.config.clone(), shared.form.current(), now());
     let session = Session {
         core,
         shared,
@@ -443,6 +438,8 @@ impl Session {
                 self.core.begin_turn(recalled, now());
             }
         }
+        // The form as the fleet last showed it (fleet.rs).
+        self.core.output_schema = self.shared.form.current();
         let request = self.core.turn_request(None);
         let number = self.core.state.turns;
         if let Some((running, span)) = self.early.adopt(&self.core.id, number, &request) {

@@ -213,3 +213,56 @@ async fn a_summons_directed_to_claude_code_runs_on_the_worker_that_offers_it() {
     )
     .await;
 }
+
+/// The Arbiter's form follows the fleet (#45): with workers of two pools up,
+/// its request offers exactly those two pools and the one runtime they
+/// run, so a model bound by the schema cannot name a pool nobody serves;
+/// a reply that names one anyway (a mock is not bound) is refused by the
+/// same schema and asked again, and the human sees no summons to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arbiters_form_offers_the_pools_the_workers_serve() {
+    let sys = two_pools().await;
+    // The coordinator asks the fleet every second until a worker answers
+    // (a 750 ms window each): the form has them within 2 s of their start.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let s = "s-form";
+    let log = sys.watch_log(s).await;
+    let human = "Send it to the gpu pool";
+    let arb = arbiter_lane(human);
+    sys.mock
+        .push(&arb, summons("Do it.", json!({"pool": "gpu"})));
+    sys.mock
+        .push(&arb, arbiter("address_human", "No gpu pool is up."));
+    sys.send(s, human).await;
+    log.wait_for(
+        "the Arbiter's answer",
+        |b| matches!(b, LogBody::Arbiter(e) if e.text == "No gpu pool is up."),
+    )
+    .await;
+    let asked = sys.mock.requests_for(&arb);
+    assert_eq!(asked.len(), 2, "the reply naming gpu was asked again");
+    let schema = &asked[0].body["output_config"]["format"]["schema"];
+    let mut pools: Vec<&str> = schema["properties"]["pool"]["anyOf"]
+        .as_array()
+        .and_then(|a| a.iter().find_map(|v| v["enum"].as_array()))
+        .or_else(|| schema["properties"]["pool"]["enum"].as_array())
+        .unwrap_or_else(|| panic!("the pool is an enum: {}", schema["properties"]["pool"]))
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    pools.sort_unstable();
+    assert_eq!(pools, ["default", "review"]);
+    // One runtime up (native): a summons has no runtime to fill.
+    assert!(schema["properties"].get("runtime").is_none(), "{schema}");
+    assert!(
+        asked[1].last_user_text().contains("gpu"),
+        "{}",
+        asked[1].last_user_text()
+    );
+    assert!(
+        !log.bodies()
+            .iter()
+            .any(|b| matches!(b, LogBody::Summoned(_))),
+        "nothing was summoned"
+    );
+}

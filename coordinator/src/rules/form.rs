@@ -64,6 +64,31 @@ impl Offer {
     }
 }
 
+impl Offer {
+    /// The offer once the fleet was seen: the pools and runtimes that
+    /// workers offer (`seen`, as `(pool, runtime)`; the coordinator's own
+    /// pool and runtime always among them), in name order, so a model
+    /// cannot name one nobody serves; with one of each the fields are left
+    /// out. Nothing seen, or the `small` profile (which names neither):
+    /// the offer as it was.
+    pub(crate) fn with_fleet(mut self, config: &Config, seen: &[(String, String)]) -> Self {
+        if seen.is_empty() || config.model.profile == Profile::Small {
+            return self;
+        }
+        let mut pools: Vec<String> = seen.iter().map(|(pool, _)| pool.clone()).collect();
+        pools.push(config.pool.clone());
+        let mut runtimes: Vec<String> = seen.iter().map(|(_, rt)| rt.clone()).collect();
+        runtimes.extend(config.orchestrator_runtime.clone());
+        for list in [&mut pools, &mut runtimes] {
+            list.sort();
+            list.dedup();
+        }
+        self.pools = Some(pools);
+        self.runtimes = Some(runtimes);
+        self
+    }
+}
+
 /// The model-facing schema of the Arbiter's reply under `offer`: a root
 /// `anyOf`, one member per intent, a summons one per strategy offered.
 pub(crate) fn arbiter_schema(offer: &Offer) -> Value {

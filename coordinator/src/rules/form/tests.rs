@@ -161,6 +161,77 @@ fn a_pool_or_runtime_not_offered_cannot_be_written() {
     );
 }
 
+/// The offer follows the fleet: the pools and runtimes the workers that
+/// answered offer, the coordinator's own among them; one of each and the
+/// fields go; nothing seen, or a small profile, and the offer stays.
+#[test]
+fn the_pools_and_runtimes_offered_are_the_fleets() {
+    let config = Config::default();
+    let seen = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(p, r)| ((*p).to_owned(), (*r).to_owned()))
+            .collect()
+    };
+    type Case<'a> = (
+        &'a [(&'a str, &'a str)],
+        Option<&'a [&'a str]>,
+        Option<&'a [&'a str]>,
+    );
+    let cases: &[Case] = &[
+        // (workers seen as (pool, runtime)) → (pools, runtimes) offered
+        (&[], None, None),
+        (
+            &[("default", "native")],
+            Some(&["default"]),
+            Some(&["native"]),
+        ),
+        (
+            &[
+                ("gpu", "native"),
+                ("default", "claude-code"),
+                ("gpu", "native"),
+            ],
+            Some(&["default", "gpu"]),
+            Some(&["claude-code", "native"]),
+        ),
+        // The coordinator's own pool is offered although its workers are down.
+        (
+            &[("review", "codex")],
+            Some(&["default", "review"]),
+            Some(&["codex"]),
+        ),
+    ];
+    for &(workers, pools, runtimes) in cases {
+        let offer = full().with_fleet(&config, &seen(workers));
+        let owned = |l: Option<&[&str]>| l.map(|l| l.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(offer.pools, owned(pools), "{workers:?}");
+        assert_eq!(offer.runtimes, owned(runtimes), "{workers:?}");
+    }
+    // One pool and one runtime up: a summons has neither field to fill.
+    let one = arbiter_schema(&full().with_fleet(&config, &seen(&[("default", "native")])));
+    let text = one.to_string();
+    assert!(
+        !text.contains("\"pool\"") && !text.contains("\"runtime\""),
+        "{text}"
+    );
+    // Two pools: a third cannot be written.
+    let two = arbiter_schema(&full().with_fleet(&config, &seen(&[("gpu", "native")])));
+    assert!(
+        parse_with::<ArbiterOutput>(
+            r#"{"intent":"summon_orchestrator","message":"B.","pool":"tpu"}"#,
+            &two
+        )
+        .is_err()
+    );
+    let mut small_config = Config::default();
+    small_config.model.profile = Profile::Small;
+    assert_eq!(
+        small().with_fleet(&small_config, &seen(&[("gpu", "codex")])),
+        small()
+    );
+}
+
 #[test]
 fn the_decision_comes_first_and_each_dialect_takes_the_form() {
     for offer in [full(), small()] {
