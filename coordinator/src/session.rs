@@ -332,6 +332,9 @@ impl Session {
                 _ = self.cancel.cancelled() => break,
                 Some(seen) = self.watch.next() => {
                     if turn.is_none() && handoff.is_none() {
+                        // The form the turn will send, so that the early
+                        // call is the turn's (fleet.rs).
+                        self.core.output_schema = self.shared.form.current();
                         self.early.foresee(&self.core, &self.shared, &self.meter, &seen);
                     }
                 }
