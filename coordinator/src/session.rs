@@ -441,8 +441,12 @@ impl Session {
                 self.core.begin_turn(recalled, now());
             }
         }
-        // The form as the fleet last showed it (fleet.rs).
-        self.core.output_schema = self.shared.form.current();
+        // The form as the fleet last showed it (fleet.rs), or the one an
+        // early call of this turn was sent with.
+        self.core.output_schema = self
+            .early
+            .schema()
+            .unwrap_or_else(|| self.shared.form.current());
         let request = self.core.turn_request(None);
         let number = self.core.state.turns;
         if let Some((running, span)) = self.early.adopt(&self.core.id, number, &request) {

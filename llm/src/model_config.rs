@@ -187,6 +187,17 @@ impl ModelConfig {
         self.structured_output.resolve(self.server(), has_tools)
     }
 
+    /// Whether a call's mode follows what the model does
+    /// (`output::Habit`): `auto` under the full profile on a local server,
+    /// where `tool` is the first choice and `union` the fallback for a
+    /// model that writes no native calls. (Under `small`, `auto` is `union`
+    /// from the first call.)
+    pub fn adaptive_mode(&self) -> bool {
+        self.structured_output == StructuredOutput::Auto
+            && self.profile == Profile::Full
+            && !matches!(self.server(), Server::OpenAi | Server::Anthropic)
+    }
+
     /// `provider:model`, for logs.
     pub fn spec(&self) -> String {
         format!("{}:{}", self.provider, self.model)

@@ -173,6 +173,62 @@ pub enum Mode {
     Union,
 }
 
+/// Replies without a native tool call, none ever with one, after which a
+/// [`Habit`] asks in [`Mode::Union`].
+pub const WRITTEN_LIMIT: u32 = 2;
+
+/// Whether a model writes native tool calls, learnt from its replies. Under
+/// `structured_output = "auto"`, the full profile and a local server, calls
+/// with tools go in [`Mode::Tool`]; a model that answered [`WRITTEN_LIMIT`]
+/// of them without a native call (its calls written out as text, or none),
+/// and never with one, is asked in [`Mode::Union`] from then on: it is one
+/// whose calls come out only under the union's grammar (a small model; the
+/// ecosystem notes, §3.4). One per client, so every Orchestrator of a
+/// worker, which share its model, learns from the first ones' replies.
+#[derive(Debug, Default)]
+pub(crate) struct Habit {
+    native: std::sync::atomic::AtomicBool,
+    without: std::sync::atomic::AtomicU32,
+}
+
+impl Habit {
+    /// The mode of a call the config would send in `base`; `adaptive`
+    /// when the config lets the mode follow the model
+    /// ([`crate::ModelConfig::adaptive_mode`]).
+    pub(crate) fn mode(&self, base: Mode, adaptive: bool) -> Mode {
+        use std::sync::atomic::Ordering::Relaxed;
+        if adaptive
+            && base == Mode::Tool
+            && !self.native.load(Relaxed)
+            && self.without.load(Relaxed) >= WRITTEN_LIMIT
+        {
+            Mode::Union
+        } else {
+            base
+        }
+    }
+
+    /// Learns from `raw`, a reply (before it is unshaped) to a call sent in `mode`.
+    pub(crate) fn learn(&self, mode: Mode, adaptive: bool, raw: &Response, model: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !adaptive || mode != Mode::Tool {
+            return;
+        }
+        if raw.content.iter().any(is_tool_use) {
+            self.native.store(true, Relaxed);
+        } else if self.without.fetch_add(1, Relaxed) + 1 == WRITTEN_LIMIT
+            && !self.native.load(Relaxed)
+        {
+            tracing::warn!(
+                model,
+                "the model answered {WRITTEN_LIMIT} calls with tools without a native tool \
+                 call: from now on its calls are asked for as union steps \
+                 (structured_output = \"union\"; set structured_output to keep another mode)"
+            );
+        }
+    }
+}
+
 /// The final answer's arguments in [`Mode::Union`] when the request has no
 /// output schema (a subagent's report): `{"text": …}`.
 fn text_answer_schema() -> Value {

@@ -164,3 +164,81 @@ async fn a_small_model_summons_and_its_orchestrator_works_in_union_steps() {
         "{result}"
     );
 }
+
+/// `auto` under the full profile on a llama.cpp server (#45, 3): the
+/// Orchestrator is first asked with its tools and the `respond` tool; a
+/// model that answers twice with its calls written as text (none native)
+/// is asked in union steps from then on, and its written calls still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_turns_to_union_steps_for_a_model_that_writes_no_native_calls() {
+    let mut sys = System::start_with(Options {
+        provider: Provider::OpenAi,
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    sys.openai.set_semantics(Semantics::LlamaCpp);
+    let mut worker = sys.worker_config("worker-0", 4, 200_000);
+    worker.model.server = Some(Server::LlamaCpp);
+    assert!(worker.model.adaptive_mode());
+    sys.spawn_worker_with(worker);
+
+    let session = "s-adapt";
+    let log = sys.watch_log(session).await;
+    let human = "Put a and b in files";
+    let brief = "Write a.txt and b.txt.";
+    let arb = arbiter_lane(human);
+    let orch = orch_lane(brief);
+    let say = |intent: &str, message: &str| {
+        OpenAiReply::json(&json!({"intent": intent, "message": message}))
+    };
+    sys.openai.push(&arb, say("summon_orchestrator", brief));
+    // Written out as text, as a small model does: taken as calls.
+    for (path, content) in [("a.txt", "a\n"), ("b.txt", "b\n")] {
+        sys.openai.push(
+            &orch,
+            OpenAiReply::text(
+                json!({"name": "write", "arguments": {"path": path, "content": content}})
+                    .to_string(),
+            ),
+        );
+    }
+    sys.openai.push(
+        &orch,
+        OpenAiReply::answer(&json!({
+            "name": "respond",
+            "parameters": {"expects_response": true, "message": "Wrote both."},
+        })),
+    );
+    sys.openai
+        .push(&arb, say("release_orchestrators", "Both are written."));
+    sys.send(session, human).await;
+    let status = sys.settled(session, 5).await;
+    assert_eq!(status.state, SessionState::Idle);
+    assert!(log.bodies().iter().any(
+        |b| matches!(b, arbiter_protocol::LogBody::Orchestrator(o) if o.text == "Wrote both.")
+    ));
+    for file in ["a.txt", "b.txt"] {
+        assert!(sys.workspace(session).join(file).exists(), "{file}");
+    }
+    let steps = sys.openai.requests_for(&orch);
+    assert_eq!(steps.len(), 3);
+    // The first two with tools and `respond`, no response_format (a grammar
+    // would forbid the calls); the third in union steps: no tools field.
+    for r in &steps[..2] {
+        let names = r.chat_tool_names();
+        assert!(
+            names.iter().any(|n| n == "write") && names.iter().any(|n| n == "respond"),
+            "{names:?}"
+        );
+        assert!(r.body.get("response_format").is_none(), "{}", r.body);
+    }
+    assert!(steps[2].body.get("tools").is_none(), "{}", steps[2].body);
+    assert!(
+        steps[2].chat_output_schema()["anyOf"]
+            .as_array()
+            .is_some_and(|members| members.len() > 2),
+        "{}",
+        steps[2].body
+    );
+}

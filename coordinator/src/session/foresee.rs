@@ -46,6 +46,15 @@ pub(super) struct Early {
 }
 
 impl Early {
+    /// The form the early call was sent with: the turn sends the same, so
+    /// that a form the fleet changed since does not make it drop the call
+    /// (the next turn takes the new one).
+    pub(super) fn schema(&self) -> Option<std::sync::Arc<serde_json::Value>> {
+        self.foreseen
+            .as_ref()
+            .and_then(|f| f.request.output_schema.clone())
+    }
+
     /// What was foreseen was not what came: the call is dropped.
     pub(super) fn drop_call(&mut self) {
         self.foreseen = None;

@@ -22,6 +22,8 @@ pub const DEFAULT_OPENAI_URL: &str = "https://api.openai.com/v1";
 pub struct OpenAiClient {
     config: ModelConfig,
     http: reqwest::Client,
+    /// Whether the model writes native tool calls (`output::Habit`).
+    habit: std::sync::Arc<output::Habit>,
 }
 
 impl std::fmt::Debug for OpenAiClient {
@@ -44,7 +46,11 @@ impl OpenAiClient {
             return Err(LlmError::Config("no model configured".into()));
         }
         let http = http::client(&config.timeouts)?;
-        Ok(Self { config, http })
+        Ok(Self {
+            config,
+            http,
+            habit: std::sync::Arc::default(),
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -174,6 +180,13 @@ impl OpenAiClient {
         body
     }
 
+    /// The mode of `request`'s call, and whether it follows the model.
+    fn mode(&self, request: &Request) -> (output::Mode, bool) {
+        let adaptive = self.config.adaptive_mode();
+        let base = self.config.output_mode(!request.tools.is_empty());
+        (self.habit.mode(base, adaptive), adaptive)
+    }
+
     fn opener<'a>(&'a self, body: &'a Value) -> Open<'a> {
         Box::new(move || Box::pin(self.attempt(body)))
     }
@@ -186,21 +199,32 @@ impl Model for OpenAiClient {
 
     fn stream(&self, request: Request) -> BoxFuture<'_, Result<Events>> {
         Box::pin(async move {
-            let mode = self.config.output_mode(!request.tools.is_empty());
+            let (mode, adaptive) = self.mode(&request);
             let body = self.prepare(&output::shape(&request, mode));
             let events =
                 retry::open(&self.config.retry, &self.config.model, &self.opener(&body)).await?;
+            let habit = self.habit.clone();
+            let model = self.config.model.clone();
+            let events = events
+                .inspect(move |event| {
+                    if let Ok(crate::StreamEvent::Completed(raw)) = event {
+                        habit.learn(mode, adaptive, raw, &model);
+                    }
+                })
+                .boxed();
             Ok(output::unshape_events(events, mode, request))
         })
     }
 
     fn complete(&self, request: Request) -> BoxFuture<'_, Result<Response>> {
         Box::pin(async move {
-            let mode = self.config.output_mode(!request.tools.is_empty());
+            let (mode, adaptive) = self.mode(&request);
             let body = self.prepare(&output::shape(&request, mode));
             let response =
                 retry::complete(&self.config.retry, &self.config.model, &self.opener(&body))
                     .await?;
+            self.habit
+                .learn(mode, adaptive, &response, &self.config.model);
             Ok(output::unshape(response, mode, &request))
         })
     }

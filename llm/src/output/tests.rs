@@ -318,3 +318,60 @@ fn a_report_without_a_schema_still_runs_a_written_call() {
     );
     assert_eq!(report.text(), "All done: x written.");
 }
+
+/// A model that answers calls with tools without a native call, twice and
+/// never with one, is asked in union steps from then on; one that made a
+/// native call once never is; nothing changes unless the mode may adapt.
+#[test]
+fn a_model_that_writes_no_native_calls_is_asked_in_union_steps() {
+    let written = reply(
+        vec![text(r#"{"name": "write", "arguments": {"path": "a"}}"#)],
+        StopReason::EndTurn,
+    );
+    let native = reply(
+        vec![call("write", json!({"path": "a"}))],
+        StopReason::ToolUse,
+    );
+    let habit = Habit::default();
+    assert_eq!(habit.mode(Mode::Tool, true), Mode::Tool);
+    habit.learn(Mode::Tool, true, &written, "m");
+    assert_eq!(habit.mode(Mode::Tool, true), Mode::Tool);
+    habit.learn(Mode::Tool, true, &written, "m");
+    assert_eq!(habit.mode(Mode::Tool, true), Mode::Union);
+    // Only calls with tools change mode; a config that fixed it keeps it.
+    assert_eq!(habit.mode(Mode::ResponseFormat, true), Mode::ResponseFormat);
+    assert_eq!(habit.mode(Mode::Tool, false), Mode::Tool);
+
+    let able = Habit::default();
+    able.learn(Mode::Tool, true, &native, "m");
+    for _ in 0..5 {
+        able.learn(Mode::Tool, true, &written, "m");
+    }
+    assert_eq!(able.mode(Mode::Tool, true), Mode::Tool);
+    // Replies to calls in another mode, or not adaptive, teach nothing.
+    let other = Habit::default();
+    for _ in 0..3 {
+        other.learn(Mode::Union, true, &written, "m");
+        other.learn(Mode::Tool, false, &written, "m");
+    }
+    assert_eq!(other.mode(Mode::Tool, true), Mode::Tool);
+}
+
+/// The mode may adapt only under `auto`, the full profile and a local server.
+#[test]
+fn only_auto_on_a_local_server_under_the_full_profile_adapts() {
+    use crate::{ModelConfig, Profile, Provider};
+    let mut local = ModelConfig::new(Provider::OpenAi, "local");
+    local.server = Some(Server::LlamaCpp);
+    assert!(local.adaptive_mode());
+    let mut small = local.clone();
+    small.profile = Profile::Small;
+    assert!(!small.adaptive_mode());
+    let mut fixed = local.clone();
+    fixed.structured_output = StructuredOutput::Tool;
+    assert!(!fixed.adaptive_mode());
+    let mut openai = local.clone();
+    openai.server = Some(Server::OpenAi);
+    assert!(!openai.adaptive_mode());
+    assert!(!ModelConfig::new(Provider::Anthropic, "claude").adaptive_mode());
+}
