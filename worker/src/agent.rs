@@ -29,7 +29,7 @@ use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::context;
-use crate::evidence::{self, Baseline};
+use crate::evidence::Baseline;
 use crate::inputs::Input;
 use crate::outbox::Outbox;
 use crate::runtime::Runtime;
@@ -48,6 +48,7 @@ mod approval;
 mod budget;
 mod cli;
 mod codex;
+mod output;
 mod repeats;
 mod waiting;
 mod window;
@@ -568,130 +569,6 @@ impl Agent {
             self.step(Vec::new()).await?;
         }
         Ok(())
-    }
-
-    /// The work stops on a circle (`agent/repeats.rs`): the Arbiter gets
-    /// `report` as an ordinary message it answers.
-    async fn report_circling(&mut self, report: String) -> Result<(), Stop> {
-        self.output(OrchestratorOutput {
-            expects_response: true,
-            message: report,
-            handoff: None,
-            verdict: None,
-        })
-        .await
-    }
-
-    /// A valid output: stored with the step, then published.
-    async fn output(&mut self, mut output: OrchestratorOutput) -> Result<(), Stop> {
-        self.snap.repairs = 0;
-        // Notes with no tool call between them (agent/repeats.rs); only the
-        // native loop counts every tool call itself.
-        let idle = if matches!(self.shared.config.runtime, Runtime::Native) {
-            let note = !output.expects_response;
-            self.snap.repeats.output(self.snap.tool_count, note)
-        } else {
-            repeats::Verdict::Run
-        };
-        if let repeats::Verdict::Stop(report) = &idle {
-            tracing::warn!("notes without a tool call, too many in a row: work stopped");
-            output.message = format!("{report} {}", output.message);
-            output.expects_response = true;
-        }
-        if !output.expects_response {
-            self.snap.notes_in_a_row += 1;
-            if self.snap.notes_in_a_row > self.shared.config.max_consecutive_notes {
-                // It was told to ask and did not: the Arbiter hears it anyway.
-                tracing::warn!("note limit passed; forwarding the note as a message");
-                output.expects_response = true;
-            }
-        }
-        let waits = output.expects_response;
-        self.snap.out_seq += 1;
-        let files = self.files_changed().await;
-        let evidence = self.snap.tally.evidence(files);
-        // What the next request says after a note (below), from the evidence.
-        let unbacked = evidence.flag(1, None, &output.message).is_some();
-        let work_shown = (evidence.files.count() > 0).then(|| evidence.summary());
-        // The packet rides on the message, beside the event (whose keys are fixed).
-        let handoff = output.handoff.take();
-        let mut message = self.outbox.message(
-            self.snap.out_seq,
-            OrchestratorEvent::Output(output),
-            Some(evidence),
-        );
-        message.handoff = handoff;
-        message.spend = Some(self.snap.spend);
-        if waits {
-            self.snap.notes_in_a_row = 0;
-            self.snap.phase = Phase::Waiting;
-            // Published with the turn's context; the turn ends with it.
-            let stored = self.step(vec![message]).await;
-            self.end_turn();
-            return stored;
-        } else {
-            let notes = self.snap.notes_in_a_row;
-            let text = if notes >= self.shared.config.max_consecutive_notes {
-                format!(
-                    "[system] Your note was shown. You have sent {notes} notes in a row: your \
-                     next reply must speak to the Arbiter with expects_response true."
-                )
-            } else if let repeats::Verdict::Warn(told) = &idle {
-                format!(
-                    "[system] Your note was shown. {}",
-                    told.trim_start_matches("[system] ")
-                )
-            } else if unbacked {
-                "[system] Your note was shown, but it says work is done while the worker saw \
-                 no tool call and no file changed: none of it exists yet. Call the tool that \
-                 does it now."
-                    .to_owned()
-            } else if let Some(shown) = work_shown {
-                // A small model told only to go on invents work; one whose
-                // files exist is asked whether they are what was asked.
-                format!(
-                    "[system] Your note was shown to the human and will reach the Arbiter with \
-                     your next message. The worker sees this work so far: {shown}. If it is \
-                     what your brief asks for, check it and report to the Arbiter now, with \
-                     expects_response true; if not, go on with the next part."
-                )
-            } else {
-                "[system] Your note was shown to the human and will reach the Arbiter with \
-                 your next message. Continue your work."
-                    .to_owned()
-            };
-            let mut content = vec![Block::Text { text }];
-            if let Some(warning) = self.warning() {
-                content.push(Block::Text { text: warning });
-            }
-            if let Some(warning) = self.budget_warning.take() {
-                content.push(Block::Text { text: warning });
-            }
-            self.transcript.push_user(content);
-        }
-        self.step(vec![message]).await
-    }
-
-    /// The workspace's files against the baseline, for an output's
-    /// evidence. Walking the workspace (up to 20,000 entries, each a `stat`)
-    /// is the only file-system work on the way from a reply to its output,
-    /// so it is done only when something may have changed the files: an
-    /// output with no tool call since the last one shows what that one
-    /// showed. Only the native runtime counts every tool call itself (the
-    /// CLIs run some of theirs unseen), so the others always walk.
-    async fn files_changed(&mut self) -> FileChanges {
-        let calls = self.snap.tool_count;
-        let native = matches!(self.shared.config.runtime, Runtime::Native);
-        if native
-            && let Some((seen_at, files)) = &self.files_seen
-            && *seen_at == calls
-        {
-            return files.clone();
-        }
-        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
-        let files = evidence::diff(&self.baseline, &now);
-        self.files_seen = Some((calls, files.clone()));
-        files
     }
 
     /// Ends the Orchestrator with `error`: stored, then published.
