@@ -230,6 +230,7 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
         (NatsRole::Coordinator, "coordinator", Vec::new()),
         (NatsRole::Worker, "worker", options.pools.clone()),
         (NatsRole::Console, "console", Vec::new()),
+        (NatsRole::Web, "web", Vec::new()),
     ] {
         issue_into(
             &layout,
@@ -248,6 +249,30 @@ pub fn init(dir: &Path, options: &InitOptions) -> Result<Registry> {
     write_server_config(&layout, &registry, &operator)?;
     registry.save(&layout.registry())?;
     Ok(registry)
+}
+
+/// Issues a certificate for `arbiter-web`'s HTTPS, signed by the
+/// deployment's CA, for `names` (host names or IP addresses): written to
+/// `<dir>/web/cert.pem` and `key.pem` (the key private), with the CA beside
+/// them as `ca.pem` (what a browser must trust). Returns the folder.
+pub fn issue_web_cert(dir: &Path, names: &[String], days: i64) -> Result<PathBuf> {
+    if names.is_empty() {
+        return Err(Error::Usage(
+            "name at least one host the browser will reach it by (127.0.0.1, localhost, arbiter.example.com)".into(),
+        ));
+    }
+    let layout = Layout::new(dir);
+    let ca = pki::Pem {
+        cert: layout.read(&layout.ca_cert())?,
+        key: layout.read(&layout.ca_key())?,
+    };
+    let cert = pki::issue(&ca, "arbiter-web", "web", names, true, days)?;
+    let out = dir.join("web");
+    layout.fresh_dir(&out)?;
+    layout.write_public(&out.join("cert.pem"), &cert.cert)?;
+    layout.write_secret(&out.join("key.pem"), &cert.key)?;
+    layout.write_public(&out.join("ca.pem"), &ca.cert)?;
+    Ok(out)
 }
 
 /// What one credential may reach beyond its role: a worker's pools, a
@@ -327,9 +352,9 @@ fn issue_into(
     if role != NatsRole::Worker && !pools.is_empty() {
         return Err(Error::Usage("--pool is for worker credentials only".into()));
     }
-    if role != NatsRole::Console && !sessions.is_empty() {
+    if !matches!(role, NatsRole::Console | NatsRole::Web) && !sessions.is_empty() {
         return Err(Error::Usage(
-            "--session is for console credentials only".into(),
+            "--session is for console and web credentials only".into(),
         ));
     }
     let user = KeyPair::new_user();

@@ -67,7 +67,7 @@ enum Command {
     },
     /// Issue one more credential bundle (creds/<NAME>/); nothing changes on the server.
     Issue {
-        /// admin, coordinator, worker or console.
+        /// admin, coordinator, worker, console or web.
         role: String,
         /// The credential's name: a console's identity, a worker's name (letters, digits, - or _).
         name: String,
@@ -79,6 +79,15 @@ enum Command {
         #[arg(long = "session")]
         sessions: Vec<String>,
         #[arg(long, default_value_t = 730)]
+        days: i64,
+    },
+    /// Issue a certificate for `arbiter-web`'s HTTPS, signed by this
+    /// deployment's CA: web/cert.pem and web/key.pem (browsers must trust ca/ca.pem).
+    WebCert {
+        /// A host name or IP address the browser reaches it by; repeatable.
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[arg(long, default_value_t = 397)]
         days: i64,
     },
     /// Revoke a credential: its connections are closed and it is refused from now on.
@@ -250,7 +259,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             days,
         } => {
             let role = NatsRole::parse(&role).with_context(|| {
-                format!("unknown role {role:?}: admin, coordinator, worker or console")
+                format!("unknown role {role:?}: admin, coordinator, worker, console or web")
             })?;
             let scope = arbiter_admin::Scope {
                 pools: &pools,
@@ -273,6 +282,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 cli.dir.display(),
                 record.name
+            );
+        }
+        Command::WebCert { names, days } => {
+            let out = arbiter_admin::issue_web_cert(&cli.dir, &names, days)?;
+            println!(
+                "issued the arbiter-web certificate for {}: {d}/cert.pem and {d}/key.pem (browsers trust {ca})",
+                names.join(", "),
+                d = out.display(),
+                ca = cli.dir.join("ca").join("ca.pem").display()
             );
         }
         Command::Revoke {

@@ -315,8 +315,9 @@ impl App {
     }
 
     /// The action a typed line calls for: a message to send, or (a command
-    /// shown here, or one that cannot be read) none.
-    fn send(&mut self, text: String) -> Option<Action> {
+    /// shown here, or one that cannot be read) none. A line typed elsewhere
+    /// than the input (`arbiter-web`'s box) goes through here too.
+    pub fn send(&mut self, text: String) -> Option<Action> {
         let typed = crate::command::typed(&text);
         match &typed {
             Typed::Wrong(why) => {

@@ -50,8 +50,9 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(arbiter_bus::RIDE_OUT.as_secs
 /// (the console usually connects within milliseconds of starting).
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(5);
 
-/// A running feed; its tasks stop when it is dropped.
-pub(crate) struct Feed {
+/// A running feed; its tasks stop when it is dropped (and with them its
+/// connection and subscriptions: nothing of it is left on the server).
+pub struct Feed {
     /// The bus once the feed has attached; `None` until then.
     bus: watch::Receiver<Option<Bus>>,
     session_id: String,
@@ -59,7 +60,7 @@ pub(crate) struct Feed {
     identity: String,
     /// The workspace its messages name (see [`Feed::in_workspace`]).
     workspace: Option<String>,
-    pub(crate) events: mpsc::Receiver<FeedEvent>,
+    pub events: mpsc::Receiver<FeedEvent>,
     tx: mpsc::Sender<FeedEvent>,
     _tasks: JoinSet<()>,
 }
@@ -69,11 +70,23 @@ impl Feed {
     /// background for as long as it takes. Until the server is reached the
     /// feed reports the connection down (the screen shows why it is empty);
     /// once attached it reports [`FeedEvent::Attached`].
-    pub(crate) fn start(nats: &NatsOptions, session_id: &str, identity: &str) -> Self {
+    pub fn start(nats: &NatsOptions, session_id: &str, identity: &str) -> Self {
+        Self::start_as(nats, session_id, identity, NatsRole::Console)
+    }
+
+    /// [`Feed::start`] for a process of another role than a console's
+    /// (`arbiter-web`), which reads what a console reads.
+    pub fn start_as(nats: &NatsOptions, session_id: &str, identity: &str, role: NatsRole) -> Self {
         let (tx, events) = mpsc::channel(CAPACITY);
         let (bus_tx, bus) = watch::channel(None);
         let mut tasks = JoinSet::new();
-        tasks.spawn(run(nats.clone(), session_id.to_owned(), tx.clone(), bus_tx));
+        tasks.spawn(run(
+            nats.clone(),
+            role,
+            session_id.to_owned(),
+            tx.clone(),
+            bus_tx,
+        ));
         Self {
             bus,
             session_id: session_id.to_owned(),
@@ -87,7 +100,7 @@ impl Feed {
 
     /// Names `workspace` in every message sent: the session's memory is that
     /// workspace's.
-    pub(crate) fn in_workspace(mut self, workspace: Option<String>) -> Self {
+    pub fn in_workspace(mut self, workspace: Option<String>) -> Self {
         self.workspace = workspace;
         self
     }
@@ -95,7 +108,7 @@ impl Feed {
     /// Publishes what the human typed, in the background; a failure comes
     /// back as [`FeedEvent::NotSent`]. Before the first connection it waits
     /// [`FIRST_CONNECT_WAIT`] for one.
-    pub(crate) fn send(&self, message_id: String, text: String) {
+    pub fn send(&self, message_id: String, text: String) {
         let mut bus_rx = self.bus.clone();
         let tx = self.tx.clone();
         let identity = self.identity.clone();
@@ -173,6 +186,7 @@ enum AttachError {
 /// tasks that forward what the session says, until the feed is dropped.
 async fn run(
     nats: NatsOptions,
+    role: NatsRole,
     session_id: String,
     tx: mpsc::Sender<FeedEvent>,
     bus_tx: watch::Sender<Option<Bus>>,
@@ -180,7 +194,7 @@ async fn run(
     let mut up = true;
     let mut last_trouble = None;
     let attached = loop {
-        let (now_up, error) = match attach(&nats, &session_id).await {
+        let (now_up, error) = match attach(&nats, role, &session_id).await {
             Ok(attached) => break attached,
             Err(AttachError::Unreachable(e)) => (false, e),
             Err(AttachError::Failed(e)) => (true, e),
@@ -283,22 +297,31 @@ async fn run(
 /// from its first entry.
 async fn attach(
     nats: &NatsOptions,
+    role: NatsRole,
     session_id: &str,
 ) -> std::result::Result<Attached, AttachError> {
-    let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, Reach::FailFast)
+    let name = match role {
+        NatsRole::Web => "arbiter-web",
+        _ => CLIENT_NAME,
+    };
+    let conn = arbiter_bus::connect_with(nats, name, Reach::FailFast)
         .await
         .map_err(|e| match e {
             e @ arbiter_bus::BusError::Connect { .. } => AttachError::Unreachable(e.into()),
             // Refused credentials, TLS, unreadable files: the server answered.
             e => AttachError::Failed(e.into()),
         })?;
-    subscribe_and_open(conn, session_id)
+    subscribe_and_open(conn, role, session_id)
         .await
         .map_err(AttachError::Failed)
 }
 
-async fn subscribe_and_open(conn: Connection, session_id: &str) -> Result<Attached> {
-    let bus = Bus::open(conn, NatsRole::Console, Reach::FailFast).await?;
+async fn subscribe_and_open(
+    conn: Connection,
+    role: NatsRole,
+    session_id: &str,
+) -> Result<Attached> {
+    let bus = Bus::open(conn, role, Reach::FailFast).await?;
     let subscribe = |subject: String| {
         let client = bus.client.clone();
         async move {

@@ -19,7 +19,7 @@ mod command;
 pub use command::check_policy;
 pub mod conversation;
 mod error;
-mod feed;
+pub mod feed;
 pub mod inert;
 pub mod input;
 pub mod memory;

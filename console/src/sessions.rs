@@ -18,7 +18,11 @@ use crate::{ConsoleError, Result, write_line};
 /// A value that cannot be decoded is skipped with a warning.
 pub async fn list(nats: &arbiter_bus::NatsOptions) -> Result<Vec<SessionStatus>> {
     let conn = arbiter_bus::connect_with(nats, CLIENT_NAME, arbiter_bus::Reach::FailFast).await?;
-    let js = async_nats::jetstream::new(conn.client);
+    list_on(&async_nats::jetstream::new(conn.client)).await
+}
+
+/// [`list`] over a connection the caller holds (`arbiter-web`'s).
+pub async fn list_on(js: &async_nats::jetstream::Context) -> Result<Vec<SessionStatus>> {
     let error = |e: &dyn std::fmt::Display| ConsoleError::Sessions {
         bucket: subjects::SESSIONS_BUCKET.to_owned(),
         message: e.to_string(),
@@ -112,6 +116,19 @@ pub fn attention(status: &SessionStatus) -> Option<String> {
     }
 }
 
+/// A session's state in a word or two: `working`, `thinking (2 queued)`.
+pub fn state(s: &SessionStatus) -> String {
+    match (s.state, s.queued) {
+        // Read-only now: `arbiter-console --session <id>` prints its log from the archive.
+        _ if s.archived_at.is_some() => "archived".to_owned(),
+        // Its Orchestrator works on while the Arbiter waits.
+        (SessionState::Idle, _) if s.active.is_some() => "working".to_owned(),
+        (SessionState::Idle, _) => "idle".to_owned(),
+        (SessionState::Thinking, 0) => "thinking".to_owned(),
+        (SessionState::Thinking, queued) => format!("thinking ({queued} queued)"),
+    }
+}
+
 /// The table `sessions` prints: a header, then one row per session.
 pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
     let header = [
@@ -126,15 +143,7 @@ pub fn table(statuses: &[SessionStatus], now: DateTime<Utc>) -> Vec<String> {
     .map(str::to_owned);
     let mut rows = vec![header.to_vec()];
     for s in statuses {
-        let state = match (s.state, s.queued) {
-            // Read-only now: `arbiter-console --session <id>` prints its log from the archive.
-            _ if s.archived_at.is_some() => "archived".to_owned(),
-            // Its Orchestrator works on while the Arbiter waits.
-            (SessionState::Idle, _) if s.active.is_some() => "working".to_owned(),
-            (SessionState::Idle, _) => "idle".to_owned(),
-            (SessionState::Thinking, 0) => "thinking".to_owned(),
-            (SessionState::Thinking, queued) => format!("thinking ({queued} queued)"),
-        };
+        let state = state(s);
         let state = match attention(s) {
             Some(mark) => format!("! {state}, {mark}"),
             None => state,
@@ -183,7 +192,7 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> Vec<String> {
 }
 
 /// `just now`, `42 s ago`, `3 min ago`, `5 h ago`, `2 d ago`.
-pub(crate) fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+pub fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
     let secs = (now - then).num_seconds();
     match secs {
         ..5 => "just now".to_owned(),

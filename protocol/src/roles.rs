@@ -26,14 +26,18 @@ pub enum NatsRole {
     Worker,
     /// A human's terminal.
     Console,
+    /// `arbiter-web`: reads what a console reads and writes what a console
+    /// writes (human lines under its own name), and sees the worker fleet.
+    Web,
 }
 
 impl NatsRole {
-    pub const ALL: [NatsRole; 4] = [
+    pub const ALL: [NatsRole; 5] = [
         NatsRole::Admin,
         NatsRole::Coordinator,
         NatsRole::Worker,
         NatsRole::Console,
+        NatsRole::Web,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +46,7 @@ impl NatsRole {
             NatsRole::Coordinator => "coordinator",
             NatsRole::Worker => "worker",
             NatsRole::Console => "console",
+            NatsRole::Web => "web",
         }
     }
 
@@ -269,7 +274,7 @@ pub fn streams_used(role: NatsRole) -> Vec<String> {
             obj_stream(subjects::ORCH_BLOBS_BUCKET),
             kv_stream(subjects::SESSIONS_BUCKET),
         ],
-        NatsRole::Console => vec![
+        NatsRole::Console | NatsRole::Web => vec![
             subjects::SESSIONS_STREAM.to_owned(),
             kv_stream(subjects::SESSIONS_BUCKET),
         ],
@@ -472,37 +477,20 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                     ]),
             ]
         }
+        NatsRole::Web => {
+            let mut grants = console_reads_and_writes(who);
+            grants.push(
+                Grant::new("see the worker fleet: ping the `arbiter-worker` service (each worker's pool, runtime and lanes) and ask its stats (each worker's slots); replies to its own inbox")
+                    .publish([
+                        subjects::worker_service_ping(),
+                        subjects::worker_service_stats(),
+                    ]),
+            );
+            grants
+        }
         NatsRole::Console => {
-            let sessions = subjects::SESSIONS_STREAM;
-            let kv = kv_stream(subjects::SESSIONS_BUCKET);
-            vec![
-                own_inbox,
-                Grant::new("check that the streams it uses exist")
-                    .publish(stream_info([sessions, kv.as_str()])),
-                Grant::new("send the human's lines (approval answers and commands among them), under its own name; a credential issued for some sessions (`--session`) only in those")
-                    .publish(if who.sessions.is_empty() {
-                        vec![subjects::session_human_from("*", who.name)]
-                    } else {
-                        who.sessions
-                            .iter()
-                            .map(|s| subjects::session_human_from(s, who.name))
-                            .collect()
-                    }),
-                Grant::new("replay and follow a session's log (its entries on `session.<id>.log` and its inputs on `session.<id>.in.>`) by batched direct gets, woken by core subscriptions on those subjects")
-                    .publish([api(&format!("DIRECT.GET.{sessions}"))])
-                    .subscribe([
-                        subjects::ALL_SESSION_LOG.to_owned(),
-                        format!("{PREFIX}.session.*.in.>"),
-                    ]),
-                Grant::new("say it follows a session: answer the coordinator's `session.<id>.watchers` (core request)")
-                    .subscribe([format!("{PREFIX}.session.*.watchers")]),
-                Grant::new("read session status: the bucket (one key by direct get; for `sessions`, its keys from the subjects its stream holds) and the live subjects")
-                    .publish([api(&format!("DIRECT.GET.{kv}.>"))])
-                    .subscribe([
-                        format!("{PREFIX}.session.*.status"),
-                        format!("{PREFIX}.session.*.delta"),
-                        subjects::ALL_ORCH_STATUS.to_owned(),
-                    ]),
+            let mut grants = console_reads_and_writes(who);
+            grants.extend([
                 Grant::new("`arbiter-console memory` (list, show, forget): list a workspace's memory entries (the subjects the bucket's stream holds), read them, remove one")
                     .publish(stream_info([kv_stream(subjects::MEMORY_BUCKET).as_str()]))
                     .publish({
@@ -521,9 +509,47 @@ pub fn grants(who: Identity<'_>) -> Vec<Grant> {
                             api(&format!("DIRECT.GET.{archive}.>")),
                         ]
                     }),
-            ]
+            ]);
+            grants
         }
     }
+}
+
+/// What a console and `arbiter-web` both do: follow sessions and speak in
+/// them as the human.
+fn console_reads_and_writes(who: Identity<'_>) -> Vec<Grant> {
+    let sessions = subjects::SESSIONS_STREAM;
+    let kv = kv_stream(subjects::SESSIONS_BUCKET);
+    vec![
+        Grant::new("replies to its requests, pulled messages, PubAcks")
+            .subscribe([format!("{}.>", inbox_prefix(who.name))]),
+        Grant::new("check that the streams it uses exist")
+            .publish(stream_info([sessions, kv.as_str()])),
+        Grant::new("send the human's lines (approval answers and commands among them), under its own name; a credential issued for some sessions (`--session`) only in those")
+            .publish(if who.sessions.is_empty() {
+                vec![subjects::session_human_from("*", who.name)]
+            } else {
+                who.sessions
+                    .iter()
+                    .map(|s| subjects::session_human_from(s, who.name))
+                    .collect()
+            }),
+        Grant::new("replay and follow a session's log (its entries on `session.<id>.log` and its inputs on `session.<id>.in.>`) by batched direct gets, woken by core subscriptions on those subjects")
+            .publish([api(&format!("DIRECT.GET.{sessions}"))])
+            .subscribe([
+                subjects::ALL_SESSION_LOG.to_owned(),
+                format!("{PREFIX}.session.*.in.>"),
+            ]),
+        Grant::new("say it follows a session: answer the coordinator's `session.<id>.watchers` (core request)")
+            .subscribe([format!("{PREFIX}.session.*.watchers")]),
+        Grant::new("read session status: the bucket (one key by direct get; for `sessions`, its keys from the subjects its stream holds) and the live subjects")
+            .publish([api(&format!("DIRECT.GET.{kv}.>"))])
+            .subscribe([
+                format!("{PREFIX}.session.*.status"),
+                format!("{PREFIX}.session.*.delta"),
+                subjects::ALL_ORCH_STATUS.to_owned(),
+            ]),
+    ]
 }
 
 /// A role's whole permission set: the union of its [`grants`].
@@ -531,7 +557,7 @@ pub fn permissions(who: Identity<'_>) -> Permissions {
     let mut out = Permissions {
         allow_responses: matches!(
             who.role,
-            NatsRole::Worker | NatsRole::Coordinator | NatsRole::Console
+            NatsRole::Worker | NatsRole::Coordinator | NatsRole::Console | NatsRole::Web
         ),
         ..Permissions::default()
     };
@@ -560,7 +586,7 @@ pub fn render_table() -> String {
     for role in NatsRole::ALL {
         let who = Identity {
             role,
-            name: if role == NatsRole::Console || role == NatsRole::Worker {
+            name: if matches!(role, NatsRole::Console | NatsRole::Web | NatsRole::Worker) {
                 "<name>"
             } else {
                 role.as_str()
@@ -594,10 +620,10 @@ pub fn render_table() -> String {
         if role == NatsRole::Worker {
             out.push_str("| worker | answer requests made to it | `allow_responses: true` | |\n");
         }
-        if role == NatsRole::Console {
-            out.push_str(
-                "| console | answer the coordinator's question whether it follows a session (to the asker's inbox) | `allow_responses: true` | |\n",
-            );
+        if role == NatsRole::Console || role == NatsRole::Web {
+            out.push_str(&format!(
+                "| {role} | answer the coordinator's question whether it follows a session (to the asker's inbox) | `allow_responses: true` | |\n",
+            ));
         }
     }
     out

@@ -99,6 +99,10 @@ pub const WORKER_SERVICE: &str = "arbiter-worker";
 pub fn worker_service_ping() -> String {
     format!("$SRV.PING.{WORKER_SERVICE}")
 }
+/// Every worker's stats (its presence endpoint's data: slots, Orchestrators).
+pub fn worker_service_stats() -> String {
+    format!("$SRV.STATS.{WORKER_SERVICE}")
+}
 /// The name of the endpoint of [`WORKER_SERVICE`] on which a worker answers
 /// with its live slots.
 pub const WORKER_PRESENCE_ENDPOINT: &str = "presence";
@@ -334,6 +338,8 @@ pub fn input_of(subject: &str) -> Option<(&str, &str, u64)> {
 pub fn session_status(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.status")
 }
+/// Every session's status (`arbiter-web` follows them all for its charts).
+pub const ALL_SESSION_STATUS: &str = "arbiter.v1.session.*.status";
 /// The coordinator's own durable record of a session (not read by anyone else).
 pub fn session_state(session_id: &str) -> String {
     format!("{PREFIX}.session.{session_id}.state")

@@ -3,6 +3,7 @@
 //! polling helper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
 pub mod cluster;
 pub mod mock_llm;
 pub mod mock_openai;
@@ -15,6 +16,7 @@ pub mod secure;
 use std::future::Future;
 use std::time::Duration;
 
+pub use browser::{Browser, WebConsole};
 pub use cluster::SecureCluster;
 pub use mock_llm::{MockAnthropic, MockReply, MockUsage};
 pub use mock_openai::{ChatRequestExt, MockOpenAi, OpenAiReply, ResponsesRequestExt, Semantics};

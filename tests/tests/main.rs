@@ -56,4 +56,5 @@ mod soak;
 mod team_faults;
 mod teams;
 mod telemetry;
+mod web;
 mod webhooks;

@@ -131,39 +131,36 @@ impl StatefulWidget for ConversationView<'_> {
     }
 }
 
+/// Who speaks in an entry of `kind`, as the conversation starts its line
+/// (`You: `, `Arbiter → I: `, `· `): the terminal's and the web page's.
+pub fn speaker(kind: Kind) -> String {
+    match kind {
+        Kind::Human => "You: ".to_owned(),
+        Kind::Arbiter => "Arbiter: ".to_owned(),
+        Kind::ArbiterToOrchestrator(n, Some(m)) => format!("Arbiter → {}.{m}: ", roman(n)),
+        Kind::ArbiterToOrchestrator(n, None) => format!("Arbiter → {}: ", roman(n)),
+        Kind::Orchestrator(n, m) | Kind::Note(n, m) => format!("{}: ", member_name(n, m)),
+        Kind::Musing => "Arbiter (musing): ".to_owned(),
+        Kind::Event => "· ".to_owned(),
+        Kind::Approval => "? ".to_owned(),
+        Kind::Evidence => "· Evidence: ".to_owned(),
+        Kind::Check => "! Check: ".to_owned(),
+        Kind::Error => "! ".to_owned(),
+    }
+}
+
 /// Who is speaking and what they say, styled.
 fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
-    let (speaker, speaker_style, text_style) = match entry.kind {
-        Kind::Human => ("You: ".to_owned(), theme::human(), Style::new()),
-        Kind::Arbiter => ("Arbiter: ".to_owned(), theme::arbiter(), Style::new()),
-        Kind::ArbiterToOrchestrator(n, m) => (
-            match m {
-                Some(m) => format!("Arbiter → {}.{m}: ", roman(n)),
-                None => format!("Arbiter → {}: ", roman(n)),
-            },
-            theme::arbiter(),
-            Style::new(),
-        ),
-        Kind::Orchestrator(n, m) => (
-            format!("{}: ", member_name(n, m)),
-            theme::orchestrator(n),
-            Style::new(),
-        ),
-        Kind::Note(n, m) => (
-            format!("{}: ", member_name(n, m)),
-            theme::orchestrator(n).patch(theme::note()),
-            theme::note(),
-        ),
-        Kind::Musing => (
-            "Arbiter (musing): ".to_owned(),
-            theme::musing(),
-            theme::musing(),
-        ),
-        Kind::Event => ("· ".to_owned(), theme::dim(), theme::dim()),
-        Kind::Approval => ("? ".to_owned(), theme::warning(), theme::warning()),
-        Kind::Evidence => ("· Evidence: ".to_owned(), theme::dim(), theme::dim()),
-        Kind::Check => ("! Check: ".to_owned(), theme::error(), theme::error()),
-        Kind::Error => ("! ".to_owned(), theme::error(), theme::error()),
+    let speaker = speaker(entry.kind);
+    let (speaker_style, text_style) = match entry.kind {
+        Kind::Human => (theme::human(), Style::new()),
+        Kind::Arbiter | Kind::ArbiterToOrchestrator(..) => (theme::arbiter(), Style::new()),
+        Kind::Orchestrator(n, _) => (theme::orchestrator(n), Style::new()),
+        Kind::Note(n, _) => (theme::orchestrator(n).patch(theme::note()), theme::note()),
+        Kind::Musing => (theme::musing(), theme::musing()),
+        Kind::Event | Kind::Evidence => (theme::dim(), theme::dim()),
+        Kind::Approval => (theme::warning(), theme::warning()),
+        Kind::Check | Kind::Error => (theme::error(), theme::error()),
     };
     vec![
         Span::styled(speaker, speaker_style),
@@ -173,7 +170,21 @@ fn entry_spans(entry: &Entry) -> Vec<Span<'static>> {
 
 /// The reply being written, under the name its intent gives it.
 fn streaming_spans(streaming: &Streaming, vitals: &Vitals) -> Vec<Span<'static>> {
-    let speaker = match streaming.intent {
+    let speaker = streaming_speaker(streaming, vitals);
+    let style = if streaming.intent == Some(ArbiterIntent::Musings) {
+        theme::musing()
+    } else {
+        Style::new()
+    };
+    vec![
+        Span::styled(speaker, theme::arbiter()),
+        Span::styled(streaming.text.clone(), style),
+    ]
+}
+
+/// Who a reply being written is headed for, as [`speaker`] names it.
+pub fn streaming_speaker(streaming: &Streaming, vitals: &Vitals) -> String {
+    match streaming.intent {
         Some(ArbiterIntent::AddressOrchestrator) => match vitals.active_number() {
             Some(n) => format!("Arbiter → {}: ", roman(n)),
             None => "Arbiter → Orchestrator: ".to_owned(),
@@ -185,14 +196,5 @@ fn streaming_spans(streaming: &Streaming, vitals: &Vitals) -> Vec<Span<'static>>
         Some(ArbiterIntent::AddressHuman | ArbiterIntent::ReleaseOrchestrators) | None => {
             "Arbiter: ".to_owned()
         }
-    };
-    let style = if streaming.intent == Some(ArbiterIntent::Musings) {
-        theme::musing()
-    } else {
-        Style::new()
-    };
-    vec![
-        Span::styled(speaker, theme::arbiter()),
-        Span::styled(streaming.text.clone(), style),
-    ]
+    }
 }

@@ -4,9 +4,9 @@
 //! drawing keeps for itself between draws (the conversation's wrapped rows)
 //! is a [`ScreenState`], the state of the [`Screen`] widget.
 
-mod conversation;
+pub mod conversation;
 mod input;
-mod status;
+pub mod status;
 mod theme;
 mod wrap;
 
