@@ -15,6 +15,7 @@ const BINARIES: &[&str] = &[
     "arbiter-coordinator",
     "arbiter-worker",
     "arbiter-console",
+    "arbiter-web",
     "arbiter-admin",
     "arbiter-bench",
     "arbiter-conformance",

@@ -616,3 +616,115 @@ async fn an_approval_shown_in_the_browser_and_allowed_there_runs_once() {
     );
     browser.close().await;
 }
+
+/// HTTPS with a certificate `arbiter-admin web-cert` issued: a client that
+/// trusts the deployment's CA signs in; the cookie is `Secure` and
+/// host-only (`__Host-`), the server says HSTS, plain HTTP gets no page.
+/// Neither the token nor any credential reaches its log. Plain HTTP beyond
+/// loopback is refused at start with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_a_certificate_from_arbiter_admin_and_no_secret_in_the_log() {
+    let sys = secure_system().await;
+    let admin = sys.admin.as_ref().unwrap().path().to_owned();
+    let dir = arbiter_admin::issue_web_cert(
+        &admin,
+        &["127.0.0.1".to_owned(), "localhost".to_owned()],
+        30,
+    )
+    .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log_path = logs.path().join("web.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let web = WebConsole::start(
+        &bin("arbiter-web"),
+        &sys.nats_env("web"),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        log.into(),
+    )
+    .await;
+    assert!(web.base.starts_with("https://127.0.0.1:"), "{}", web.base);
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("ca.pem")).unwrap()).unwrap();
+    let https = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = https.get(format!("{}/", web.base)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = https.get(&web.sign_in).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.starts_with("__Host-arbiter_web="), "{set}");
+    assert!(
+        set.contains("; Secure") && set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(
+        r.headers()["strict-transport-security"]
+            .to_str()
+            .unwrap()
+            .contains("max-age=")
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let page = https
+        .get(format!("{}/fleet", web.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    // The same port in plain HTTP: no page.
+    let plain = web.base.replacen("https://", "http://", 1);
+    let r = reqwest::get(format!("{plain}/")).await;
+    assert!(
+        r.map(|r| r.status() != 200).unwrap_or(true),
+        "no page over plain HTTP"
+    );
+    // Bearer for a script.
+    let r = https
+        .get(format!("{}/approvals", web.base))
+        .header("authorization", format!("Bearer {}", web.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let token = web.token.clone();
+    drop(web);
+
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("serving"), "{logged}");
+    assert!(!logged.contains(&token), "the access token in the log");
+    let secrets = [
+        std::fs::read_to_string(admin.join("creds").join("web").join("nats.creds")).unwrap(),
+        std::fs::read_to_string(admin.join("creds").join("web").join("key.pem")).unwrap(),
+    ];
+    for secret in &secrets {
+        for line in secret
+            .lines()
+            .filter(|l| l.len() > 20 && !l.starts_with("-----"))
+        {
+            assert!(!logged.contains(line), "a credential line in the log");
+        }
+    }
+
+    // Beyond loopback without TLS: refused, saying why.
+    let out = tokio::process::Command::new(bin("arbiter-web"))
+        .envs(sys.nats_env("web"))
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("refusing to serve plain HTTP on 0.0.0.0:0"),
+        "{said}"
+    );
+}
