@@ -106,13 +106,28 @@ pub async fn print<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Why a session needs the human, if it does: `2 approvals waiting`. The
+/// Why a session needs the human, if it does: `2 approvals waiting`,
+/// `waits for your word` (the Arbiter wrote to them), `something failed`. The
 /// table marks its state with it (`! working, 2 approvals waiting`).
 pub fn attention(status: &SessionStatus) -> Option<String> {
-    match status.approvals.len() {
+    use arbiter_protocol::NotificationKind as K;
+    let approvals = match status.approvals.len() {
         0 => None,
         1 => Some("1 approval waiting".to_owned()),
         n => Some(format!("{n} approvals waiting")),
+    };
+    let other = status.attention.as_ref().and_then(|a| match a.kind {
+        K::NeedsInput => Some("waits for your word"),
+        K::Failed => Some("something failed"),
+        K::Stalled => Some("stalled"),
+        K::Budget => Some("at its budget"),
+        K::Completed => None,
+    });
+    match (approvals, other) {
+        (Some(a), Some(o)) => Some(format!("{a}, {o}")),
+        (Some(a), None) => Some(a),
+        (None, Some(o)) => Some(o.to_owned()),
+        (None, None) => None,
     }
 }
 
@@ -217,6 +232,7 @@ mod tests {
             archived_at: None,
             budget: Default::default(),
             approvals: Vec::new(),
+            attention: None,
             v: 1,
             session_id: id.into(),
             state,

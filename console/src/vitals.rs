@@ -371,6 +371,7 @@ mod tests {
             archived_at: None,
             budget: Default::default(),
             approvals: Vec::new(),
+            attention: None,
             v: 1,
             session_id: "s".into(),
             state,

@@ -41,6 +41,7 @@ fn status(id: &str, state: SessionState, age: Duration) -> SessionStatus {
         archived_at: None,
         budget: Default::default(),
         approvals: Vec::new(),
+        attention: None,
         v: VERSION,
         session_id: id.into(),
         state,

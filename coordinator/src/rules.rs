@@ -230,6 +230,17 @@ impl Core {
         summary: String,
         approval: Option<arbiter_protocol::WaitingApproval>,
     ) {
+        // The status says it whether or not a webhook hears it (an
+        // approval is in the status already).
+        use arbiter_protocol::NotificationKind as K;
+        if approval.is_none() && matches!(kind, K::NeedsInput | K::Failed | K::Stalled | K::Budget)
+        {
+            self.state.attention = Some(arbiter_protocol::Attention {
+                kind,
+                summary: summary.clone(),
+                seq,
+            });
+        }
         if !self.config.notifies(kind) {
             return;
         }

@@ -175,6 +175,10 @@ pub(crate) struct Snapshot {
     /// (`rules/route.rs`), as a small model's own are "release all".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_report: Option<String>,
+    /// Why the session waits for the human (the status says it), until the
+    /// human next writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<arbiter_protocol::Attention>,
     pub rejections: u32,
     pub context_tokens: u64,
     /// The last transcript turn is a user message the Arbiter has not answered yet.
@@ -263,6 +267,7 @@ impl Snapshot {
             notes: Vec::new(),
             last_human: None,
             last_report: None,
+            attention: None,
             rejections: 0,
             context_tokens: 0,
             turn_in_flight: false,

@@ -43,10 +43,10 @@ pub use outputs::{
 };
 pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
-    ArbiterToOrchestratorEntry, ConsensusEntry, ConsensusOutcome, DecisionVotes, ErrorEntry,
-    Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry, MemberVerdict,
-    MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState, SessionStatus,
-    StepEntry, StrategyEntry, SummonedEntry, SystemEntry,
+    ArbiterToOrchestratorEntry, Attention, ConsensusEntry, ConsensusOutcome, DecisionVotes,
+    ErrorEntry, Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry,
+    MemberVerdict, MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState,
+    SessionStatus, StepEntry, StrategyEntry, SummonedEntry, SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

@@ -419,6 +419,22 @@ pub struct SessionStatus {
     /// session needs attention while any waits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<crate::WaitingApproval>,
+    /// Why the session waits for the human, besides approvals: the Arbiter
+    /// wrote to them, or something failed or stalled. Set with the entry
+    /// that causes it, gone when the human next writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Attention>,
+}
+
+/// What [`SessionStatus::attention`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Attention {
+    /// `needs_input`, `failed`, `stalled` or `budget`, as the webhooks name them.
+    pub kind: crate::NotificationKind,
+    /// One line for a person; it may quote a model: show it as text.
+    pub summary: String,
+    /// The log entry that caused it.
+    pub seq: u64,
 }
 
 /// `session.<session_id>.delta`: the Arbiter's words as the model generates

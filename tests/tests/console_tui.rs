@@ -434,6 +434,7 @@ fn thinking_status(session: &str, age: chrono::Duration) -> SessionStatus {
         archived_at: None,
         budget: Default::default(),
         approvals: Vec::new(),
+        attention: None,
     }
 }
 

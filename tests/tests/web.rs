@@ -267,6 +267,37 @@ async fn markup_in_a_models_words_is_shown_as_text_and_never_runs() {
         "{reloaded:#?}"
     );
 
+    // The sessions page quotes the words the session waits on: as text too.
+    browser
+        .client
+        .goto(&format!("{}/", web.base))
+        .await
+        .unwrap();
+    let rows = browser
+        .wait_texts(
+            "#sessions tbody tr",
+            "the session waiting for its human",
+            WAIT,
+            |rows| rows.iter().any(|r| r.contains("waits for your word")),
+        )
+        .await;
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("The Arbiter wrote to you: <script>window.__pwned = 1")),
+        "{rows:#?}"
+    );
+    let pwned = browser
+        .client
+        .execute("return window.__pwned === undefined;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(pwned, json!(true), "no payload ran (sessions page)");
+    browser
+        .client
+        .goto(&format!("{}/s/{s}", web.base))
+        .await
+        .unwrap();
+
     // 200 KB that does not repeat itself (the model client stops a reply that does).
     let mut long = String::new();
     for i in 0.. {

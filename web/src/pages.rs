@@ -116,7 +116,14 @@ impl Row {
             ),
             cost: s.spend.total.cost_text(),
             context: format!("{:.0} %", s.arbiter_context_pct),
-            attention: arbiter_console::sessions::attention(s).unwrap_or_default(),
+            attention: match (arbiter_console::sessions::attention(s), &s.attention) {
+                (Some(what), Some(why)) => {
+                    let why = arbiter_console::inert::one_line(&why.summary);
+                    let why: String = why.chars().take(160).collect();
+                    format!("{what}: {why}")
+                }
+                (what, _) => what.unwrap_or_default(),
+            },
         }
     }
 }

@@ -165,6 +165,7 @@ pub(crate) fn idle_status(session_id: &str, last_seq: u64) -> SessionStatus {
         archived_at: None,
         budget: Default::default(),
         approvals: Vec::new(),
+        attention: None,
         v: VERSION,
         session_id: session_id.to_owned(),
         state: SessionState::Idle,

@@ -116,6 +116,7 @@ impl Core {
     /// The human wrote: a hold ends, and what waited goes first.
     pub(crate) fn human_spoke(&mut self) {
         self.state.turns_since_human = 0;
+        self.state.attention = None;
         self.state.exchange.stale_rounds = 0;
         if self.state.hold.as_ref().is_some_and(|h| h.budget) {
             // Held at the budget cap: the message waits with the hold.

@@ -27,9 +27,6 @@ impl Core {
     /// asks whether a console follows the session, and when none does the
     /// webhooks hear `needs_input` about it (`Input::Unwatched`).
     pub(crate) fn ask_watchers(&mut self) {
-        if !self.config.notifies(NotificationKind::NeedsInput) {
-            return;
-        }
         let said = self.step.effects.iter().rev().find_map(|e| match e {
             Effect::Log(entry) => match &entry.body {
                 LogBody::Arbiter(a) => Some(a.text.clone()),
@@ -37,10 +34,18 @@ impl Core {
             },
             _ => None,
         });
-        let summary = format!(
-            "The Arbiter wrote to you while no console was open on the session: {}",
-            quoted(&said.unwrap_or_default())
-        );
+        let said = quoted(&said.unwrap_or_default());
+        // The status says it to whoever looks (arbiter-web's sessions page).
+        self.state.attention = Some(arbiter_protocol::Attention {
+            kind: NotificationKind::NeedsInput,
+            summary: format!("The Arbiter wrote to you: {said}"),
+            seq: self.state.log_seq,
+        });
+        if !self.config.notifies(NotificationKind::NeedsInput) {
+            return;
+        }
+        let summary =
+            format!("The Arbiter wrote to you while no console was open on the session: {said}");
         self.step.tasks.push(crate::rules::Task::AskWatchers {
             seq: self.state.log_seq,
             summary,

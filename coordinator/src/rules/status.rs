@@ -52,6 +52,7 @@ impl Core {
                 .iter()
                 .map(|w| w.status())
                 .collect(),
+            attention: self.state.attention.clone(),
         }
     }
 

@@ -500,3 +500,54 @@ fn the_arbiters_words_to_the_human_ask_who_watches_and_nobody_watching_is_needs_
     );
     assert!(other.take_step().tasks.is_empty());
 }
+
+/// What the status says the session waits for, hook or no hook: the
+/// Arbiter's words to the human until the human writes, a failure until
+/// the human writes. An approval is in the status's approvals, not here.
+#[test]
+fn the_status_says_when_the_session_waits_for_the_human_with_or_without_a_hook() {
+    for hooks in [false, true] {
+        let mut core = if hooks {
+            hooked(|_| {})
+        } else {
+            core_with(|_| {})
+        };
+        let attention = |core: &Core| {
+            core.status(false, at(9))
+                .attention
+                .map(|a| (a.kind, a.summary, a.seq))
+        };
+        core.on_input(human("hi"), at(0));
+        core.take_step();
+        assert_eq!(attention(&core), None, "hooks {hooks}");
+        turn(&mut core, says("Which database?"), at(1));
+        core.take_step();
+        assert_eq!(
+            attention(&core),
+            Some((
+                NotificationKind::NeedsInput,
+                "The Arbiter wrote to you: Which database?".to_owned(),
+                2
+            )),
+            "hooks {hooks}"
+        );
+        core.on_input(human("Postgres"), at(2));
+        core.take_step();
+        assert_eq!(attention(&core), None, "the human wrote (hooks {hooks})");
+        turn(
+            &mut core,
+            reply(
+                "summon_orchestrator",
+                "Set up Postgres.",
+                serde_json::json!({}),
+            ),
+            at(3),
+        );
+        core.take_step();
+        let id = orch_id(&core, 1);
+        core.on_input(failed(&id, 1, 1), at(4));
+        core.take_step();
+        let said = attention(&core).map(|(kind, _, _)| kind);
+        assert_eq!(said, Some(NotificationKind::Failed), "hooks {hooks}");
+    }
+}
