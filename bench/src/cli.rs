@@ -66,12 +66,12 @@ pub struct RoleArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     /// Parts to run, comma separated: baseline, saturation, levels, start,
-    /// memory, anatomy, otel, hooks, handoff, teams, runtimes (each runtime side by side; not by default).
+    /// memory, anatomy, otel, hooks, handoff, teams, web, runtimes (each runtime side by side; not by default).
     #[arg(
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,hooks,handoff,teams"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,hooks,handoff,teams,web"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -165,6 +165,22 @@ pub struct RunOptions {
     /// Teams started per team size (3 and 10 members) in the `teams` part.
     #[arg(long, env = "ARBITER_BENCH_TEAM_SESSIONS", default_value_t = 20)]
     pub team_sessions: u32,
+    /// Watched sessions of each level of the `web` part (one open event
+    /// stream each, on the real arbiter-web built next to this binary).
+    #[arg(
+        long,
+        env = "ARBITER_BENCH_WEB_LEVELS",
+        value_delimiter = ',',
+        default_value = "1,100"
+    )]
+    pub web_levels: Vec<u32>,
+    /// Seconds each `web` level writes log entries.
+    #[arg(long, env = "ARBITER_BENCH_WEB_DURATION", default_value_t = 10)]
+    pub web_duration: u64,
+    /// Log entries per second written in all at each `web` level,
+    /// round-robin over its sessions.
+    #[arg(long, env = "ARBITER_BENCH_WEB_RATE", default_value_t = 100.0)]
+    pub web_rate: f64,
     /// Runtimes compared side by side in the `runtimes` part, comma separated.
     #[arg(
         long,
@@ -215,6 +231,10 @@ pub enum Phase {
     /// Parallel teams of 3 and 10 Orchestrators: the summons → every
     /// member's first model request.
     Teams,
+    /// The web console (the real arbiter-web): a log entry stored → its
+    /// event on a browser tab's stream, at 1 and 100 watched sessions, and
+    /// the process's memory with every stream open.
+    Web,
 }
 
 impl RunOptions {

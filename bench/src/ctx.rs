@@ -58,6 +58,13 @@ impl Ctx {
         })
     }
 
+    /// The directory a phase keeps its files in (made if missing).
+    pub fn dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(dir)
+    }
+
     /// A fresh system (server, coordinator, workers) for one phase.
     pub async fn system(
         &self,
@@ -70,8 +77,7 @@ impl Ctx {
             .runtime
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dir = self.dir.join(name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = self.dir(name)?;
         let otlp = self
             .otlp
             .lock()

@@ -32,6 +32,7 @@ mod system;
 mod teams;
 mod timeline;
 mod validate;
+mod web;
 mod writes;
 
 use std::io::IsTerminal as _;

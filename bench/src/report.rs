@@ -29,6 +29,14 @@ const PER_ORCHESTRATOR: f64 = 4_000_000.0;
 const GROWTH_PCT: f64 = 2.0;
 /// The session count the routing target is stated for.
 const TARGET_SESSIONS: u32 = 1000;
+/// The web console's targets are stated for this many watched sessions,
+/// each with one open stream.
+const WEB_SESSIONS: u32 = 100;
+/// A log entry stored → its line on a watching tab, p99: under the ~100 ms
+/// a person takes for instant.
+const WEB_P99: Duration = Duration::from_millis(100);
+/// arbiter-web's resident memory with [`WEB_SESSIONS`] open streams.
+const WEB_RSS: f64 = 150_000_000.0;
 
 const HOPS: [&str; 3] = [
     "human → Arbiter request",
@@ -54,6 +62,7 @@ pub struct Report {
     pub hooks: Option<crate::hooks::Hooks>,
     pub handoff: Option<crate::handoff::Handoff>,
     pub teams: Option<crate::teams::Teams>,
+    pub web: Option<crate::web::Web>,
 }
 
 fn header(title: &str) {
@@ -94,6 +103,7 @@ impl Report {
             hooks: None,
             handoff: None,
             teams: None,
+            web: None,
         }
     }
 
@@ -440,6 +450,101 @@ impl Report {
     }
 }
 
+impl Report {
+    pub fn print_web(&self) {
+        let Some(w) = &self.web else { return };
+        header("Web console: log entry → SSE `entry` event");
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        for l in &w.levels {
+            let n = l.sessions;
+            row(
+                &format!(
+                    "{} session{}: stored (ack) → entry event",
+                    count(n.into()),
+                    plural(n)
+                ),
+                &l.from_ack,
+            );
+            row(
+                &format!(
+                    "{} session{}: publish sent → entry event",
+                    count(n.into()),
+                    plural(n)
+                ),
+                &l.from_publish,
+            );
+            row(
+                &format!(
+                    "{} session{}: publish sent → ack",
+                    count(n.into()),
+                    plural(n)
+                ),
+                &l.ack,
+            );
+        }
+        for l in &w.levels {
+            println!(
+                "  {} session{}, {}, {:.0} entries/s in all (round-robin): {} events parsed before \
+                 their ack was back (counted as 0), {} lost; arbiter-web CPU {:.0}% of a core",
+                count(l.sessions.into()),
+                plural(l.sessions),
+                if l.sessions == 1 {
+                    "its stream open"
+                } else {
+                    "a stream open on each"
+                },
+                l.rate,
+                count(l.before_ack),
+                count(l.lost),
+                l.cpu * 100.0,
+            );
+        }
+        let streams: Vec<String> = w
+            .levels
+            .iter()
+            .map(|l| {
+                let per = (l.rss as f64 - w.idle_rss as f64) / f64::from(l.sessions.max(1));
+                let per = if l.sessions > 1 {
+                    format!(", {} per stream", bytes(per))
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} with {} stream{} ({:.1}× idle{per})",
+                    bytes(l.rss as f64),
+                    count(l.sessions.into()),
+                    plural(l.sessions),
+                    l.rss as f64 / w.idle_rss.max(1) as f64,
+                )
+            })
+            .collect();
+        println!(
+            "  arbiter-web RSS: {} idle (connected, no stream); {}; {} once all closed and lingered out",
+            bytes(w.idle_rss as f64),
+            streams.join("; "),
+            bytes(w.closed_rss as f64),
+        );
+        let fds: Vec<String> = w
+            .levels
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} with {} stream{}",
+                    l.fds,
+                    count(l.sessions.into()),
+                    plural(l.sessions)
+                )
+            })
+            .collect();
+        println!(
+            "  arbiter-web open file descriptors: {} idle; {}; {} once all closed",
+            w.idle_fds,
+            fds.join("; "),
+            w.closed_fds,
+        );
+    }
+}
+
 /// What a level's model delay was, when it had one.
 fn delayed(level: &Level) -> String {
     if level.model_delay_ms > 0.0 {
@@ -545,6 +650,20 @@ pub fn targets(report: &Report) -> Vec<String> {
             format!("{:.2} %", h.growth_pct()),
             "≤ 2 %",
             h.growth_tokens > 0.0 && h.growth_pct() <= GROWTH_PCT,
+        ));
+    }
+    if let Some(level) = report.web.as_ref().and_then(|w| w.level(WEB_SESSIONS)) {
+        lines.push(line(
+            "web: log entry stored → SSE entry event p99, 100 watched sessions",
+            micros(level.from_ack.p99()),
+            "≤ 100 ms",
+            level.from_ack.len() > 0 && level.lost == 0 && level.from_ack.p99() <= WEB_P99,
+        ));
+        lines.push(line(
+            "web: arbiter-web RSS with 100 open streams",
+            bytes(level.rss as f64),
+            "≤ 150 MB",
+            level.rss as f64 <= WEB_RSS,
         ));
     }
     if let Some(m) = &report.memory {

@@ -23,6 +23,12 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
             .with_context(|| format!("no nats-server config at {}", config.display()))?;
         opts.nats_config = Some(found);
     }
+    if opts.has(Phase::Web) {
+        // Before anything is measured: the binary is there, and up to date
+        // when cargo started the benchmark.
+        crate::web::build_under_cargo()?;
+        crate::web::binary()?;
+    }
     let ctx = Ctx::new(opts).await?;
     let profile = match &ctx.opts.nats_config {
         Some(path) => format!("nats-server config {}", path.display()),
@@ -89,6 +95,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
     if ctx.opts.has(Phase::Teams) {
         report.teams = Some(crate::teams::run(&ctx).await?);
         report.print_teams();
+    }
+    if ctx.opts.has(Phase::Web) {
+        report.web = Some(crate::web::run(&ctx).await?);
+        report.print_web();
     }
     if ctx.opts.has(Phase::Runtimes) {
         crate::runtimes::run(&ctx).await?;
