@@ -90,6 +90,14 @@ impl Default for NatsOptions {
 }
 
 impl NatsOptions {
+    /// The name in the credentials file's user JWT, if it has one: the
+    /// name a console or `arbiter-web` speaks under (the server lets it
+    /// publish human lines only under that name).
+    pub fn credential_name(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.creds.as_ref()?).ok()?;
+        read_creds_info(&text)?.name
+    }
+
     /// Options with only a URL: no credential, no TLS unless the URL asks for it.
     pub fn url(url: impl Into<String>) -> Self {
         Self {

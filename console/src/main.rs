@@ -163,11 +163,7 @@ impl Cli {
 /// The console speaks under its credential's name: the server lets it
 /// publish the human's lines only under that name.
 fn identity_of(nats: &arbiter_bus::NatsOptions) -> String {
-    nats.creds
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| arbiter_bus::connect::read_creds_info(&text))
-        .and_then(|info| info.name)
+    nats.credential_name()
         .unwrap_or_else(|| arbiter_console::DEFAULT_IDENTITY.to_owned())
 }
 

@@ -353,9 +353,10 @@ async fn stay_connected(
                             }
                         }
                     }
+                    // Without the statuses the charts and the live sessions
+                    // table stand still: start over, as after a lost connection.
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot follow the session statuses");
-                        std::future::pending::<()>().await;
+                        tracing::warn!(error = %e, "cannot follow the session statuses; connecting again")
                     }
                 }
                 bus_tx.send_replace(None);

@@ -29,7 +29,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const ROWS_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Deserialize, Default)]
-pub struct From {
+pub struct Resume {
     #[serde(default)]
     from: usize,
 }
@@ -118,7 +118,7 @@ fn diff(sent: &mut Sent, view: &View, musings: bool) -> Vec<Event> {
 pub async fn session(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
-    Query(from): Query<From>,
+    Query(from): Query<Resume>,
     Query(query): Query<SessionQuery>,
     headers: HeaderMap,
 ) -> Response {

@@ -107,13 +107,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => arbiter_web::auth::random_token()?,
     };
     let nats = cli.nats.options();
-    let identity = nats
-        .creds
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| arbiter_bus::connect::read_creds_info(&text))
-        .and_then(|info| info.name)
-        .unwrap_or_else(|| "web".to_owned());
+    let identity = nats.credential_name().unwrap_or_else(|| "web".to_owned());
     let config = arbiter_web::Config {
         listen: cli.listen,
         nats,
