@@ -406,6 +406,7 @@ mod tests {
             current_tool: Some("Edit".into()),
             tool_count: 12,
             parked: false,
+            mcp_failures: Vec::new(),
             at: Utc::now(),
         }
     }

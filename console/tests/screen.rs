@@ -118,6 +118,7 @@ impl Scene {
             current_tool: tool.map(str::to_owned),
             tool_count: 12,
             parked: false,
+            mcp_failures: Vec::new(),
             at: at(self.seq as i64),
         };
         self.feed(FeedEvent::Orchestrator(status))
@@ -511,6 +512,7 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
         current_tool: Some("Edit".into()),
         tool_count: 12,
         parked: false,
+        mcp_failures: Vec::new(),
         at: at(2),
     }));
     let screen = scene.screen(82, 28);

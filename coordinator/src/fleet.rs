@@ -63,17 +63,22 @@ impl Fleet {
     }
 
     /// What the workers that are up offer, enough to tell whether one
-    /// serves `pool` with `runtime` (`None`: any): the answers stop being
-    /// gathered once one does. `None` when the workers could not be asked.
+    /// serves `pool` with `runtime` (`None`: any) and the MCP servers
+    /// `needs`: the answers stop being gathered once one does. `None` when
+    /// the workers could not be asked.
     pub(crate) async fn offers(
         &self,
         client: &Client,
         pool: &str,
         runtime: Option<&str>,
+        needs: &[String],
         urgent: bool,
     ) -> Option<Vec<Offer>> {
         let wanted = |o: &Offer| {
-            o.pool == pool && runtime.is_none_or(|r| r == o.runtime) && (o.urgent || !urgent)
+            o.pool == pool
+                && runtime.is_none_or(|r| r == o.runtime)
+                && (o.urgent || !urgent)
+                && needs.iter().all(|n| o.mcp.contains(n))
         };
         match gather(client, wanted).await {
             Ok(offers) => Some(offers),
@@ -184,6 +189,9 @@ pub(crate) struct Offer {
     /// It serves its pool's emergency lane (`summon.<pool>.urgent`): its
     /// `lanes` metadata names `urgent`. False for a worker that does not say.
     pub urgent: bool,
+    /// The MCP servers it offers its Orchestrators (its `mcp` metadata, by
+    /// name, comma-separated). None for a worker that does not say.
+    pub mcp: Vec<String>,
 }
 
 /// Pings the worker service and gathers what the answers offer, until one
@@ -219,7 +227,19 @@ async fn gather(
                         .metadata
                         .get("lanes")
                         .is_some_and(|lanes| lanes.split(',').any(|l| l.trim() == "urgent"));
-                    let offer = Offer { pool, runtime, urgent };
+                    let mcp = reply
+                        .metadata
+                        .get("mcp")
+                        .map(|names| {
+                            names
+                                .split(',')
+                                .map(str::trim)
+                                .filter(|n| !n.is_empty())
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let offer = Offer { pool, runtime, urgent, mcp };
                     let done = enough(&offer);
                     offers.push(offer);
                     if done {
@@ -247,6 +267,7 @@ mod tests {
             pool: pool.into(),
             runtime: runtime.into(),
             urgent: false,
+            mcp: Vec::new(),
         }
     }
 

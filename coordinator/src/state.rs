@@ -109,6 +109,9 @@ pub(crate) struct Gather {
     pub pool: String,
     #[serde(default)]
     pub runtime: Option<String>,
+    /// The MCP servers its links need.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
     /// A consensus team: its members' verdicts are tallied when the reports go on.
     #[serde(default)]
     pub consensus: bool,

@@ -70,6 +70,11 @@ pub struct ConfigFile {
     /// by the other binaries.
     #[serde(default)]
     pub hooks: Vec<toml::Table>,
+    /// `[mcp_servers.<name>]`: a worker's MCP servers, as written; read and
+    /// checked by the worker (`arbiter_worker::mcp`), ignored by the other
+    /// binaries.
+    #[serde(default)]
+    pub mcp_servers: std::collections::BTreeMap<String, toml::Table>,
 }
 
 /// `[anthropic]` / `[openai]`: how every role on that provider reaches it.

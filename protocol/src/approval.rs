@@ -102,8 +102,9 @@ pub fn mutating(tool: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct Rule {
     pub action: Action,
-    /// The tool it applies to (`bash`, `write`, `edit`, `read`…), or `*`
-    /// for every tool.
+    /// The tool it applies to (`bash`, `write`, `edit`, `read`, an MCP
+    /// server's `mcp__git__git_commit`…), `*` for every tool, or a glob
+    /// over tool names (`mcp__github__*`: every tool of one MCP server).
     pub tool: String,
     /// A glob over the command (`bash`) or the workspace-relative path (the
     /// file tools); absent: every call of the tool.
@@ -130,7 +131,7 @@ impl Rule {
     /// Whether the rule speaks of a call of `tool` on `subject` (its
     /// command or path, when it has one).
     fn matches(&self, tool: &str, subject: Option<&str>) -> bool {
-        if self.tool != "*" && self.tool != tool {
+        if !names(&self.tool, tool) {
             return false;
         }
         let Some(pattern) = &self.pattern else {
@@ -242,6 +243,11 @@ impl Policy {
                     "name one tool: `ask bash(git push*)`, `deny write(**/.env)`",
                 ));
             }
+            if tool.contains(['*', '?', '[']) {
+                globset::GlobBuilder::new(tool).build().map_err(|e| {
+                    PolicyError::new(item, &format!("the tool's name: {}", e.kind()))
+                })?;
+            }
             if let Some(pattern) = &pattern {
                 globset::GlobBuilder::new(pattern)
                     .backslash_escape(true)
@@ -302,7 +308,8 @@ impl Policy {
             if rule.pattern.is_none()
                 && let Some(stricter) = floor.rules.iter().find(|f| {
                     f.action > Action::Allow
-                        && (f.tool == rule.tool || f.tool == "*" || rule.tool == "*")
+                        && (names(&f.tool, &sample(&rule.tool))
+                            || names(&rule.tool, &sample(&f.tool)))
                 })
             {
                 return Err(Loosening {
@@ -310,9 +317,13 @@ impl Policy {
                     floor: stricter.to_string(),
                 });
             }
-            let tool = if rule.tool == "*" { "bash" } else { &rule.tool };
+            let tool = if rule.tool == "*" {
+                "bash".to_owned()
+            } else {
+                sample(&rule.tool)
+            };
             let sample = rule.pattern.as_deref().map(sample);
-            let theirs = floor.decide_subject(tool, sample.as_deref());
+            let theirs = floor.decide_subject(&tool, sample.as_deref());
             if theirs.action > Action::Allow {
                 return Err(Loosening {
                     asked: rule.to_string(),
@@ -488,6 +499,21 @@ fn is_assignment(word: &str) -> bool {
 
 /// One name for each wildcard of `pattern`: what [`Policy::within`] checks
 /// an `allow` rule's reach with.
+/// Whether a rule's tool (a name, `*`, or a glob over names such as
+/// `mcp__github__*`) names `tool`; names compare without case.
+fn names(rule_tool: &str, tool: &str) -> bool {
+    if rule_tool == "*" {
+        return true;
+    }
+    if !rule_tool.contains(['*', '?', '[']) {
+        return rule_tool.eq_ignore_ascii_case(tool);
+    }
+    globset::GlobBuilder::new(rule_tool)
+        .case_insensitive(true)
+        .build()
+        .is_ok_and(|glob| glob.compile_matcher().is_match(tool))
+}
+
 fn sample(pattern: &str) -> String {
     pattern.replace("**", "x").replace(['*', '?'], "x")
 }

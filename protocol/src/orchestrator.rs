@@ -37,6 +37,11 @@ pub struct Summon {
     /// not know still decodes (and is left to a worker that runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// The MCP servers the Orchestrator needs, by name (the Arbiter's
+    /// `needs`): a worker that does not offer every one of them does not
+    /// claim it. Empty (and absent from older coordinators): none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
     /// The predecessor's handoff packet, carried as it was written: the
     /// worker puts it beside the brief in the first user message. Absent
     /// when there is none (and from older coordinators).
@@ -63,6 +68,22 @@ pub struct Summon {
     /// rule: it may only tighten the worker's. Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arbiter_policy: Option<crate::Policy>,
+}
+
+/// Most characters of an MCP server's name.
+pub const MAX_MCP_SERVER_NAME: usize = 32;
+
+/// Whether `name` can name an MCP server (a worker's `[mcp_servers.<name>]`,
+/// a summons' `needs`): 1 to [`MAX_MCP_SERVER_NAME`] ASCII letters, digits,
+/// `-` or `_`, and no `__` (which separates it from the tool's name in
+/// `mcp__<server>__<tool>`).
+pub fn mcp_server_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_MCP_SERVER_NAME
+        && !name.contains("__")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl Summon {
@@ -207,5 +228,9 @@ pub struct OrchestratorStatus {
     /// What its model requests (its subagents' included) cost so far.
     #[serde(default)]
     pub spend: crate::Spend,
+    /// Its worker's MCP servers that could not be used, each as `<server>:
+    /// <why>` (it started without their tools). Absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_failures: Vec<String>,
     pub at: DateTime<Utc>,
 }

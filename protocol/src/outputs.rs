@@ -54,6 +54,12 @@ pub struct ArbiterOutput {
     /// Leave it out (or null) for the coordinator's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<OrchestratorRuntime>,
+    /// summon_orchestrator only: the MCP servers (the human's own tools,
+    /// by name, such as "github") the Orchestrator must have: only a worker
+    /// that offers every one of them runs it. Leave it out (or null) when
+    /// the work needs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<Vec<String>>,
     /// summon_orchestrator only: how many Orchestrators work the brief and
     /// how: solo (one; leave it out or null), parallel (several at once,
     /// each in its own copy of the workspace; their reports come back to you
@@ -144,6 +150,7 @@ impl ArbiterOutput {
             memory: None,
             pool: None,
             runtime: None,
+            needs: None,
             strategy: None,
             count: None,
             briefs: None,

@@ -169,6 +169,7 @@ async fn an_emergency_stored_just_after_its_wake_up_still_starts_at_once() {
         pool: "default".into(),
         summoned_at: chrono::Utc::now(),
         runtime: None,
+        needs: Vec::new(),
         handoff: None,
         budget: None,
         emergency: true,

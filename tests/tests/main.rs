@@ -36,6 +36,7 @@ mod handoff;
 mod harness;
 mod limits;
 mod live_words;
+mod mcp_client;
 mod mcp_server;
 mod memory;
 mod providers_e2e;

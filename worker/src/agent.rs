@@ -93,6 +93,8 @@ pub(crate) struct Agent {
     ctx: ToolContext,
     stopper: Stopper,
     system: String,
+    /// The tools every model call offers (native runtime).
+    tools: Arc<[arbiter_llm::ToolSpec]>,
     transcript: Transcript,
     snap: Snapshot,
     /// The snapshot of the last stored record.
@@ -182,8 +184,19 @@ impl Agent {
         status: StatusHandle,
         outbox: Outbox,
     ) -> Self {
+        // The native runtime's tools, then its MCP servers'.
+        let tools: Arc<[arbiter_llm::ToolSpec]> = if ctx.mcp.specs().is_empty() {
+            shared.tools.clone()
+        } else {
+            shared
+                .tools
+                .iter()
+                .chain(ctx.mcp.specs())
+                .cloned()
+                .collect()
+        };
         let names: Vec<&str> = match shared.config.runtime {
-            Runtime::Native => shared.tools.iter().map(|t| t.name.as_str()).collect(),
+            Runtime::Native => tools.iter().map(|t| t.name.as_str()).collect(),
             Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
             Runtime::Codex => crate::runtime::codex::TOOLS.to_vec(),
         };
@@ -193,12 +206,14 @@ impl Agent {
             }
             _ => crate::prompt::orchestrator_system_prompt(&names),
         };
+        let system = crate::prompt::with_mcp_failures(system, ctx.mcp.failures());
         let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
         Self {
             shared,
             ctx,
             stopper,
             system,
+            tools,
             transcript: Transcript::stored(start.transcript),
             stored: start.snapshot.clone(),
             snap: start.snapshot,
@@ -317,6 +332,10 @@ impl Agent {
     pub(crate) async fn close_runtime(&mut self) {
         if let Some(process) = self.cli.take() {
             process.close().await;
+        }
+        // Its MCP servers' connections (a stdio server's process ends).
+        if let Ok(servers) = Arc::try_unwrap(std::mem::take(&mut self.ctx.mcp)) {
+            servers.close().await;
         }
     }
 
@@ -721,7 +740,7 @@ impl Agent {
         Request {
             system: self.system.clone(),
             messages,
-            tools: self.shared.tools.clone(),
+            tools: self.tools.clone(),
             output_schema: Some(self.shared.output_schema.clone()),
             max_output_tokens: self.cap,
         }

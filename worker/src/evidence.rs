@@ -54,7 +54,13 @@ impl Tally {
         let is_bash = name == "bash";
         let failed = outcome.is_error || (is_bash && outcome.exit_code != Some(0));
         let known = BASIC_TOOLS.contains(&name) || name == task::NAME;
-        let key = if known { name } else { UNKNOWN_TOOL };
+        // An MCP tool counts by its server: `mcp__git`.
+        let server = crate::mcp::named_server(name).map(|s| format!("{}{s}", crate::mcp::PREFIX));
+        let key = match &server {
+            Some(server) => server.as_str(),
+            None if known => name,
+            None => UNKNOWN_TOOL,
+        };
         let calls = self.tools.entry(key.to_owned()).or_default();
         calls.calls += 1;
         calls.failed += u64::from(failed);
@@ -211,6 +217,9 @@ mod tests {
         );
         tally.record("fly", &json!({}), &outcome(true, None));
         tally.record("launch", &json!({}), &outcome(true, None));
+        // MCP tools count by their server, whichever of its tools.
+        tally.record("mcp__git__git_status", &json!({}), &outcome(false, None));
+        tally.record("mcp__git__git_log", &json!({}), &outcome(true, None));
         let evidence = tally.evidence(FileChanges::default());
         assert_eq!(
             evidence.tools,
@@ -224,6 +233,11 @@ mod tests {
                     tool: "bash".into(),
                     calls: 3,
                     failed: 2
+                },
+                ToolCalls {
+                    tool: "mcp__git".into(),
+                    calls: 2,
+                    failed: 1
                 },
                 ToolCalls {
                     tool: "write".into(),

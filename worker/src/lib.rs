@@ -18,6 +18,7 @@ pub mod context;
 mod evidence;
 mod inputs;
 mod lease;
+pub mod mcp;
 mod orchestrator;
 mod outbox;
 pub mod presence;
@@ -146,6 +147,10 @@ pub struct Config {
     /// session's policy may only tighten (docs/tools.md, "Approvals").
     /// Empty: mode auto, every call runs.
     pub policy: arbiter_protocol::Policy,
+    /// The MCP servers whose tools its Orchestrators (and their subagents)
+    /// get, from the config file's `[mcp_servers.<name>]` (see `mcp.rs`);
+    /// their names are announced in its presence.
+    pub mcp_servers: Vec<mcp::ServerConfig>,
 }
 
 impl Default for Config {
@@ -177,6 +182,7 @@ impl Default for Config {
             codex: CodexConfig::default(),
             prices: arbiter_llm::price::PriceTable::defaults(),
             policy: arbiter_protocol::Policy::default(),
+            mcp_servers: Vec::new(),
         }
     }
 }
@@ -283,6 +289,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         slots.clone(),
         config.runtime,
         summonses.serves_urgent(),
+        &config.mcp_servers,
     )
     .await?;
     tracing::info!(worker = %config.worker_id, pool = %config.pool, slots = config.max_orchestrators, max_parked, park_after = ?config.park_after, ?lease, runtime = %config.runtime, "worker ready");

@@ -102,10 +102,12 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         Err(how) => return let_go(registered, slot, &lease, how).await,
     };
 
+    let mcp = start_mcp(&shared, &summon, &workspace, &stopper, &status).await;
     let ctx = ToolContext {
         workspace,
         cancel: stopper.token().clone(),
         sandbox: shared.sandbox.clone(),
+        mcp,
     };
     let start = Start {
         transcript: claimed.transcript,
@@ -486,6 +488,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         tool_count: snapshot.tool_count,
         parked: false,
         spend: snapshot.spend,
+        mcp_failures: Vec::new(),
         at: Utc::now(),
     }
 }
@@ -550,4 +553,40 @@ async fn stop_status(status: &StatusHandle, heartbeat: JoinHandle<()>) {
             s.parked = false;
         })
         .await;
+}
+
+/// The Orchestrator's MCP servers, started and listed by the native
+/// runtime; a CLI runtime is given them in its own configuration and starts
+/// them itself. Those that cannot be used are named in its status, with why.
+async fn start_mcp(
+    shared: &Shared,
+    summon: &Summon,
+    workspace: &Workspace,
+    stopper: &Stopper,
+    status: &StatusHandle,
+) -> Arc<crate::mcp::Servers> {
+    let configs = &shared.config.mcp_servers;
+    if configs.is_empty() {
+        return Arc::default();
+    }
+    let servers = if shared.config.runtime == crate::Runtime::Native {
+        crate::mcp::Servers::start(configs, &shared.sandbox, workspace.root(), stopper.token())
+            .await
+    } else {
+        let read_only = std::iter::once(&shared.config.policy)
+            .chain(&summon.layers())
+            .any(|p| p.mode == arbiter_protocol::approval::Mode::ReadOnly);
+        crate::mcp::Servers::for_cli(configs, &shared.sandbox, workspace.root(), read_only)
+    };
+    let failures: Vec<String> = servers.failures().iter().map(ToString::to_string).collect();
+    if !failures.is_empty() {
+        status.update(|s| s.mcp_failures = failures).await;
+    }
+    tracing::info!(
+        servers = configs.len() - servers.failures().len(),
+        tools = servers.specs().len(),
+        failed = servers.failures().len(),
+        "MCP servers started"
+    );
+    Arc::new(servers)
 }

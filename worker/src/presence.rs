@@ -1,6 +1,7 @@
 //! Presence: every worker is a NATS micro service named [`SERVICE_NAME`], so
 //! `nats micro ls`, `$SRV.PING|INFO|STATS.arbiter-worker` and the coordinator
-//! see the fleet. PING and INFO carry the worker's id, pool, runtime and slot count in
+//! see the fleet. PING and INFO carry the worker's id, pool, runtime, slot count
+//! and MCP servers (`mcp`, by name, comma-separated; absent with none) in
 //! their metadata; STATS carries the live [`WorkerPresence`] (slots used and
 //! free, the Orchestrators running) as the data of the `presence` endpoint,
 //! which also answers requests with it.
@@ -33,9 +34,10 @@ pub(crate) async fn start(
     slots: Arc<Slots>,
     runtime: crate::Runtime,
     serves_urgent: bool,
+    mcp: &[crate::mcp::ServerConfig],
 ) -> Result<Presence> {
     let now = slots.presence();
-    let metadata = HashMap::from([
+    let mut metadata = HashMap::from([
         ("worker_id".to_owned(), now.worker_id.clone()),
         ("pool".to_owned(), now.pool.clone()),
         ("runtime".to_owned(), runtime.name().to_owned()),
@@ -52,6 +54,11 @@ pub(crate) async fn start(
         ("slots_total".to_owned(), now.slots_total.to_string()),
         ("protocol".to_owned(), subjects::presence_protocol()),
     ]);
+    // The MCP servers its Orchestrators get, by name: what a summons' `needs` names.
+    if !mcp.is_empty() {
+        let names: Vec<&str> = mcp.iter().map(|s| s.name.as_str()).collect();
+        metadata.insert("mcp".to_owned(), names.join(","));
+    }
     let stats_slots = slots.clone();
     let service = client
         .service_builder()

@@ -69,6 +69,22 @@ Your tools: {tools}."#,
     )
 }
 
+/// `system` with a word on the MCP servers that could not be started, so
+/// that the model knows their tools are missing and why.
+pub fn with_mcp_failures(mut system: String, failures: &[crate::mcp::Failure]) -> String {
+    if failures.is_empty() {
+        return system;
+    }
+    system.push_str(
+        "\n\nThese MCP servers of your worker could not be started, so their tools are not offered \
+         to you; if the task needs them, say so in your report:",
+    );
+    for failure in failures {
+        system.push_str(&format!("\n- {failure}"));
+    }
+    system
+}
+
 /// The system prompt of every subagent; `tools` names the tools it has.
 pub fn subagent_system_prompt(tools: &[&str]) -> String {
     format!(

@@ -268,6 +268,96 @@ impl Sandbox {
         }
     }
 
+    /// The command that runs an MCP server's `program` with `args` over
+    /// stdio, in `workspace`, with `env` besides what every command gets.
+    /// In the sandbox it sees what `bash`'s commands see; unconfined, the
+    /// worker's environment is cleared but for the PATH, LANG and HOME.
+    /// The caller sets stdio; the process ends when its handle is dropped.
+    pub(crate) fn server_command(
+        &self,
+        workspace: &Path,
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Command {
+        let mut cmd = match &self.bwrap {
+            Some(bwrap) => {
+                let mut cmd = Command::new(&bwrap.program);
+                cmd.env_clear()
+                    .args(&bwrap.args.mounts)
+                    .arg("--bind")
+                    .arg(workspace)
+                    .arg(workspace)
+                    .args(&bwrap.args.seal);
+                for (name, value) in env {
+                    cmd.arg("--setenv").arg(name).arg(value);
+                }
+                cmd.arg("--chdir").arg(workspace).arg("--").arg(program);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(program);
+                cmd.current_dir(workspace).env_clear();
+                for name in ["PATH", "LANG", "HOME"] {
+                    if let Some(value) = std::env::var_os(name) {
+                        cmd.env(name, value);
+                    }
+                }
+                cmd.envs(env.iter().map(|(n, v)| (n, v)));
+                cmd
+            }
+        };
+        cmd.args(args).kill_on_drop(true);
+        cmd
+    }
+
+    /// An MCP server's command line for a CLI runtime to run it by (the
+    /// CLI starts its servers itself): `program` with `args` in the sandbox
+    /// as [`Sandbox::server_command`] runs it, with no variables of its
+    /// own; unconfined, through `env -i` with the PATH, LANG and HOME.
+    pub(crate) fn server_argv(
+        &self,
+        workspace: &Path,
+        program: &str,
+        args: &[String],
+    ) -> Vec<String> {
+        let mut argv: Vec<String> = match &self.bwrap {
+            Some(bwrap) => {
+                let mut argv = vec![bwrap.program.to_string_lossy().into_owned()];
+                argv.extend(
+                    bwrap
+                        .args
+                        .mounts
+                        .iter()
+                        .map(|a| a.to_string_lossy().into_owned()),
+                );
+                let ws = workspace.to_string_lossy().into_owned();
+                argv.extend(["--bind".to_owned(), ws.clone(), ws.clone()]);
+                argv.extend(
+                    bwrap
+                        .args
+                        .seal
+                        .iter()
+                        .map(|a| a.to_string_lossy().into_owned()),
+                );
+                argv.extend(["--chdir".to_owned(), ws, "--".to_owned()]);
+                argv
+            }
+            None => {
+                let mut argv = vec!["env".to_owned(), "-i".to_owned()];
+                for name in ["PATH", "LANG", "HOME"] {
+                    if let Some(value) = std::env::var_os(name) {
+                        argv.push(format!("{name}={}", value.to_string_lossy()));
+                    }
+                }
+                argv
+            }
+        };
+        argv.push(program.to_owned());
+        argv.extend(args.iter().cloned());
+        argv
+    }
+
     /// An unconfined command's directory and environment: the worker's, less its secrets.
     fn unconfined_env(&self, cmd: &mut Command, workspace: &Path) {
         cmd.current_dir(workspace);

@@ -72,8 +72,10 @@ async fn work(
     }
     let title = input.description.clone().unwrap_or_default();
     tracing::info!(task = %title, model = role.model.name(), "subagent starting");
-    let specs: Arc<[arbiter_llm::ToolSpec]> = tools::specs().into();
-    let system = prompt::subagent_system_prompt(&tools::BASIC_TOOLS);
+    // The basic tools and the Orchestrator's MCP servers' tools.
+    let specs: Arc<[arbiter_llm::ToolSpec]> = tools::specs_with(ctx).into();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    let system = prompt::subagent_system_prompt(&names);
     let mut transcript = Arc::new(vec![Message::user(input.prompt)]);
     let mut pct = 0.0;
     let mut last_words = String::new();

@@ -264,7 +264,8 @@ impl Summonses {
 /// again to the worker that runs its Orchestrator (its lease ran out: a
 /// server restart, a stall) renews that lease; another summons of an
 /// Orchestrator this worker runs is a duplicate (see `state::claim`), acked;
-/// one for another runtime is handed back for a worker of that runtime.
+/// one for another runtime, or needing an MCP server this worker does not
+/// declare, is handed back for a worker that has it.
 async fn claimable(
     shared: &Shared,
     leases: &lease::Registry,
@@ -286,6 +287,15 @@ async fn claimable(
         }
         None if !shared.config.runtime.offers(summon.runtime.as_deref()) => {
             tracing::warn!(orch.id = %summon.orch_id, wanted = summon.runtime.as_deref().unwrap_or_default(), runtime = %shared.config.runtime, "a summons for another runtime; not claimed, handed back");
+            let _ = msg.ack_with(AckKind::Nak(Some(shared.lease))).await;
+            None
+        }
+        None if let Some(missing) = summon
+            .needs
+            .iter()
+            .find(|n| !shared.config.mcp_servers.iter().any(|s| &s.name == *n)) =>
+        {
+            tracing::warn!(orch.id = %summon.orch_id, %missing, "a summons needing an MCP server this worker does not have; not claimed, handed back");
             let _ = msg.ack_with(AckKind::Nak(Some(shared.lease))).await;
             None
         }

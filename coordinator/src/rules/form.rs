@@ -29,6 +29,8 @@ pub(crate) struct Offer {
     pub policy: bool,
     /// `memory` on every reply.
     pub memory: bool,
+    /// A summons' `needs`: the MCP servers its Orchestrator must have.
+    pub needs: bool,
     /// The pools a summons may name: `None` when not known (any name, the
     /// router checks it); one pool or none leaves the field out.
     pub pools: Option<Vec<String>>,
@@ -49,6 +51,7 @@ impl Offer {
                 judgement: true,
                 policy: true,
                 memory: true,
+                needs: true,
                 pools: None,
                 runtimes: None,
             },
@@ -57,6 +60,7 @@ impl Offer {
                 judgement: false,
                 policy: false,
                 memory: false,
+                needs: false,
                 pools: Some(vec![config.pool.clone()]),
                 runtimes: Some(Vec::new()),
             },
@@ -148,6 +152,9 @@ pub(crate) fn arbiter_schema(offer: &Offer) -> Value {
         &[members_field, memory].concat(),
     );
     let mut summons: Vec<&str> = vec!["pool", "runtime"];
+    if offer.needs {
+        summons.push("needs");
+    }
     if offer.judgement {
         summons.extend(["directive", "emergency", "complexity"]);
     }

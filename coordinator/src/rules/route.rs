@@ -260,6 +260,7 @@ impl Core {
         let Target {
             pool,
             runtime,
+            needs,
             directed,
             lane,
             strategy,
@@ -284,7 +285,13 @@ impl Core {
         }
         if directed || directive.is_some() {
             // The record of where it went and on whose words.
-            let text = direction_note(number, &pool, runtime.as_deref(), directive.as_ref());
+            let text = direction_note(
+                number,
+                &pool,
+                runtime.as_deref(),
+                &needs,
+                directive.as_ref(),
+            );
             self.log(LogBody::System(SystemEntry { text }));
         }
         let roman = arbiter_protocol::roman(number);
@@ -319,6 +326,7 @@ impl Core {
             gather.purpose = brief.clone();
             gather.pool = pool.clone();
             gather.runtime = runtime.clone();
+            gather.needs = needs.clone();
         }
         let mut first = None;
         for (i, member_brief) in briefs.into_iter().enumerate() {
@@ -345,6 +353,7 @@ impl Core {
                 member_brief,
                 &pool,
                 runtime.clone(),
+                needs.clone(),
                 handoff.clone(),
                 lane == Lane::Urgent,
             );
@@ -380,6 +389,7 @@ impl Core {
         brief: String,
         pool: &str,
         runtime: Option<String>,
+        needs: Vec<String>,
         handoff: Option<arbiter_protocol::PriorHandoff>,
         emergency: bool,
     ) -> String {
@@ -415,6 +425,7 @@ impl Core {
             pool: pool.to_owned(),
             summoned_at: self.now.wall,
             runtime,
+            needs,
             handoff,
             budget: None,
             emergency,
@@ -459,13 +470,18 @@ fn direction_note(
     number: u32,
     pool: &str,
     runtime: Option<&str>,
+    needs: &[String],
     directive: Option<&Directive>,
 ) -> String {
     let name = orchestrator_name(number);
     let mut text = format!(
-        "{name} is summoned to the pool {pool:?} on the runtime {:?}.",
+        "{name} is summoned to the pool {pool:?} on the runtime {:?}",
         runtime.unwrap_or("any")
     );
+    if !needs.is_empty() {
+        text.push_str(&format!(", needing the MCP servers {}", needs.join(", ")));
+    }
+    text.push('.');
     if let Some(d) = directive {
         text.push_str(&format!(" The human's directive, verbatim: {:?}", d.words));
         match (&d.parsed, d.confidence) {
@@ -491,10 +507,15 @@ mod tests {
             confidence: Some(90),
         };
         assert_eq!(
-            direction_note(2, "review", Some("codex"), Some(&d)),
+            direction_note(2, "review", Some("codex"), &[], Some(&d)),
             "Orchestrator II is summoned to the pool \"review\" on the runtime \"codex\". \
              The human's directive, verbatim: \"get Codex to review, \\\"quickly\\\"\" \
              (read as: runtime codex; confidence 90 %)."
+        );
+        assert_eq!(
+            direction_note(3, "default", None, &["git".into(), "github".into()], None),
+            "Orchestrator III is summoned to the pool \"default\" on the runtime \"any\", \
+             needing the MCP servers git, github."
         );
     }
 }

@@ -12,7 +12,7 @@ use crate::fleet::Offer;
 /// routed a summons (the router itself does not wait on the bus).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum FleetView {
-    /// Not asked: the summons named no pool and no runtime.
+    /// Not asked: the summons named no pool, no runtime and no MCP server.
     NotAsked,
     /// The workers could not be asked; a directed summons goes ahead.
     Unknown,
@@ -24,7 +24,10 @@ impl FleetView {
     /// Whether the session must ask the workers before routing `output`.
     pub(crate) fn wanted(output: &ArbiterOutput) -> bool {
         output.intent == ArbiterIntent::SummonOrchestrator
-            && (output.pool.is_some() || output.runtime.is_some() || emergency(output))
+            && (output.pool.is_some()
+                || output.runtime.is_some()
+                || !needs(output).is_empty()
+                || emergency(output))
     }
 }
 
@@ -33,7 +36,9 @@ impl FleetView {
 pub(crate) struct Target {
     pub pool: String,
     pub runtime: Option<String>,
-    /// The Arbiter named the pool or the runtime.
+    /// The MCP servers it needs (a worker must offer every one).
+    pub needs: Vec<String>,
+    /// The Arbiter named the pool, the runtime or MCP servers.
     pub directed: bool,
     /// Which lane of the pool it goes on.
     pub lane: Lane,
@@ -125,6 +130,11 @@ pub(crate) enum Lane {
     /// worker of protocol v1 before it, the Python reference worker): it
     /// goes in turn rather than wait for ever, and the log says so.
     UrgentUnserved,
+}
+
+/// The MCP servers a summons needs, as named.
+fn needs(output: &ArbiterOutput) -> &[String] {
+    output.needs.as_deref().unwrap_or_default()
 }
 
 /// Whether the Arbiter declared the summons an emergency.
@@ -271,7 +281,19 @@ pub(crate) fn summons_target(
         Some(r) => Some(r.as_str().to_owned()),
         None => own_runtime.map(str::to_owned),
     };
-    let directed = output.pool.is_some() || output.runtime.is_some();
+    let mut needs = needs(output).to_vec();
+    needs.sort();
+    needs.dedup();
+    if let Some(bad) = needs
+        .iter()
+        .find(|n| !arbiter_protocol::orchestrator::mcp_server_name_ok(n))
+    {
+        return Err(format!(
+            "{bad:?} is not an MCP server's name (letters, digits, - or _; at most 32), so \
+             nothing was summoned."
+        ));
+    }
+    let directed = output.pool.is_some() || output.runtime.is_some() || !needs.is_empty();
     let lane = match (emergency(output), fleet) {
         (false, _) => Lane::Queued,
         // Asked and seen: only a worker that serves the urgent lane will do.
@@ -314,10 +336,50 @@ pub(crate) fn summons_target(
                 runtimes.join(", ")
             ));
         }
+        let able: Vec<&Offer> = in_pool
+            .into_iter()
+            .filter(|o| runtime.as_ref().is_none_or(|r| &o.runtime == r))
+            .collect();
+        if !needs.is_empty() && !able.iter().any(|o| needs.iter().all(|n| o.mcp.contains(n))) {
+            // Name what is missing: the servers no worker that could run it offers.
+            let missing: Vec<&str> = needs
+                .iter()
+                .filter(|n| !able.iter().any(|o| o.mcp.contains(n)))
+                .map(String::as_str)
+                .collect();
+            let mut offered: Vec<&str> = able
+                .iter()
+                .flat_map(|o| o.mcp.iter().map(String::as_str))
+                .collect();
+            offered.sort_unstable();
+            offered.dedup();
+            let offered = if offered.is_empty() {
+                "none".to_owned()
+            } else {
+                offered.join(", ")
+            };
+            let what = if missing.is_empty() {
+                format!(
+                    "no single worker offers all of the MCP servers {} together",
+                    needs.join(", ")
+                )
+            } else {
+                let s = if missing.len() == 1 { "" } else { "s" };
+                format!(
+                    "no worker of the pool {pool:?} offers the MCP server{s} {}",
+                    missing.join(", ")
+                )
+            };
+            return Err(format!(
+                "{what} (MCP servers offered there: {offered}), so nothing was summoned. \
+                 Leave needs out, or tell the human which server to add to a worker."
+            ));
+        }
     }
     Ok(Target {
         pool,
         runtime,
+        needs,
         directed,
         lane,
         strategy: output.strategy.unwrap_or_default(),
@@ -336,6 +398,15 @@ mod tests {
             pool: pool.into(),
             runtime: runtime.into(),
             urgent: true,
+            mcp: Vec::new(),
+        }
+    }
+
+    /// A worker of `pool` and `runtime` offering the MCP servers `mcp`.
+    fn with_mcp(pool: &str, runtime: &str, mcp: &[&str]) -> Offer {
+        Offer {
+            mcp: mcp.iter().map(|s| (*s).to_owned()).collect(),
+            ..offer(pool, runtime)
         }
     }
 
@@ -346,7 +417,8 @@ mod tests {
     #[test]
     fn the_summons_decision_table() {
         let fleet = FleetView::Seen(vec![
-            offer("default", "native"),
+            with_mcp("default", "native", &["git"]),
+            with_mcp("default", "claude-code", &["github"]),
             offer("review", "native"),
             offer("review", "codex"),
         ]);
@@ -360,6 +432,7 @@ mod tests {
             Ok(Target {
                 pool: pool.into(),
                 runtime: runtime.map(Into::into),
+                needs: Vec::new(),
                 directed,
                 lane: Lane::Queued,
                 strategy: SummonStrategy::Solo,
@@ -371,6 +444,7 @@ mod tests {
             Ok(Target {
                 pool: "default".into(),
                 runtime: None,
+                needs: Vec::new(),
                 directed: false,
                 lane: Lane::Queued,
                 strategy: SummonStrategy::Parallel,
@@ -390,7 +464,83 @@ mod tests {
                 ..team(&vec!["Review the parser."; n]).unwrap()
             })
         };
+        let needing = |pool: &str, runtime: Option<&str>, needs: &[&str]| -> Result<Target, &str> {
+            Ok(Target {
+                needs: needs.iter().map(|n| (*n).to_owned()).collect(),
+                ..ok(pool, runtime, true).unwrap()
+            })
+        };
+        let needs = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect());
         let cases: Vec<(&str, ArbiterOutput, &FleetView, Result<Target, &str>)> = vec![
+            (
+                "an MCP server a worker of the pool offers",
+                with(&|o| o.needs = needs(&["git"])),
+                &fleet,
+                needing("default", None, &["git"]),
+            ),
+            (
+                "MCP servers named twice, in any order, count once",
+                with(&|o| o.needs = needs(&["github", "github"])),
+                &fleet,
+                needing("default", None, &["github"]),
+            ),
+            (
+                "an MCP server no worker of the pool offers, named",
+                with(&|o| o.needs = needs(&["jira"])),
+                &fleet,
+                Err(
+                    "no worker of the pool \"default\" offers the MCP server jira (MCP servers \
+                     offered there: git, github), so nothing was summoned.",
+                ),
+            ),
+            (
+                "an MCP server offered only on another runtime than the one named",
+                with(&|o| {
+                    o.needs = needs(&["github"]);
+                    o.runtime = Some(OrchestratorRuntime::Native);
+                }),
+                &fleet,
+                Err(
+                    "no worker of the pool \"default\" offers the MCP server github (MCP \
+                     servers offered there: git)",
+                ),
+            ),
+            (
+                "two servers each offered, but by no one worker",
+                with(&|o| o.needs = needs(&["git", "github"])),
+                &fleet,
+                Err("no single worker offers all of the MCP servers git, github together"),
+            ),
+            (
+                "MCP servers in another pool",
+                with(&|o| {
+                    o.needs = needs(&["git"]);
+                    o.pool = Some("review".into());
+                }),
+                &fleet,
+                Err(
+                    "no worker of the pool \"review\" offers the MCP server git (MCP servers \
+                     offered there: none)",
+                ),
+            ),
+            (
+                "needs when the workers could not be asked: it goes, a worker with them claims it",
+                with(&|o| o.needs = needs(&["jira"])),
+                &FleetView::Unknown,
+                needing("default", None, &["jira"]),
+            ),
+            (
+                "not an MCP server's name",
+                with(&|o| o.needs = needs(&["git hub"])),
+                &fleet,
+                Err("\"git hub\" is not an MCP server's name"),
+            ),
+            (
+                "an empty list of needs is none",
+                with(&|o| o.needs = needs(&[])),
+                &FleetView::NotAsked,
+                ok("default", None, false),
+            ),
             (
                 "solo, undirected: the coordinator's own pool and runtime",
                 summons("Review the parser."),
@@ -447,7 +597,7 @@ mod tests {
                 with(&|o| o.runtime = Some(OrchestratorRuntime::Codex)),
                 &fleet,
                 Err(
-                    "no worker of the pool \"default\" offers the runtime \"codex\" (runtimes offered there: native)",
+                    "no worker of the pool \"default\" offers the runtime \"codex\" (runtimes offered there: claude-code, native)",
                 ),
             ),
             (

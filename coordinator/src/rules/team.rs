@@ -147,6 +147,7 @@ impl Core {
             purpose: String::new(),
             pool: String::new(),
             runtime: None,
+            needs: Vec::new(),
             consensus: false,
             verdicts: Vec::new(),
         });
@@ -170,10 +171,11 @@ impl Core {
         };
         gather.deadline = deadline;
         let (number, links) = (gather.number, gather.members);
-        let (purpose, pool, runtime) = (
+        let (purpose, pool, runtime, needs) = (
             gather.purpose.clone(),
             gather.pool.clone(),
             gather.runtime.clone(),
+            gather.needs.clone(),
         );
         let link = prev + 1;
         let brief = format!(
@@ -188,6 +190,7 @@ impl Core {
             brief,
             &pool,
             runtime,
+            needs,
             None,
             false,
         );

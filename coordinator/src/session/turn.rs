@@ -135,6 +135,7 @@ pub(super) async fn fleet_view(
             &shared.bus.client,
             pool,
             runtime,
+            output.needs.as_deref().unwrap_or_default(),
             output.emergency == Some(true),
         )
         .await

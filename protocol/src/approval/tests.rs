@@ -198,6 +198,36 @@ fn decisions_by_rule_mode_and_layer() {
             Deny,
             "mode read-only",
         ),
+        // MCP tools: by name, by a glob over one server's tools, and as
+        // mutating calls (what a server says of its tools is not trusted).
+        (
+            "ask mcp__git__*",
+            vec![],
+            ("mcp__git__git_commit", json!({"repo_path": "/w"})),
+            Ask,
+            "ask mcp__git__*",
+        ),
+        (
+            "ask mcp__git__*",
+            vec![],
+            ("mcp__time__get_current_time", json!({})),
+            Allow,
+            "mode auto",
+        ),
+        (
+            "deny mcp__tracker__deleteIssue",
+            vec![],
+            ("mcp__tracker__deleteIssue", json!({"id": 7})),
+            Deny,
+            "deny mcp__tracker__deleteissue",
+        ),
+        (
+            "",
+            vec!["mode read-only"],
+            ("mcp__git__git_status", json!({})),
+            Deny,
+            "mode read-only",
+        ),
         // A tighter layer's allow does not loosen the floor's ask (it
         // cannot be given: see `loosening_is_refused`), nor a deny.
         (
@@ -255,6 +285,17 @@ fn loosening_is_refused() {
             "allow *",
             Some(("allow *", "deny write(**/.env)")),
         ),
+        (
+            "ask mcp__git__git_commit",
+            "allow mcp__git__*",
+            Some(("allow mcp__git__*", "ask mcp__git__git_commit")),
+        ),
+        (
+            "deny mcp__*",
+            "allow mcp__git__git_status",
+            Some(("allow mcp__git__git_status", "deny mcp__*")),
+        ),
+        ("ask mcp__git__*", "allow mcp__time__*", None),
         // What the floor allows may be allowed again, and anything tightened.
         ("ask bash(git push*)", "allow bash(cargo *)", None),
         ("", "mode read-only; deny bash(curl *)", None),

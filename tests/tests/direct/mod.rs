@@ -73,6 +73,7 @@ pub async fn publish_summons(
         pool: pool.into(),
         summoned_at: chrono::Utc::now(),
         runtime: None,
+        needs: Vec::new(),
         handoff: None,
         budget: None,
         emergency: false,
@@ -236,6 +237,17 @@ impl Watch {
             OrchestratorEvent::Output(output) => output,
             other => panic!("{orch_id}: expected an output, got {other:?}"),
         }
+    }
+
+    /// The evidence of one Orchestrator's latest message that carries one.
+    pub fn evidence(&self, orch_id: &str) -> Option<arbiter_protocol::Evidence> {
+        self.outputs
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .filter(|m| m.orch_id == orch_id)
+            .find_map(|m| m.evidence.clone())
     }
 
     /// Every status published so far, in order.

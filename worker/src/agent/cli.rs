@@ -227,6 +227,7 @@ impl Agent {
             output_schema: &self.shared.output_schema,
             context_budget: self.shared.config.context_budget,
             disallowed: &mapped.disallowed,
+            mcp: self.ctx.mcp.cli(),
         };
         tracing::info!(cli = %self.shared.config.claude_code.bin.display(), resume, disallowed = ?mapped.disallowed, "starting the Claude Code CLI");
         ClaudeProcess::start(&launch)

@@ -141,6 +141,7 @@ impl Agent {
             &self.shared.config.model,
             &self.system,
             &self.shared.output_schema,
+            &crate::mcp::codex_config(self.ctx.mcp.cli(), &self.shared.config.mcp_servers),
         )?;
         let Some(stored) = restored else {
             return Ok(());

@@ -147,6 +147,10 @@ pub(crate) struct Launch<'a> {
     /// Rules the CLI refuses (`--disallowedTools`): the Orchestrator's
     /// policy as far as it maps (see `runtime/policy.rs`).
     pub disallowed: &'a [String],
+    /// The worker's MCP servers the CLI is given (`--mcp-config`, every
+    /// one of their tools allowed); with `--strict-mcp-config` it reads no
+    /// other MCP configuration.
+    pub mcp: &'a [crate::mcp::CliServer],
 }
 
 /// Where the CLI keeps `home`'s config and sessions.
@@ -264,13 +268,34 @@ impl ClaudeProcess {
                 "--settings",
                 &settings.to_string(),
             ])
-            // Each rule its own argument: rules hold spaces.
+            // Only the worker's MCP servers, if any.
+            .arg("--strict-mcp-config")
             .args(
-                (!launch.config.allow.is_empty())
-                    .then_some("--allowedTools")
+                (!launch.mcp.is_empty())
+                    .then(|| {
+                        [
+                            "--mcp-config".to_owned(),
+                            crate::mcp::claude_config(launch.mcp).to_string(),
+                        ]
+                    })
                     .into_iter()
-                    .chain(launch.config.allow.iter().map(String::as_str)),
+                    .flatten(),
             )
+            // Each rule its own argument: rules hold spaces. An MCP
+            // server's tools are allowed by its name (`mcp__git`).
+            .args({
+                let mcp: Vec<String> = launch
+                    .mcp
+                    .iter()
+                    .map(|s| format!("{}{}", crate::mcp::PREFIX, s.name()))
+                    .collect();
+                let rules: Vec<String> = launch.config.allow.iter().cloned().chain(mcp).collect();
+                (!rules.is_empty())
+                    .then(|| "--allowedTools".to_owned())
+                    .into_iter()
+                    .chain(rules)
+                    .collect::<Vec<String>>()
+            })
             // Refused whatever is allowed: the CLI's deny rules win.
             .args(
                 (!launch.disallowed.is_empty())

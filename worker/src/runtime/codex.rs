@@ -103,6 +103,7 @@ pub(crate) fn write_home(
     model: &arbiter_llm::ModelConfig,
     instructions: &str,
     output_schema: &Value,
+    mcp_servers: &str,
 ) -> Result<(), String> {
     std::fs::create_dir_all(home)
         .map_err(|e| format!("cannot create the CLI's home {}: {e}", home.display()))?;
@@ -124,7 +125,8 @@ pub(crate) fn write_home(
          [shell_environment_policy]\n\
          inherit = \"core\"\n\
          ignore_default_excludes = false\n\
-         exclude = [\"{KEY_ENV}\", \"*KEY*\", \"*SECRET*\", \"*TOKEN*\"]\n",
+         exclude = [\"{KEY_ENV}\", \"*KEY*\", \"*SECRET*\", \"*TOKEN*\"]\n\
+         {mcp_servers}",
         model = toml_string(&model.model),
         instructions = toml_string(instructions),
         base_url = toml_string(model.base_url.trim_end_matches('/')),

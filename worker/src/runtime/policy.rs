@@ -95,6 +95,31 @@ fn claude(policy: &Policy, disallowed: &mut Vec<String>) -> Result<(), String> {
         disallowed.extend(["Write", "Edit", "Bash"].map(str::to_owned));
     }
     for rule in policy.rules.iter().filter(|r| r.action == Action::Deny) {
+        // An MCP tool keeps its name (`mcp__git__git_commit`), and a glob
+        // over one server's tools is the server (`mcp__git__*` → `mcp__git`).
+        if rule.tool.starts_with(crate::mcp::PREFIX) && rule.tool != "*" {
+            let name = match rule.tool.strip_suffix("__*") {
+                Some(server) if !server.contains(['*', '?', '[']) => server,
+                _ if !rule.tool.contains(['*', '?', '[']) => rule.tool.as_str(),
+                _ => {
+                    return Err(cannot(
+                        Runtime::ClaudeCode,
+                        rule,
+                        "the CLI names an MCP tool (mcp__server__tool) or a whole server \
+                         (mcp__server__*), not other wildcards",
+                    ));
+                }
+            };
+            if rule.pattern.is_some() {
+                return Err(cannot(
+                    Runtime::ClaudeCode,
+                    rule,
+                    "an MCP tool's rule has no pattern",
+                ));
+            }
+            disallowed.push(name.to_owned());
+            continue;
+        }
         let tools: Vec<&str> = if rule.tool == "*" {
             super::claude::TOOLS.to_vec()
         } else {
@@ -220,6 +245,10 @@ mod tests {
         let mapped = map(Runtime::ClaudeCode, &l).unwrap();
         assert_eq!(mapped.disallowed, ["Bash(curl:*)", "Write", "Edit", "Bash"]);
         assert!(!mapped.read_only);
+        // MCP tools by name, and a whole server.
+        let l = layers("deny mcp__git__git_commit; deny mcp__tracker__*", None);
+        let mapped = map(Runtime::ClaudeCode, &l).unwrap();
+        assert_eq!(mapped.disallowed, ["mcp__git__git_commit", "mcp__tracker"]);
         // Allow rules in mode auto change nothing there.
         let l = layers("allow bash(cargo test*)", None);
         assert_eq!(map(Runtime::ClaudeCode, &l), Ok(Mapped::default()));
@@ -230,6 +259,7 @@ mod tests {
         for (policy, rule) in [
             ("deny write(**/.env)", "deny write(**/.env)"),
             ("deny bash(git * --force)", "deny bash(git * --force)"),
+            ("deny mcp__git__git_*", "deny mcp__git__git_*"),
             (
                 "mode read-only; allow bash(cargo test*)",
                 "allow bash(cargo test*)",

@@ -31,6 +31,7 @@ fn summon(orch_id: &str) -> Summon {
         pool: "default".into(),
         summoned_at: Utc::now(),
         runtime: None,
+        needs: Vec::new(),
         handoff: None,
         budget: None,
         emergency: false,

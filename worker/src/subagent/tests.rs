@@ -92,6 +92,7 @@ fn setup(
         sandbox: std::sync::Arc::new(
             crate::sandbox::Sandbox::new(&Default::default(), base.path()).unwrap(),
         ),
+        mcp: Default::default(),
     };
     let role = SubagentRole {
         model,
@@ -115,6 +116,7 @@ fn setup(
             current_tool: None,
             tool_count: 0,
             parked: false,
+            mcp_failures: Vec::new(),
             at: chrono::Utc::now(),
         },
         None,

@@ -39,6 +39,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// How `bash` starts its commands.
     pub sandbox: Arc<Sandbox>,
+    /// The Orchestrator's MCP servers (`crate::mcp`): their tools are
+    /// called as `mcp__<server>__<tool>`, by its subagents too.
+    pub mcp: Arc<crate::mcp::Servers>,
 }
 
 /// The outcome of one tool call, as the model will see it.
@@ -105,8 +108,20 @@ pub fn specs() -> Vec<ToolSpec> {
     ]
 }
 
-/// The name a status shows for a tool: `Read`, `Edit`, `Task`.
+/// The specs of the tools every agent of `ctx` has: [`specs`], then its MCP servers' tools.
+pub fn specs_with(ctx: &ToolContext) -> Vec<ToolSpec> {
+    specs()
+        .into_iter()
+        .chain(ctx.mcp.specs().iter().cloned())
+        .collect()
+}
+
+/// The name a status shows for a tool: `Read`, `Edit`, `Task`; an MCP
+/// tool as it is offered (`mcp__git__git_status`).
 pub fn display_name(name: &str) -> String {
+    if name.starts_with(crate::mcp::PREFIX) {
+        return name.to_owned();
+    }
     let mut chars = name.chars();
     match chars.next() {
         Some(first) => first.to_uppercase().chain(chars).collect(),
@@ -121,9 +136,11 @@ pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &Value) -> Result<T,
 }
 
 /// The span of one tool call (the GenAI conventions' `execute_tool`), a
-/// child of `parent`. Its input and result stay out of it.
+/// child of `parent`. Its input and result stay out of it. An MCP tool's
+/// also says `mcp.method.name` (`tools/call`, the MCP conventions') and its
+/// server (`arbiter.mcp.server`), and its type is `extension`.
 pub(crate) fn span(parent: &tracing::Span, name: &str, call_id: &str) -> tracing::Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         parent: parent,
         "execute_tool",
         otel.name = %format_args!("execute_tool {name}"),
@@ -131,9 +148,22 @@ pub(crate) fn span(parent: &tracing::Span, name: &str, call_id: &str) -> tracing
         gen_ai.operation.name = "execute_tool",
         gen_ai.tool.name = %name,
         gen_ai.tool.call.id = %call_id,
-        gen_ai.tool.type = "function",
+        gen_ai.tool.type = tracing::field::Empty,
+        mcp.method.name = tracing::field::Empty,
+        arbiter.mcp.server = tracing::field::Empty,
         error.type = tracing::field::Empty,
-    )
+    );
+    match crate::mcp::named_server(name) {
+        Some(server) => {
+            span.record("gen_ai.tool.type", "extension");
+            span.record("mcp.method.name", "tools/call");
+            span.record("arbiter.mcp.server", server);
+        }
+        None => {
+            span.record("gen_ai.tool.type", "function");
+        }
+    }
+    span
 }
 
 /// Marks a tool call's span failed when its outcome is an error.
@@ -164,6 +194,7 @@ async fn dispatch(
         "glob" => search::glob(ctx, parse(name, input)?).await,
         "grep" => search::grep(ctx, parse(name, input)?).await,
         "bash" => bash::run(ctx, parse(name, input)?).await,
+        mcp if ctx.mcp.server_of(mcp).is_some() => ctx.mcp.call(mcp, input, &ctx.cancel).await,
         other => ToolOutcome::error(format!(
             "there is no tool named {other:?}; the tools are: {}",
             BASIC_TOOLS.join(", ")
@@ -192,6 +223,7 @@ pub(crate) mod tests {
             workspace,
             cancel: CancellationToken::new(),
             sandbox: Arc::new(sandbox),
+            mcp: Arc::default(),
         };
         (base, ctx)
     }

@@ -528,6 +528,7 @@ fn two_pools() -> FleetView {
         pool: pool.into(),
         runtime: "native".into(),
         urgent: false,
+        mcp: Vec::new(),
     };
     FleetView::Seen(vec![offer("default"), offer("review")])
 }
