@@ -15,7 +15,7 @@ use common::*;
 use serde_json::json;
 
 /// What the human sees, in line mode, of a session that has settled.
-async fn console_lines(sys: &System, session: &str) -> String {
+pub(crate) async fn console_lines(sys: &System, session: &str) -> String {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::process::Command::new(arbiter_tests::bin("arbiter-console"))

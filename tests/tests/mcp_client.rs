@@ -607,14 +607,15 @@ async fn a_summons_needing_a_server_no_worker_offers_is_refused_naming_it() {
         &arb,
         summons("Echo the bug instead.", json!({"needs": ["fx"]})),
     );
-    sys.mock.push(&arb, arbiter("address_human", "Done."));
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Done."));
     let brief = "Echo the bug instead.";
     let lane = orch_lane(brief);
     sys.mock.push(
         &lane,
         MockReply::tool_use("mcp__fx__echo", json!({"text": "bug"})),
     );
-    sys.mock.push(&lane, orch(false, "Echoed the bug."));
+    sys.mock.push(&lane, orch(true, "Echoed the bug."));
     sys.send(s, words).await;
 
     log.wait_for(
@@ -643,6 +644,27 @@ async fn a_summons_needing_a_server_no_worker_offers_is_refused_naming_it() {
     );
     let results = tool_results(&sys.mock.requests_for(&lane)[1]);
     assert_eq!(results, vec![("echo: bug".to_owned(), false)]);
+
+    // The log's evidence counts the MCP call by its server, and the
+    // console's evidence line shows it.
+    let evidence = log
+        .bodies()
+        .into_iter()
+        .find_map(|b| match b {
+            LogBody::Orchestrator(e) if e.text == "Echoed the bug." => e.evidence,
+            _ => None,
+        })
+        .expect("the report's evidence");
+    assert_eq!(
+        evidence.tools,
+        vec![ToolCalls {
+            tool: "mcp__fx".into(),
+            calls: 1,
+            failed: 0
+        }]
+    );
+    let lines = crate::evidence::console_lines(&sys, s).await;
+    assert!(lines.contains("1 tool call (mcp__fx 1)"), "{lines}");
 }
 
 /// What the model behind the Claude Code CLI sees: the worker's stdio
