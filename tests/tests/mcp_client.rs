@@ -483,8 +483,9 @@ async fn a_worker_killed_after_an_mcp_result_is_stored_does_not_call_it_again() 
 /// bearer token the worker reads from a variable its config names. The
 /// model calls its `echo` and reads the answer; a second declaration of
 /// the same server with a wrong token is named in the status with the
-/// server's 401. The token appears in none of: the worker's log (at debug),
-/// the records, the model's requests, the statuses.
+/// server's 401. The call is traced as an MCP tool of its server. The token
+/// appears in none of: the worker's log (at debug), its spans, the records,
+/// the model's requests, the statuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamable_http_server_gets_its_bearer_token_and_the_token_is_never_shown() {
     let sys = System::start_with(no_worker(false)).await;
@@ -520,6 +521,8 @@ async fn a_streamable_http_server_gets_its_bearer_token_and_the_token_is_never_s
     );
     let log_path = dir.path().join("worker.log");
     let log = std::fs::File::create(&log_path).unwrap();
+    let otlp = arbiter_tests::otlp::OtlpReceiver::start().await;
+    let endpoint = otlp.endpoint();
     let mut command = sys.worker_command(
         None,
         "w-http",
@@ -529,6 +532,11 @@ async fn a_streamable_http_server_gets_its_bearer_token_and_the_token_is_never_s
             ("REMOTE_MCP_TOKEN", std::ffi::OsStr::new(&token)),
             ("WRONG_MCP_TOKEN", std::ffi::OsStr::new("not-the-token")),
             ("RUST_LOG", std::ffi::OsStr::new("debug,async_nats=info")),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                std::ffi::OsStr::new(&endpoint),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY", std::ffi::OsStr::new("100")),
         ],
     );
     let _worker = command.stderr(log).spawn().unwrap();
@@ -566,7 +574,24 @@ async fn a_streamable_http_server_gets_its_bearer_token_and_the_token_is_never_s
         "{failure}"
     );
 
+    // The call's span: an MCP tool of the server "remote".
+    let span = arbiter_tests::eventually(WAIT, "the MCP call's span", || async {
+        otlp.spans()
+            .into_iter()
+            .find(|s| s.name == "execute_tool mcp__remote__echo")
+    })
+    .await;
+    assert_eq!(span.str("arbiter.mcp.server"), Some("remote"), "{span:?}");
+    assert_eq!(span.str("mcp.method.name"), Some("tools/call"));
+    assert_eq!(span.str("gen_ai.tool.type"), Some("extension"));
+
     // The token, nowhere it could be read.
+    for span in otlp.spans() {
+        assert!(
+            !format!("{span:?}").contains(&token),
+            "the token in a span: {span:?}"
+        );
+    }
     let logged = std::fs::read_to_string(&log_path).unwrap();
     assert!(
         logged.contains("MCP servers started"),
