@@ -676,6 +676,7 @@ mod tests {
                 exit_code: Some(1),
             }],
             commands_more: 0,
+            ..Evidence::default()
         };
         let line = |body| plain(&entry(1, body), false).unwrap();
         assert_eq!(

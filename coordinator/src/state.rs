@@ -54,9 +54,10 @@ pub(crate) enum Pending {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         member: Option<u32>,
         text: String,
-        /// The worker's evidence that came with the report.
+        /// The worker's evidence that came with the report (boxed: it is
+        /// the largest part of a pending input).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        evidence: Option<arbiter_protocol::Evidence>,
+        evidence: Option<Box<arbiter_protocol::Evidence>>,
         /// The one line the Arbiter reads of the handoff packet that came with it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         handoff: Option<String>,

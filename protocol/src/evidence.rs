@@ -39,6 +39,50 @@ pub struct Evidence {
     /// Commands run before those listed.
     #[serde(default)]
     pub commands_more: u64,
+    /// The git checkpoint the worker made of the workspace with this output
+    /// (docs/checkpoints.md): absent when nothing changed since the last
+    /// one, or when checkpoints are not made (and from older workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
+    /// Why there is no checkpoint, said on an Orchestrator's first output
+    /// (`no checkpoints: the workspace is not a git repository …`), or when
+    /// making one failed. Not in [`Evidence::summary`]: the Arbiter's words
+    /// stay as they were for a workspace without git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_checkpoint: Option<String>,
+}
+
+/// A checkpoint: a commit of the whole workspace on the session's hidden
+/// ref, whose parent is the checkpoint before it, so that its diff is what
+/// changed since.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Checkpoint {
+    /// The commit's id (hex).
+    pub commit: String,
+    /// The ref it is on: `refs/arbiter/<session>/checkpoints`.
+    pub git_ref: String,
+    /// Files added, changed or deleted against the checkpoint before.
+    #[serde(default)]
+    pub files: u64,
+    /// What the workspace holds that the checkpoint left out, and why (what
+    /// `.gitignore` ignores, a file over the size cap), at most
+    /// [`MAX_FILES_LISTED`]; the rest counted in `skipped_more`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_more: u64,
+}
+
+/// A path a checkpoint left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Skipped {
+    pub path: String,
+    /// `ignored` (by `.gitignore`), or `too large (52428800 bytes)`.
+    pub why: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Calls of one tool.
@@ -157,6 +201,24 @@ impl Evidence {
             out.push_str(&format!("; commands: {}", runs.join(", ")));
             if self.commands_more > 0 {
                 out.push_str(&format!(" (and {} earlier)", self.commands_more));
+            }
+        }
+        if let Some(checkpoint) = &self.checkpoint {
+            let short: String = checkpoint.commit.chars().take(12).collect();
+            out.push_str(&format!(
+                "; checkpoint {short} ({})",
+                plural(checkpoint.files, "file", "files")
+            ));
+            if !checkpoint.skipped.is_empty() {
+                let left: Vec<String> = checkpoint
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{} ({})", one_line(&s.path), one_line(&s.why)))
+                    .collect();
+                out.push_str(&format!("; left out: {}", left.join(", ")));
+                if checkpoint.skipped_more > 0 {
+                    out.push_str(&format!(" and {} more", checkpoint.skipped_more));
+                }
             }
         }
         out
@@ -280,6 +342,34 @@ mod tests {
     }
 
     #[test]
+    fn the_summary_names_the_checkpoint_and_what_it_left_out() {
+        let mut evidence = Evidence {
+            tools: vec![tool("write", 1, 0)],
+            checkpoint: Some(Checkpoint {
+                commit: "0123456789abcdef0123456789abcdef01234567".into(),
+                git_ref: "refs/arbiter/s/checkpoints".into(),
+                files: 2,
+                skipped: vec![Skipped {
+                    path: "big.bin".into(),
+                    why: "too large: 52428800 bytes, over 10485760".into(),
+                }],
+                skipped_more: 3,
+            }),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            evidence.summary(),
+            "1 tool call (write 1), 0 files changed; checkpoint 0123456789ab (2 files); left \
+             out: big.bin (too large: 52428800 bytes, over 10485760) and 3 more"
+        );
+        // Why there is none is data of the entry, not words for the Arbiter.
+        evidence.checkpoint = None;
+        evidence.no_checkpoint =
+            Some("no checkpoints: the workspace is not a git repository".into());
+        assert_eq!(evidence.summary(), "1 tool call (write 1), 0 files changed");
+    }
+
+    #[test]
     fn the_summary_lists_tools_files_and_commands() {
         let evidence = Evidence {
             tools: vec![tool("bash", 2, 1), tool("write", 2, 0)],
@@ -306,6 +396,7 @@ mod tests {
                 },
             ],
             commands_more: 4,
+            ..Evidence::default()
         };
         assert_eq!(
             evidence.summary(),

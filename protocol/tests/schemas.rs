@@ -70,6 +70,17 @@ fn evidence_is_additive_on_orchestrator_output() {
                 exit_code: Some(0),
             }],
             commands_more: 0,
+            checkpoint: Some(arbiter_protocol::Checkpoint {
+                commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
+                git_ref: "refs/arbiter/s1/checkpoints".into(),
+                files: 1,
+                skipped: vec![arbiter_protocol::Skipped {
+                    path: "target/".into(),
+                    why: "ignored by .gitignore".into(),
+                }],
+                skipped_more: 0,
+            }),
+            no_checkpoint: None,
         }),
         ..message
     };

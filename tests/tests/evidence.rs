@@ -76,7 +76,13 @@ async fn a_claim_of_work_with_no_tool_call_is_flagged_to_the_arbiter_and_the_hum
             _ => None,
         })
         .unwrap();
-    assert_eq!(report.evidence, Some(Evidence::default()));
+    assert_eq!(
+        report.evidence,
+        Some(Evidence {
+            no_checkpoint: Some(NO_GIT.into()),
+            ..Evidence::default()
+        })
+    );
     assert!(!sys.workspace(s).join("hello.py").exists());
 
     let lines = console_lines(&sys, s).await;
@@ -178,6 +184,8 @@ async fn the_files_written_and_the_commands_run_are_listed_with_exit_codes() {
                 },
             ],
             commands_more: 0,
+            checkpoint: None,
+            no_checkpoint: Some(NO_GIT.into()),
         })
     );
 

@@ -152,6 +152,8 @@ async fn a_worker_killed_mid_tool_loop_is_resumed_by_another_worker_of_the_pool(
             },
             commands: vec![run("one"), run("two"), run("three")],
             commands_more: 0,
+            checkpoint: None,
+            no_checkpoint: Some(NO_GIT.into()),
         }
     );
     assert_eq!(watch.events(&orch_id).len(), 1);

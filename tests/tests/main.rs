@@ -17,6 +17,7 @@ mod arbiter_handoff;
 mod bad_input;
 mod binaries;
 mod budget;
+mod checkpoints;
 mod claude_code;
 mod cluster;
 mod codex;

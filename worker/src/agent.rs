@@ -86,6 +86,8 @@ pub(crate) struct Start {
     pub baseline: Baseline,
     /// The CLI's session transcript as stored (claude-code runtime).
     pub cli_transcript: Option<String>,
+    /// The workspace's checkpoints, or why there are none (`checkpoint.rs`).
+    pub checkpoints: Result<crate::checkpoint::Checkpoints, String>,
 }
 
 pub(crate) struct Agent {
@@ -93,6 +95,10 @@ pub(crate) struct Agent {
     ctx: ToolContext,
     stopper: Stopper,
     system: String,
+    /// The workspace's checkpoints, or why there are none; whether that
+    /// was said yet (on the first output).
+    checkpoints: Result<crate::checkpoint::Checkpoints, String>,
+    no_checkpoint_said: bool,
     /// The tools every model call offers (native runtime).
     tools: Arc<[arbiter_llm::ToolSpec]>,
     transcript: Transcript,
@@ -213,6 +219,8 @@ impl Agent {
             ctx,
             stopper,
             system,
+            checkpoints: start.checkpoints,
+            no_checkpoint_said: false,
             tools,
             transcript: Transcript::stored(start.transcript),
             stored: start.snapshot.clone(),

@@ -95,6 +95,8 @@ impl Tally {
             files,
             commands: self.commands.iter().cloned().collect(),
             commands_more: self.commands_more,
+            checkpoint: None,
+            no_checkpoint: None,
         }
     }
 }

@@ -13,6 +13,7 @@
 
 mod agent;
 mod approval;
+mod checkpoint;
 mod contain;
 pub mod context;
 mod evidence;

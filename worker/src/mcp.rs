@@ -391,8 +391,18 @@ const POLL_DEFAULT: Duration = Duration::from_millis(500);
 /// it takes task handles (the tasks extension, SEP-2663): a long call may
 /// answer with a task, which [`answer`] polls.
 fn client_info() -> ClientConfig {
+    // Not the capabilities' builder: rmcp has it only with its server side.
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.extensions = Some(
+        [(
+            rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+            rmcp::model::JsonObject::new(),
+        )]
+        .into_iter()
+        .collect(),
+    );
     ClientConfig::new(
-        ClientCapabilities::builder().enable_tasks().build(),
+        capabilities,
         Implementation::new("arbiter-worker", env!("CARGO_PKG_VERSION")),
     )
 }

@@ -109,6 +109,25 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         sandbox: shared.sandbox.clone(),
         mcp,
     };
+    let checkpoints =
+        crate::checkpoint::Checkpoints::open(shared.sandbox.clone(), ctx.workspace.root(), &summon);
+    match &checkpoints {
+        // An Orchestrator that has done nothing yet: the workspace as it
+        // finds it, first (the human's state, the first time).
+        Ok(checkpoints) if claimed.snapshot.tool_count == 0 && claimed.snapshot.out_seq == 0 => {
+            match checkpoints.make_start().await {
+                Ok(Some(made)) => {
+                    tracing::info!(commit = %made.commit, files = made.files, "checkpoint of the workspace as found")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the checkpoint of the workspace as found could not be made")
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(why) => tracing::info!(%why, "no checkpoints"),
+    }
     let start = Start {
         transcript: claimed.transcript,
         snapshot: claimed.snapshot,
@@ -116,6 +135,7 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         seat: Seat::new(slot),
         baseline,
         cli_transcript: claimed.cli_transcript,
+        checkpoints,
     };
     let mut agent = Agent::new(
         shared.clone(),

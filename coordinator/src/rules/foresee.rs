@@ -63,7 +63,7 @@ impl Core {
                 number,
                 member: None,
                 text: output.message.clone(),
-                evidence: message.evidence.clone(),
+                evidence: message.evidence.clone().map(Box::new),
                 handoff: handoff.map(|h| h.compact_line(number)),
             });
         }

@@ -276,7 +276,7 @@ impl Core {
                         number,
                         member,
                         text: output.message,
-                        evidence: message.evidence,
+                        evidence: message.evidence.map(Box::new),
                         handoff: line,
                     };
                     // A parallel member's first report waits for its team's.

@@ -262,7 +262,7 @@ impl Pending {
                 *number,
                 *member,
                 text,
-                evidence.as_ref(),
+                evidence.as_deref(),
                 handoff.as_deref(),
             ),
             Pending::System { text } => format!("System: {text}"),

@@ -30,6 +30,10 @@ pub const ORCH_MODEL: &str = "mock-orch";
 pub const SUB_MODEL: &str = "mock-sub";
 pub const API_KEY: &str = "sk-ant-test-key-0123456789";
 pub const WAIT: Duration = Duration::from_secs(20);
+/// What an Orchestrator's first output says in a workspace that is not a
+/// git repository (the tests' usual one).
+pub const NO_GIT: &str =
+    "no checkpoints: the workspace is not a git repository (`git init` in it to have them)";
 /// The lease of worker processes in tests: short, so that takeovers take
 /// seconds. `ARBITER_TEST_LEASE_SECS` overrides it (e.g. 6, the default of
 /// the binary, to measure takeover times as deployed).

@@ -250,6 +250,16 @@ impl Watch {
             .find_map(|m| m.evidence.clone())
     }
 
+    /// The evidence of one Orchestrator's message numbered `seq`.
+    pub fn evidence_of(&self, orch_id: &str, seq: u64) -> Option<arbiter_protocol::Evidence> {
+        self.outputs
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|m| m.orch_id == orch_id && m.seq == seq)
+            .and_then(|m| m.evidence.clone())
+    }
+
     /// Every status published so far, in order.
     pub fn statuses(&self) -> Vec<OrchestratorStatus> {
         self.statuses.lock().unwrap().clone()

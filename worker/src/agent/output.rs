@@ -51,7 +51,8 @@ impl Agent {
         let waits = output.expects_response;
         self.snap.out_seq += 1;
         let files = self.files_changed().await;
-        let evidence = self.snap.tally.evidence(files);
+        let mut evidence = self.snap.tally.evidence(files);
+        self.checkpoint(&mut evidence, &output.message).await;
         // What the next request says after a note (below), from the evidence.
         let unbacked = evidence.flag(1, None, &output.message).is_some();
         let work_shown = (evidence.files.count() > 0).then(|| evidence.summary());
@@ -112,6 +113,37 @@ impl Agent {
             self.transcript.push_user(content);
         }
         self.step(vec![message]).await
+    }
+
+    /// The workspace as it is with this output, as a checkpoint when it
+    /// changed (made before the output is stored, so a takeover finds it),
+    /// or why there is none.
+    async fn checkpoint(&mut self, evidence: &mut arbiter_protocol::Evidence, message: &str) {
+        let checkpoints = match &self.checkpoints {
+            Ok(checkpoints) => checkpoints,
+            Err(why) => {
+                if !self.no_checkpoint_said {
+                    self.no_checkpoint_said = true;
+                    evidence.no_checkpoint = Some(why.clone());
+                }
+                return;
+            }
+        };
+        let summary = evidence.summary();
+        match checkpoints
+            .make_output(self.snap.out_seq, message, &summary)
+            .await
+        {
+            Ok(Some(made)) => {
+                tracing::info!(commit = %made.commit, git_ref = %made.git_ref, files = made.files, skipped = made.skipped.len(), "checkpoint made");
+                evidence.checkpoint = Some(made);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the checkpoint could not be made");
+                evidence.no_checkpoint = Some(format!("the checkpoint could not be made: {e}"));
+            }
+        }
     }
 
     /// The workspace's files against the baseline, for an output's

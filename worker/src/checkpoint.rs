@@ -1,0 +1,307 @@
+//! Checkpoints (docs/checkpoints.md): when the session's workspace is a git
+//! repository, the worker commits the whole workspace after each output of
+//! an Orchestrator that changed it, on a hidden ref of the session's
+//! (`refs/arbiter/<session>/checkpoints`), each checkpoint the parent of
+//! the next, so that one's diff is what changed since the one before. A
+//! checkpoint is made with plumbing (`read-tree`, `add` and `write-tree`
+//! into an index of its own, `commit-tree`, `update-ref`): the user's index,
+//! HEAD and branches are never touched. What `.gitignore` ignores stays out,
+//! as does any file over [`MAX_FILE_BYTES`], and the checkpoint says so.
+//!
+//! git runs in the worker's sandbox, as the tools' commands do: the
+//! repository's configuration is the model's to write, and a filter or an
+//! fsmonitor it names must not run outside it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arbiter_protocol::{Checkpoint, Skipped, evidence::MAX_FILES_LISTED};
+
+use crate::sandbox::Sandbox;
+
+/// The largest file a checkpoint takes; a larger one is left out, and said.
+pub(crate) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// How long one git command may take.
+const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Who the checkpoints' commits are by.
+const AUTHOR: (&str, &str) = ("Arbiter", "arbiter@localhost");
+/// What every git command is run with: nothing of the repository's
+/// configuration that runs a program or writes behind the worker's back.
+const SAFE: [&str; 10] = [
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "core.untrackedCache=false",
+];
+
+/// The checkpoints of one workspace.
+#[derive(Debug, Clone)]
+pub(crate) struct Checkpoints {
+    workspace: PathBuf,
+    git_ref: String,
+    sandbox: Arc<Sandbox>,
+    /// Whose they are: the Orchestrator's name (`Orchestrator II`), the
+    /// session and the Orchestrator's id, for the commits' messages.
+    name: String,
+    session: String,
+    orch_id: String,
+}
+
+impl Checkpoints {
+    /// The checkpoints of `summon`'s Orchestrator in `workspace`, or why
+    /// there are none: the one sentence the human reads.
+    pub(crate) fn open(
+        sandbox: Arc<Sandbox>,
+        workspace: &Path,
+        summon: &arbiter_protocol::Summon,
+    ) -> Result<Self, String> {
+        let (session, member) = (summon.session_id.as_str(), summon.member);
+        let git = workspace.join(".git");
+        if git.is_file() {
+            return Err(
+                "no checkpoints: the workspace is a git worktree (a team member's), whose \
+                 checkpoints are not made yet"
+                    .to_owned(),
+            );
+        }
+        if !git.is_dir() {
+            return Err(
+                "no checkpoints: the workspace is not a git repository (`git init` in it \
+                 to have them)"
+                    .to_owned(),
+            );
+        }
+        let git_ref = match member {
+            None => format!("refs/arbiter/{session}/checkpoints"),
+            Some(m) => format!("refs/arbiter/{session}/m{m}/checkpoints"),
+        };
+        Ok(Self {
+            workspace: workspace.to_owned(),
+            git_ref,
+            sandbox,
+            name: arbiter_protocol::member_name(summon.number, member),
+            session: session.to_owned(),
+            orch_id: summon.orch_id.clone(),
+        })
+    }
+
+    /// The workspace as the Orchestrator finds it at its start, when it
+    /// differs from the last checkpoint (the human's state, the first time).
+    pub(crate) async fn make_start(&self) -> Result<Option<Checkpoint>, String> {
+        let text = format!(
+            "Before {}: the workspace as it found it\n\n{}",
+            self.name,
+            self.trailers(None)
+        );
+        self.make(&text).await
+    }
+
+    /// The workspace with output `seq` (whose message is `message`, the
+    /// worker's evidence `summary`).
+    pub(crate) async fn make_output(
+        &self,
+        seq: u64,
+        message: &str,
+        summary: &str,
+    ) -> Result<Option<Checkpoint>, String> {
+        let first: String = message
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
+        let text = format!(
+            "{}, output {seq}: {first}\n\nThe worker's evidence: {summary}\n\n{}",
+            self.name,
+            self.trailers(Some(seq))
+        );
+        self.make(&text).await
+    }
+
+    fn trailers(&self, seq: Option<u64>) -> String {
+        let mut text = format!(
+            "Arbiter-Session: {}\nArbiter-Orchestrator: {}\n",
+            self.session, self.orch_id
+        );
+        if let Some(seq) = seq {
+            text.push_str(&format!("Arbiter-Output: {seq}\n"));
+        }
+        text
+    }
+
+    /// Commits the workspace as it is with `message`, when it differs from
+    /// the last checkpoint (or, before the first, from HEAD): `None` when
+    /// it does not.
+    async fn make(&self, message: &str) -> Result<Option<Checkpoint>, String> {
+        let index = self
+            .workspace
+            .join(".git")
+            .join(format!("arbiter-checkpoint-{}.index", uuid::Uuid::now_v7()));
+        let made = self.make_with(&index, message).await;
+        let _ = tokio::fs::remove_file(&index).await;
+        made
+    }
+
+    async fn make_with(&self, index: &Path, message: &str) -> Result<Option<Checkpoint>, String> {
+        let with_index = [(
+            "GIT_INDEX_FILE".to_owned(),
+            index.to_string_lossy().into_owned(),
+        )];
+        let last = self.rev(&format!("{}^{{commit}}", self.git_ref)).await;
+        let base = match &last {
+            Some(commit) => Some(commit.clone()),
+            None => self.rev("HEAD^{commit}").await,
+        };
+        match &base {
+            Some(commit) => self.git(&["read-tree", commit], &with_index).await?,
+            None => self.git(&["read-tree", "--empty"], &with_index).await?,
+        };
+        // What the checkpoint takes: what git would add, but for files over the cap.
+        let listed = self
+            .git(
+                &[
+                    "ls-files",
+                    "-z",
+                    "--cached",
+                    "--others",
+                    "--exclude-standard",
+                ],
+                &with_index,
+            )
+            .await?;
+        let mut skipped = Vec::new();
+        let mut excluded = Vec::new();
+        for path in nul_separated(&listed) {
+            let full = self.workspace.join(&path);
+            if let Ok(meta) = tokio::fs::symlink_metadata(&full).await
+                && meta.is_file()
+                && meta.len() > MAX_FILE_BYTES
+            {
+                skipped.push(Skipped {
+                    why: format!("too large: {} bytes, over {MAX_FILE_BYTES}", meta.len()),
+                    path: path.clone(),
+                });
+                excluded.push(format!(":(exclude,literal){path}"));
+            }
+        }
+        let ignored = self
+            .git(
+                &[
+                    "ls-files",
+                    "-z",
+                    "--others",
+                    "--ignored",
+                    "--exclude-standard",
+                    "--directory",
+                ],
+                &with_index,
+            )
+            .await?;
+        for path in nul_separated(&ignored) {
+            skipped.push(Skipped {
+                path,
+                why: "ignored by .gitignore".to_owned(),
+            });
+        }
+        let mut add = vec!["add", "-A", "--", "."];
+        add.extend(excluded.iter().map(String::as_str));
+        self.git(&add, &with_index).await?;
+        let tree = text(&self.git(&["write-tree"], &with_index).await?);
+        let base_tree = match &base {
+            Some(commit) => self.rev(&format!("{commit}^{{tree}}")).await,
+            None => None,
+        };
+        if base_tree.as_deref() == Some(tree.as_str()) {
+            return Ok(None);
+        }
+        let changed = match &base_tree {
+            Some(from) => self
+                .git(&["diff-tree", "-r", "-z", "--name-only", from, &tree], &[])
+                .await
+                .map(|out| nul_separated(&out).len())?,
+            None => self
+                .git(&["ls-tree", "-r", "-z", "--name-only", &tree], &[])
+                .await
+                .map(|out| nul_separated(&out).len())?,
+        };
+        let mut commit_tree = vec!["commit-tree", tree.as_str(), "-m", message];
+        if let Some(parent) = &base {
+            commit_tree.extend(["-p", parent.as_str()]);
+        }
+        let author = [
+            ("GIT_AUTHOR_NAME", AUTHOR.0),
+            ("GIT_AUTHOR_EMAIL", AUTHOR.1),
+            ("GIT_COMMITTER_NAME", AUTHOR.0),
+            ("GIT_COMMITTER_EMAIL", AUTHOR.1),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let commit = text(&self.git(&commit_tree, &author).await?);
+        // Moved only from where it was seen: a ref another writer moved
+        // meanwhile is not overwritten.
+        let old = last.unwrap_or_else(|| "0".repeat(40));
+        self.git(&["update-ref", &self.git_ref, &commit, &old], &[])
+            .await?;
+        let more = skipped.len().saturating_sub(MAX_FILES_LISTED);
+        skipped.truncate(MAX_FILES_LISTED);
+        Ok(Some(Checkpoint {
+            commit,
+            git_ref: self.git_ref.clone(),
+            files: changed as u64,
+            skipped,
+            skipped_more: more as u64,
+        }))
+    }
+
+    /// The object `spec` names, or `None`.
+    async fn rev(&self, spec: &str) -> Option<String> {
+        self.git(&["rev-parse", "--verify", "--quiet", spec], &[])
+            .await
+            .ok()
+            .map(|out| text(&out))
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Runs `git <args>` in the workspace, in the sandbox; its stdout, or
+    /// why it failed.
+    async fn git(&self, args: &[&str], env: &[(String, String)]) -> Result<Vec<u8>, String> {
+        let mut all: Vec<String> = SAFE.iter().map(|s| (*s).to_owned()).collect();
+        all.extend(args.iter().map(|s| (*s).to_owned()));
+        let mut cmd = self
+            .sandbox
+            .server_command(&self.workspace, "git", &all, env);
+        cmd.stdin(std::process::Stdio::null());
+        let out = tokio::time::timeout(GIT_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| format!("git {} took longer than {GIT_TIMEOUT:?}", args[0]))?
+            .map_err(|e| format!("git {} did not start: {e}", args[0]))?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            return Err(format!(
+                "git {} failed ({}): {}",
+                args[0],
+                out.status,
+                said.trim()
+            ));
+        }
+        Ok(out.stdout)
+    }
+}
+
+fn nul_separated(out: &[u8]) -> Vec<String> {
+    out.split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).trim().to_owned()
+}
