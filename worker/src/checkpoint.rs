@@ -140,17 +140,49 @@ impl Checkpoints {
     /// Commits the workspace as it is with `message`, when it differs from
     /// the last checkpoint (or, before the first, from HEAD): `None` when
     /// it does not.
+    ///
+    /// The index it builds the tree in is a copy of the one the last
+    /// checkpoint left (else of the user's), read with `read-tree -m`,
+    /// which keeps the files' stat data where their content matches: `git
+    /// add` then reads only the files that changed, not the whole
+    /// repository. Each run has a copy of its own, kept for the next only
+    /// once it is complete, so a worker killed midway leaves no lock behind.
     async fn make(&self, message: &str) -> Result<Option<Checkpoint>, String> {
-        let index = self
-            .workspace
-            .join(".git")
-            .join(format!("arbiter-checkpoint-{}.index", uuid::Uuid::now_v7()));
-        let made = self.make_with(&index, message).await;
+        let git_dir = self.workspace.join(".git");
+        let index = git_dir.join(format!("arbiter-checkpoint-{}.index", uuid::Uuid::now_v7()));
+        let kept = self.kept_index();
+        let seed = if tokio::fs::try_exists(&kept).await.unwrap_or(false) {
+            kept.clone()
+        } else {
+            git_dir.join("index")
+        };
+        let seeded = tokio::fs::copy(&seed, &index).await.is_ok();
+        let made = self.make_with(&index, seeded, message).await;
+        if made.is_ok() {
+            let _ = tokio::fs::rename(&index, &kept).await;
+        }
         let _ = tokio::fs::remove_file(&index).await;
         made
     }
 
-    async fn make_with(&self, index: &Path, message: &str) -> Result<Option<Checkpoint>, String> {
+    /// Where the index the last checkpoint left is kept, for the next.
+    fn kept_index(&self) -> PathBuf {
+        let name: String = self
+            .git_ref
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        self.workspace
+            .join(".git")
+            .join(format!("arbiter-{name}.index"))
+    }
+
+    async fn make_with(
+        &self,
+        index: &Path,
+        seeded: bool,
+        message: &str,
+    ) -> Result<Option<Checkpoint>, String> {
         let with_index = [(
             "GIT_INDEX_FILE".to_owned(),
             index.to_string_lossy().into_owned(),
@@ -161,8 +193,22 @@ impl Checkpoints {
             None => self.rev("HEAD^{commit}").await,
         };
         match &base {
-            Some(commit) => self.git(&["read-tree", commit], &with_index).await?,
-            None => self.git(&["read-tree", "--empty"], &with_index).await?,
+            // The stat data of what matches kept; an index that cannot be
+            // read so (a merge in progress in the user's) is read afresh.
+            Some(commit) => {
+                let kept = seeded
+                    && self
+                        .git(&["read-tree", "-m", commit], &with_index)
+                        .await
+                        .is_ok();
+                if !kept {
+                    let _ = tokio::fs::remove_file(index).await;
+                    self.git(&["read-tree", commit], &with_index).await?;
+                }
+            }
+            None => {
+                self.git(&["read-tree", "--empty"], &with_index).await?;
+            }
         };
         // What the checkpoint takes: what git would add, but for files over the cap.
         let listed = self
