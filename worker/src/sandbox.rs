@@ -14,7 +14,7 @@
 mod exposure;
 mod view;
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -126,6 +126,30 @@ pub struct Sandbox {
 struct Bwrap {
     program: PathBuf,
     args: BwrapArgs,
+}
+
+impl Bwrap {
+    /// bwrap's arguments around a program run in `workspace` (bound at its
+    /// own path, the program's directory) with `env` set besides the
+    /// sandbox's own: everything up to the `--` before the program.
+    fn around(&self, workspace: &Path, env: &[(String, String)]) -> Vec<OsString> {
+        let mut args = self.args.mounts.clone();
+        args.extend([OsString::from("--bind"), workspace.into(), workspace.into()]);
+        args.extend(self.args.seal.iter().cloned());
+        for (name, value) in env {
+            args.extend([OsString::from("--setenv"), name.into(), value.into()]);
+        }
+        args.extend([OsString::from("--chdir"), workspace.into(), "--".into()]);
+        args
+    }
+}
+
+/// What of the worker's environment a program it runs unconfined on the
+/// workspace's behalf (an MCP server, git) keeps: the PATH, LANG and HOME.
+fn unconfined_server_env() -> impl Iterator<Item = (&'static str, OsString)> {
+    ["PATH", "LANG", "HOME"]
+        .into_iter()
+        .filter_map(|name| std::env::var_os(name).map(|value| (name, value)))
 }
 
 impl Sandbox {
@@ -246,14 +270,7 @@ impl Sandbox {
                 // bwrap's own environment is what `/proc/1/environ` shows
                 // inside: it gets none.
                 cmd.env_clear()
-                    .args(&bwrap.args.mounts)
-                    .arg("--bind")
-                    .arg(workspace)
-                    .arg(workspace)
-                    .args(&bwrap.args.seal)
-                    .arg("--chdir")
-                    .arg(workspace)
-                    .arg("--")
+                    .args(bwrap.around(workspace, &[]))
                     .arg(&self.shell)
                     .arg("-c")
                     .arg(line);
@@ -268,8 +285,9 @@ impl Sandbox {
         }
     }
 
-    /// The command that runs an MCP server's `program` with `args` over
-    /// stdio, in `workspace`, with `env` besides what every command gets.
+    /// The command that runs `program` with `args` on the workspace's
+    /// behalf (an MCP server over stdio, git for a checkpoint), in
+    /// `workspace`, with `env` besides what every command gets.
     /// In the sandbox it sees what `bash`'s commands see; unconfined, the
     /// worker's environment is cleared but for the PATH, LANG and HOME.
     /// The caller sets stdio; the process ends when its handle is dropped.
@@ -284,26 +302,16 @@ impl Sandbox {
             Some(bwrap) => {
                 let mut cmd = Command::new(&bwrap.program);
                 cmd.env_clear()
-                    .args(&bwrap.args.mounts)
-                    .arg("--bind")
-                    .arg(workspace)
-                    .arg(workspace)
-                    .args(&bwrap.args.seal);
-                for (name, value) in env {
-                    cmd.arg("--setenv").arg(name).arg(value);
-                }
-                cmd.arg("--chdir").arg(workspace).arg("--").arg(program);
+                    .args(bwrap.around(workspace, env))
+                    .arg(program);
                 cmd
             }
             None => {
                 let mut cmd = Command::new(program);
-                cmd.current_dir(workspace).env_clear();
-                for name in ["PATH", "LANG", "HOME"] {
-                    if let Some(value) = std::env::var_os(name) {
-                        cmd.env(name, value);
-                    }
-                }
-                cmd.envs(env.iter().map(|(n, v)| (n, v)));
+                cmd.current_dir(workspace)
+                    .env_clear()
+                    .envs(unconfined_server_env())
+                    .envs(env.iter().map(|(n, v)| (n, v)));
                 cmd
             }
         };
@@ -411,8 +419,6 @@ fn find_program(name: &str, path: &OsStr) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-
-    use std::ffi::OsString;
 
     use super::view::{HOME_KEPT, Hidden, resolve_hidden, secret_hides};
     use super::*;
