@@ -195,6 +195,17 @@ async fn dispatch(
         "grep" => search::grep(ctx, parse(name, input)?).await,
         "bash" => bash::run(ctx, parse(name, input)?).await,
         mcp if ctx.mcp.server_of(mcp).is_some() => ctx.mcp.call(mcp, input, &ctx.cancel).await,
+        mcp if mcp.starts_with(crate::mcp::PREFIX) => {
+            let offered: Vec<&str> = ctx.mcp.specs().iter().map(|s| s.name.as_str()).collect();
+            ToolOutcome::error(format!(
+                "there is no MCP tool named {mcp:?}; the MCP tools are: {}",
+                if offered.is_empty() {
+                    "none".to_owned()
+                } else {
+                    offered.join(", ")
+                }
+            ))
+        }
         other => ToolOutcome::error(format!(
             "there is no tool named {other:?}; the tools are: {}",
             BASIC_TOOLS.join(", ")
@@ -238,6 +249,13 @@ pub(crate) mod tests {
         assert!(task.is_error && task.content.contains("no tool named"));
         let bad = run(&ctx, "read", &json!({"file": "x"})).await;
         assert!(bad.is_error && bad.content.starts_with("read: invalid input"));
+        // An MCP tool no server offers: the MCP tools that are offered.
+        let gone = run(&ctx, "mcp__git__git_push", &json!({})).await;
+        assert!(gone.is_error);
+        assert_eq!(
+            gone.content,
+            "there is no MCP tool named \"mcp__git__git_push\"; the MCP tools are: none"
+        );
     }
 
     #[test]
