@@ -412,7 +412,7 @@ where
         let entry = match arbiter_bus::decode::<LogEntry>(subject, payload) {
             Ok(entry) => entry,
             Err(e) => {
-                let seq = readable_seq(payload);
+                let seq = LogEntry::readable_seq(payload);
                 self.progress.malformed(seq);
                 if let Some(seq) = seq
                     && !self.shown.first_time(seq)
@@ -515,26 +515,5 @@ where
             write_line(self.notices, &notice).await?;
         }
         Ok(())
-    }
-}
-
-/// The `seq` of an entry that does not decode, if its JSON still has one, so
-/// that settling does not wait for an entry already seen.
-fn readable_seq(payload: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()?
-        .get("seq")?
-        .as_u64()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::readable_seq;
-
-    #[test]
-    fn seq_of_malformed_entries() {
-        assert_eq!(readable_seq(br#"{"seq": 7, "body": 3}"#), Some(7));
-        assert_eq!(readable_seq(b"{oops"), None);
-        assert_eq!(readable_seq(br#"{"seq": "x"}"#), None);
     }
 }

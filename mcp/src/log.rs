@@ -254,7 +254,7 @@ pub async fn read_live(
             let before = pager.last();
             match arbiter_bus::decode::<LogEntry>(&message.subject, &message.payload) {
                 Ok(entry) => pager.take(&entry),
-                Err(e) => match readable_seq(&message.payload) {
+                Err(e) => match LogEntry::readable_seq(&message.payload) {
                     Some(seq) => pager.malformed(seq, &e.to_string()),
                     None => tracing::warn!(
                         session.id = %session,
@@ -315,14 +315,6 @@ pub async fn read_archived(
         archived_at.format("%Y-%m-%d %H:%M UTC")
     );
     Ok(pager.finish(session, Some(note)))
-}
-
-/// The `seq` of an entry that does not decode, if its JSON still has one.
-fn readable_seq(payload: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()?
-        .get("seq")?
-        .as_u64()
 }
 
 #[cfg(test)]

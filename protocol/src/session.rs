@@ -64,6 +64,18 @@ pub struct LogEntry {
     pub body: LogBody,
 }
 
+impl LogEntry {
+    /// The `seq` of a log message that does not decode as an entry, when
+    /// its JSON still has one: a reader counts it as seen rather than wait
+    /// for it.
+    pub fn readable_seq(payload: &[u8]) -> Option<u64> {
+        serde_json::from_slice::<serde_json::Value>(payload)
+            .ok()?
+            .get("seq")?
+            .as_u64()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum LogBody {
@@ -457,4 +469,16 @@ pub struct ArbiterDelta {
     /// The next piece of the message text.
     pub text: String,
     pub at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogEntry;
+
+    #[test]
+    fn seq_of_malformed_entries() {
+        assert_eq!(LogEntry::readable_seq(br#"{"seq": 7, "body": 3}"#), Some(7));
+        assert_eq!(LogEntry::readable_seq(b"{oops"), None);
+        assert_eq!(LogEntry::readable_seq(br#"{"seq": "x"}"#), None);
+    }
 }
