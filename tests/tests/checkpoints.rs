@@ -17,17 +17,6 @@ use common::*;
 use direct::*;
 use serde_json::json;
 
-fn git(ws: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .current_dir(ws)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A repository with one commit on `main`, a second branch, and what the
 /// human left: a changed file and an untracked one.
 fn repo(ws: &Path) {

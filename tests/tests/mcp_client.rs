@@ -95,19 +95,10 @@ fn no_worker(coordinator: bool) -> Options {
 /// Makes `ws` a git repository with one commit and an untracked file.
 fn git_repo(ws: &Path) {
     std::fs::create_dir_all(ws).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-            .args(args)
-            .current_dir(ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
+    git(ws, &["init", "-q", "-b", "main"]);
     std::fs::write(ws.join("README.md"), "# demo\n").unwrap();
-    git(&["add", "README.md"]);
-    git(&["commit", "-q", "-m", "the first commit, by the test"]);
+    git(ws, &["add", "README.md"]);
+    git(ws, &["commit", "-q", "-m", "the first commit, by the test"]);
     std::fs::write(ws.join("notes-untracked.txt"), "not yet added\n").unwrap();
 }
 
@@ -259,13 +250,8 @@ async fn a_real_mcp_server_is_offered_called_and_counted_and_a_subagent_calls_it
     );
     assert!(statuses.iter().all(|st| st.mcp_failures.is_empty()));
     // Nothing of it was staged or committed behind the human's back.
-    let porcelain = std::process::Command::new("git")
-        .args(["status", "--porcelain"])
-        .current_dir(&ws)
-        .output()
-        .unwrap();
     assert_eq!(
-        String::from_utf8_lossy(&porcelain.stdout),
+        git(&ws, &["status", "--porcelain"]),
         "?? notes-untracked.txt\n"
     );
 }
@@ -763,7 +749,7 @@ async fn the_claude_code_runtime_is_given_the_servers_through_its_mcp_config() {
 /// `tests/src/bin/mcp-task-server.rs`) comes back with its final result
 /// once the worker has polled the task to its end (1.5 s); one that would
 /// take a minute is given up at the tool timeout (3 s) with an error
-/// result, the task cancelled.
+/// result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_answered_with_a_task_handle_is_polled_to_its_result() {
     let mut sys = System::start_with(no_worker(false)).await;

@@ -41,6 +41,19 @@ pub fn test_lease_secs() -> String {
     std::env::var("ARBITER_TEST_LEASE_SECS").unwrap_or_else(|_| "2".to_owned())
 }
 
+/// Runs `git <args>` in `dir` as a user named Test; its stdout. Panics
+/// with git's answer when it fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Where a test process's stderr goes: `$ARBITER_TEST_LOGS/<name>.log`
 /// (appended, so restarts add to it) when that is set, else nowhere.
 pub fn process_log(name: &str) -> std::process::Stdio {
