@@ -208,12 +208,25 @@ fn run_hook() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     if std::env::args().nth(1).as_deref() == Some("hook") {
         return run_hook();
     }
-    match try_main().await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("arbiter-worker: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(try_main());
+    // Every task ends first (a NATS connection still trying to reconnect
+    // logs its refusals), so that the line below is the last one written.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line: the cause and its sources.
