@@ -407,6 +407,7 @@ mod tests {
             tool_count: 12,
             parked: false,
             mcp_failures: Vec::new(),
+            branch: None,
             at: Utc::now(),
         }
     }

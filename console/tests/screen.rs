@@ -119,6 +119,7 @@ impl Scene {
             tool_count: 12,
             parked: false,
             mcp_failures: Vec::new(),
+            branch: None,
             at: at(self.seq as i64),
         };
         self.feed(FeedEvent::Orchestrator(status))
@@ -513,6 +514,7 @@ fn a_team_shows_how_many_reported_and_a_bar_per_member() {
         tool_count: 12,
         parked: false,
         mcp_failures: Vec::new(),
+        branch: None,
         at: at(2),
     }));
     let screen = scene.screen(82, 28);

@@ -75,6 +75,11 @@ pub struct ConfigFile {
     /// binaries.
     #[serde(default)]
     pub mcp_servers: std::collections::BTreeMap<String, toml::Table>,
+    /// `[checkpoints]`: what a worker does with the branch an
+    /// Orchestrator's work is handed over on, as written; read and checked
+    /// by the worker (`arbiter_worker::checkpoint`), ignored by the others.
+    #[serde(default)]
+    pub checkpoints: toml::Table,
 }
 
 /// `[anthropic]` / `[openai]`: how every role on that provider reaches it.

@@ -73,6 +73,33 @@ pub struct Checkpoint {
     pub skipped_more: u64,
 }
 
+/// An Orchestrator's work handed over as a branch when it ended
+/// (docs/checkpoints.md): one commit on `arbiter/<session>/<generation>`
+/// (a team member's: `<generation>.<member>`) whose diff is everything the
+/// Orchestrator changed, with a message written from its report and its
+/// handoff packet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Branch {
+    /// The branch's name, `arbiter/<session>/2`, without `refs/heads/`.
+    pub name: String,
+    /// The commit it points at (hex).
+    pub commit: String,
+    /// Files added, changed or deleted against where the Orchestrator started.
+    #[serde(default)]
+    pub files: u64,
+    /// Where it was pushed (the remote's name, or its URL without any
+    /// credentials in it), when the worker pushes (`push = "origin"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pushed_to: Option<String>,
+    /// What the pull-request command printed first (its URL, for `gh`), when
+    /// one is configured and ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<String>,
+    /// What went wrong with the push or the pull request, for the human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
 /// A path a checkpoint left out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Skipped {

@@ -29,7 +29,7 @@ pub use approval::{
 pub use arbiter_handoff::{ActiveLine, ArbiterPacket, GenerationLine};
 pub use budget::{Budget, BudgetChange, BudgetLimit, BudgetScope, Cap};
 pub use error::{ModelErrorKind, Role, WireError};
-pub use evidence::{Checkpoint, CommandRun, Evidence, FileChanges, Skipped, ToolCalls};
+pub use evidence::{Branch, Checkpoint, CommandRun, Evidence, FileChanges, Skipped, ToolCalls};
 pub use handoff::{Decision, DoneItem, Handoff, OpenItem, PriorHandoff};
 pub use memory::{MemoryEntry, MemoryKind};
 pub use notify::{Notification, NotificationKind};

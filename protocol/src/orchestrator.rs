@@ -210,6 +210,11 @@ pub struct OrchestratorStatus {
     pub number: u32,
     pub worker_id: String,
     pub state: OrchestratorState,
+    /// The branch its work was handed over on, in the `stopped` status of
+    /// an Orchestrator that ended with its workspace a git repository
+    /// (docs/checkpoints.md). Absent otherwise, and from older workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<crate::Branch>,
     /// Context used, 0–100, of the role's context budget.
     pub context_pct: f32,
     /// Input tokens of the last model call (cache included).

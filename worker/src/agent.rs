@@ -302,6 +302,38 @@ impl Agent {
         self.commit(Vec::new(), until).await
     }
 
+    /// Once its end is stored: its work handed over as a branch, when its
+    /// workspace has checkpoints (docs/checkpoints.md), and the branch put
+    /// in its status, whose `stopped` the human reads it in. What goes
+    /// wrong is logged; the end stands either way.
+    pub(crate) async fn hand_over(&mut self) {
+        let Ok(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let generation = crate::checkpoint::Generation {
+            report: self.snap.report.as_deref(),
+            handoff: self.snap.handoff.as_deref(),
+        };
+        match checkpoints
+            .hand_over(generation, &self.shared.config.hand_over)
+            .await
+        {
+            Ok(Some(branch)) => {
+                match &branch.problem {
+                    Some(problem) => {
+                        tracing::warn!(branch = %branch.name, commit = %branch.commit, %problem, "work handed over as a branch, with a problem")
+                    }
+                    None => {
+                        tracing::info!(branch = %branch.name, commit = %branch.commit, files = branch.files, pushed_to = ?branch.pushed_to, pull_request = ?branch.pull_request, "work handed over as a branch")
+                    }
+                }
+                self.status.note(|s| s.branch = Some(branch));
+            }
+            Ok(None) => tracing::info!("the Orchestrator changed nothing: no branch"),
+            Err(e) => tracing::warn!(error = %e, "the work could not be handed over as a branch"),
+        }
+    }
+
     /// Once its end is stored: its records rolled up into one snapshot
     /// (docs/protocol.md, Orchestrator state and leases). Bounded in time;
     /// a rollup not stored leaves the records as they were.

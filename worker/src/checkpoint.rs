@@ -20,6 +20,10 @@ use arbiter_protocol::{Checkpoint, Skipped, evidence::MAX_FILES_LISTED};
 
 use crate::sandbox::Sandbox;
 
+mod branch;
+pub(crate) use branch::Generation;
+pub use branch::HandOver;
+
 /// The largest file a checkpoint takes; a larger one is left out, and said.
 pub(crate) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// How long one git command may take.
@@ -45,6 +49,11 @@ const SAFE: [&str; 10] = [
 #[derive(Debug, Clone)]
 pub(crate) struct Checkpoints {
     workspace: PathBuf,
+    /// The workspace's git directory (a team member's worktree has one of
+    /// its own), and the repository's, where objects and refs are: both
+    /// `<workspace>/.git` for the session's own workspace.
+    git_dir: PathBuf,
+    common_dir: PathBuf,
     git_ref: String,
     sandbox: Arc<Sandbox>,
     /// Whose they are: the Orchestrator's name (`Orchestrator II`), the
@@ -52,6 +61,8 @@ pub(crate) struct Checkpoints {
     name: String,
     session: String,
     orch_id: String,
+    number: u32,
+    member: Option<u32>,
 }
 
 impl Checkpoints {
@@ -64,31 +75,32 @@ impl Checkpoints {
     ) -> Result<Self, String> {
         let (session, member) = (summon.session_id.as_str(), summon.member);
         let git = workspace.join(".git");
-        if git.is_file() {
-            return Err(
-                "no checkpoints: the workspace is a git worktree (a team member's), whose \
-                 checkpoints are not made yet"
-                    .to_owned(),
-            );
-        }
-        if !git.is_dir() {
+        let (git_dir, common_dir) = if git.is_dir() {
+            (git.clone(), git)
+        } else if git.is_file() {
+            worktree_dirs(workspace, &git)?
+        } else {
             return Err(
                 "no checkpoints: the workspace is not a git repository (`git init` in it \
                  to have them)"
                     .to_owned(),
             );
-        }
+        };
         let git_ref = match member {
             None => format!("refs/arbiter/{session}/checkpoints"),
             Some(m) => format!("refs/arbiter/{session}/m{m}/checkpoints"),
         };
         Ok(Self {
             workspace: workspace.to_owned(),
+            git_dir,
+            common_dir,
             git_ref,
             sandbox,
             name: arbiter_protocol::member_name(summon.number, member),
             session: session.to_owned(),
             orch_id: summon.orch_id.clone(),
+            number: summon.number,
+            member,
         })
     }
 
@@ -98,7 +110,7 @@ impl Checkpoints {
         let text = format!(
             "Before {}: the workspace as it found it\n\n{}",
             self.name,
-            self.trailers(None)
+            self.trailers(Kind::Start, None)
         );
         self.make(&text).await
     }
@@ -121,15 +133,28 @@ impl Checkpoints {
         let text = format!(
             "{}, output {seq}: {first}\n\nThe worker's evidence: {summary}\n\n{}",
             self.name,
-            self.trailers(Some(seq))
+            self.trailers(Kind::Output, Some(seq))
         );
         self.make(&text).await
     }
 
-    fn trailers(&self, seq: Option<u64>) -> String {
+    /// The workspace as the Orchestrator leaves it at its end, when it
+    /// changed since its last output (a team member's last writes).
+    pub(crate) async fn make_end(&self) -> Result<Option<Checkpoint>, String> {
+        let text = format!(
+            "{} at its end: the workspace as it left it\n\n{}",
+            self.name,
+            self.trailers(Kind::End, None)
+        );
+        self.make(&text).await
+    }
+
+    fn trailers(&self, kind: Kind, seq: Option<u64>) -> String {
         let mut text = format!(
-            "Arbiter-Session: {}\nArbiter-Orchestrator: {}\n",
-            self.session, self.orch_id
+            "Arbiter-Session: {}\nArbiter-Orchestrator: {}\nArbiter-Checkpoint: {}\n",
+            self.session,
+            self.orch_id,
+            kind.word()
         );
         if let Some(seq) = seq {
             text.push_str(&format!("Arbiter-Output: {seq}\n"));
@@ -148,7 +173,7 @@ impl Checkpoints {
     /// repository. Each run has a copy of its own, kept for the next only
     /// once it is complete, so a worker killed midway leaves no lock behind.
     async fn make(&self, message: &str) -> Result<Option<Checkpoint>, String> {
-        let git_dir = self.workspace.join(".git");
+        let git_dir = &self.git_dir;
         let index = git_dir.join(format!("arbiter-checkpoint-{}.index", uuid::Uuid::now_v7()));
         let kept = self.kept_index();
         let seed = if tokio::fs::try_exists(&kept).await.unwrap_or(false) {
@@ -172,9 +197,7 @@ impl Checkpoints {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
-        self.workspace
-            .join(".git")
-            .join(format!("arbiter-{name}.index"))
+        self.git_dir.join(format!("arbiter-{name}.index"))
     }
 
     async fn make_with(
@@ -320,9 +343,16 @@ impl Checkpoints {
     async fn git(&self, args: &[&str], env: &[(String, String)]) -> Result<Vec<u8>, String> {
         let mut all: Vec<String> = SAFE.iter().map(|s| (*s).to_owned()).collect();
         all.extend(args.iter().map(|s| (*s).to_owned()));
+        // A team member's worktree: the repository's directory, where its
+        // objects and refs are, is shown to git too.
+        let also: &[PathBuf] = if self.common_dir == self.git_dir {
+            &[]
+        } else {
+            std::slice::from_ref(&self.common_dir)
+        };
         let mut cmd = self
             .sandbox
-            .server_command(&self.workspace, "git", &all, env);
+            .server_command_with(&self.workspace, also, "git", &all, env);
         cmd.stdin(std::process::Stdio::null());
         let out = tokio::time::timeout(GIT_TIMEOUT, cmd.output())
             .await
@@ -339,6 +369,54 @@ impl Checkpoints {
         }
         Ok(out.stdout)
     }
+}
+
+/// Which of an Orchestrator's checkpoints a commit is, in its
+/// `Arbiter-Checkpoint` trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The workspace as it found it.
+    Start,
+    /// With one of its outputs.
+    Output,
+    /// As it left it.
+    End,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Output => "output",
+            Self::End => "end",
+        }
+    }
+}
+
+/// A git worktree's own git directory (from its `.git` file) and its
+/// repository's (the worktree directory's `commondir`), or why they cannot
+/// be read: checkpoints need both.
+fn worktree_dirs(workspace: &Path, dot_git: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let unreadable = |why: String| format!("no checkpoints: the workspace's .git file {why}");
+    let text =
+        std::fs::read_to_string(dot_git).map_err(|e| unreadable(format!("is unreadable: {e}")))?;
+    let named = text
+        .lines()
+        .find_map(|line| line.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .ok_or_else(|| unreadable("names no git directory".to_owned()))?;
+    let git_dir = workspace
+        .join(named)
+        .canonicalize()
+        .map_err(|e| unreadable(format!("names {named}, which cannot be read: {e}")))?;
+    let common = std::fs::read_to_string(git_dir.join("commondir"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| ".".to_owned());
+    let common_dir = git_dir
+        .join(&common)
+        .canonicalize()
+        .map_err(|e| unreadable(format!("leads to a repository that cannot be read: {e}")))?;
+    Ok((git_dir, common_dir))
 }
 
 fn nul_separated(out: &[u8]) -> Vec<String> {

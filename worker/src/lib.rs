@@ -13,7 +13,7 @@
 
 mod agent;
 mod approval;
-mod checkpoint;
+pub mod checkpoint;
 mod contain;
 pub mod context;
 mod evidence;
@@ -152,6 +152,10 @@ pub struct Config {
     /// get, from the config file's `[mcp_servers.<name>]` (see `mcp.rs`);
     /// their names are announced in its presence.
     pub mcp_servers: Vec<mcp::ServerConfig>,
+    /// What is done with the branch an Orchestrator's work is handed over
+    /// on, beyond making it: the config file's `[checkpoints]` (push it,
+    /// open a pull request; docs/checkpoints.md).
+    pub hand_over: checkpoint::HandOver,
 }
 
 impl Default for Config {
@@ -184,6 +188,7 @@ impl Default for Config {
             prices: arbiter_llm::price::PriceTable::defaults(),
             policy: arbiter_protocol::Policy::default(),
             mcp_servers: Vec::new(),
+            hand_over: checkpoint::HandOver::default(),
         }
     }
 }

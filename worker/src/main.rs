@@ -310,6 +310,8 @@ async fn run_main() -> anyhow::Result<()> {
     let prices = file.price_table();
     let mcp_servers = arbiter_worker::mcp::parse_servers(&file.mcp_servers)
         .map_err(|e| anyhow::anyhow!("the config file: {e}"))?;
+    let hand_over = arbiter_worker::checkpoint::HandOver::parse(&file.checkpoints)
+        .map_err(|e| anyhow::anyhow!("the config file: {e}"))?;
     let config = arbiter_worker::Config {
         prices,
         nats: cli.nats.options(),
@@ -349,6 +351,7 @@ async fn run_main() -> anyhow::Result<()> {
         codex: arbiter_worker::CodexConfig { bin: cli.codex_bin },
         policy,
         mcp_servers,
+        hand_over,
     };
     let shutdown = arbiter_bus::cli::shutdown_signal();
     match arbiter_worker::run(config, shutdown).await {

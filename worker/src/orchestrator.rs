@@ -154,6 +154,10 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     // Whatever ended the loop, nothing of it may keep running: tool
     // processes and subagents watch this token.
     stopper.token().cancel();
+    if matches!(end, End::Done) {
+        // Its end stored, before its last status: the fence still holds.
+        agent.hand_over().await;
+    }
     let how = wind_down(&shared, &summon.orch_id, end, &status, heartbeat, &reader).await;
     drop(registered);
     agent.leave_seat();
@@ -509,6 +513,7 @@ fn initial_status(shared: &Shared, summon: &Summon, snapshot: &Snapshot) -> Orch
         parked: false,
         spend: snapshot.spend,
         mcp_failures: Vec::new(),
+        branch: None,
         at: Utc::now(),
     }
 }

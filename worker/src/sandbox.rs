@@ -132,9 +132,16 @@ impl Bwrap {
     /// bwrap's arguments around a program run in `workspace` (bound at its
     /// own path, the program's directory) with `env` set besides the
     /// sandbox's own: everything up to the `--` before the program.
-    fn around(&self, workspace: &Path, env: &[(String, String)]) -> Vec<OsString> {
+    fn around(
+        &self,
+        workspace: &Path,
+        also: &[PathBuf],
+        env: &[(String, String)],
+    ) -> Vec<OsString> {
         let mut args = self.args.mounts.clone();
-        args.extend([OsString::from("--bind"), workspace.into(), workspace.into()]);
+        for dir in std::iter::once(workspace).chain(also.iter().map(PathBuf::as_path)) {
+            args.extend([OsString::from("--bind"), dir.into(), dir.into()]);
+        }
         args.extend(self.args.seal.iter().cloned());
         for (name, value) in env {
             args.extend([OsString::from("--setenv"), name.into(), value.into()]);
@@ -270,7 +277,7 @@ impl Sandbox {
                 // bwrap's own environment is what `/proc/1/environ` shows
                 // inside: it gets none.
                 cmd.env_clear()
-                    .args(bwrap.around(workspace, &[]))
+                    .args(bwrap.around(workspace, &[], &[]))
                     .arg(&self.shell)
                     .arg("-c")
                     .arg(line);
@@ -298,11 +305,25 @@ impl Sandbox {
         args: &[String],
         env: &[(String, String)],
     ) -> Command {
+        self.server_command_with(workspace, &[], program, args, env)
+    }
+
+    /// [`Sandbox::server_command`], with the directories `also` shown
+    /// (read and write) beside the workspace: a team member's worktree's
+    /// repository, for git.
+    pub(crate) fn server_command_with(
+        &self,
+        workspace: &Path,
+        also: &[PathBuf],
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Command {
         let mut cmd = match &self.bwrap {
             Some(bwrap) => {
                 let mut cmd = Command::new(&bwrap.program);
                 cmd.env_clear()
-                    .args(bwrap.around(workspace, env))
+                    .args(bwrap.around(workspace, also, env))
                     .arg(program);
                 cmd
             }

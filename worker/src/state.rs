@@ -101,6 +101,13 @@ pub(crate) struct Snapshot {
     /// the answer (stored before the call runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::approval::Pending>,
+    /// Its last report (an output that expects a response), and the last
+    /// handoff packet it sent: what the message of the branch its work is
+    /// handed over on is written from (`checkpoint.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Box<arbiter_protocol::Handoff>>,
 }
 
 /// An Orchestrator's Codex thread: what a worker that takes it over needs,
@@ -186,6 +193,8 @@ impl Snapshot {
             repeats: crate::agent::Repeats::default(),
             layers: None,
             approval: None,
+            report: None,
+            handoff: None,
         }
     }
 }

@@ -11,6 +11,10 @@ use crate::evidence;
 use crate::runtime::Runtime;
 use crate::state::Phase;
 
+/// Characters of its last report an Orchestrator's records keep, for the
+/// message of the branch its work is handed over on.
+const REPORT_KEPT: usize = 8_000;
+
 impl Agent {
     /// The work stops on a circle (`agent/repeats.rs`): the Arbiter gets
     /// `report` as an ordinary message it answers.
@@ -58,6 +62,12 @@ impl Agent {
         let work_shown = (evidence.files.count() > 0).then(|| evidence.summary());
         // The packet rides on the message, beside the event (whose keys are fixed).
         let handoff = output.handoff.take();
+        if waits {
+            self.snap.report = Some(output.message.chars().take(REPORT_KEPT).collect());
+        }
+        if handoff.is_some() {
+            self.snap.handoff.clone_from(&handoff);
+        }
         let mut message = self.outbox.message(
             self.snap.out_seq,
             OrchestratorEvent::Output(output),

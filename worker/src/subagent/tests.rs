@@ -117,6 +117,7 @@ fn setup(
             tool_count: 0,
             parked: false,
             mcp_failures: Vec::new(),
+            branch: None,
             at: chrono::Utc::now(),
         },
         None,
