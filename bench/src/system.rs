@@ -232,6 +232,7 @@ pub fn human_message(
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(arbiter_bus::MSG_ID_HEADER, message_id.as_str());

@@ -135,6 +135,10 @@ pub struct App {
     pub connection: Connection,
     /// Whether the feed ever attached to the session.
     pub attached: bool,
+    /// The checkpoints the log names, for `/rewind`.
+    pub checkpoints: crate::rewind::Checkpoints,
+    /// A `/rewind` waiting for the human's `y`: the line then sent.
+    pub asking: Option<String>,
 }
 
 impl App {
@@ -150,6 +154,8 @@ impl App {
             show_musings: false,
             connection: Connection::Up,
             attached: false,
+            checkpoints: crate::rewind::Checkpoints::default(),
+            asking: None,
         }
     }
 
@@ -178,6 +184,7 @@ impl App {
             FeedEvent::Log(entry) => {
                 self.vitals.log(&entry);
                 self.approvals.log(&entry);
+                self.checkpoints.log(&entry);
                 if let Some(text) = self.conversation.log(&entry) {
                     self.input.remember(&text);
                 }
@@ -254,6 +261,14 @@ impl App {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         let alt = key.modifiers.contains(KeyModifiers::ALT);
         let shift = key.modifiers.contains(KeyModifiers::SHIFT);
+        // A rewind asked about: `y` sends it, any other key leaves it.
+        if let Some(line) = self.asking.take() {
+            if matches!(key.code, KeyCode::Char('y' | 'Y')) && !ctrl && !alt {
+                return self.send_now(crate::command::typed(&line), line);
+            }
+            self.conversation.notice(Kind::Event, "Not rewound.");
+            return None;
+        }
         match key.code {
             KeyCode::Char('c' | 'd') if ctrl => return Some(Action::Quit),
             KeyCode::Char('l') if ctrl => return Some(Action::Redraw),
@@ -331,12 +346,45 @@ impl App {
                 self.conversation.notice(Kind::Event, &summary);
                 return None;
             }
+            Typed::Rewind { checkpoint, stop } => {
+                let known = match self.checkpoints.resolve(checkpoint) {
+                    Ok(known) => known.clone(),
+                    Err(why) => {
+                        self.conversation
+                            .notice(Kind::Error, &format!("/rewind: {why}; nothing was sent"));
+                        self.input.set_text(&text);
+                        return None;
+                    }
+                };
+                // Live Orchestrators are stopped first: the console asks.
+                let working: Vec<String> = self
+                    .vitals
+                    .team()
+                    .iter()
+                    .map(|a| arbiter_protocol::member_name(a.number, a.member))
+                    .collect();
+                let stop = *stop || !working.is_empty();
+                let question = crate::rewind::question(&known, &working);
+                self.conversation.notice(
+                    Kind::Approval,
+                    &format!("{question} Press y to rewind, any other key to leave it."),
+                );
+                let flag = if stop { " --stop" } else { "" };
+                self.asking = Some(format!("/rewind{flag} {}", known.commit));
+                self.scroll.top = None;
+                return None;
+            }
             Typed::Words
             | Typed::Stop
             | Typed::Change(_)
             | Typed::Approval(_)
             | Typed::Policy(_) => {}
         }
+        self.send_now(typed, text)
+    }
+
+    /// Sends a line already checked (and, for a rewind, confirmed).
+    fn send_now(&mut self, typed: Typed, text: String) -> Option<Action> {
         let message_id = uuid::Uuid::now_v7().to_string();
         match typed {
             // An answer is logged as the approval's answered entry, not as

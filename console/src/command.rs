@@ -26,6 +26,10 @@ pub(crate) enum Typed {
     Approval(ApprovalReply),
     /// `/policy …`: sent with `policy` set (`/policy clear`: the default).
     Policy(Policy),
+    /// `/rewind [--stop] <checkpoint>`: sent with `rewind` set (and with
+    /// `command: stop` for `--stop`) once the checkpoint is a full commit
+    /// id; the screen resolves a short one and asks first.
+    Rewind { checkpoint: String, stop: bool },
     /// A command that cannot be read: why, nothing sent.
     Wrong(String),
 }
@@ -53,7 +57,32 @@ pub(crate) fn typed(text: &str) -> Typed {
         "/always" => approval(word, rest, ApprovalDecision::AllowSession),
         "/deny" => approval(word, rest, ApprovalDecision::Deny),
         "/policy" => policy(rest),
+        "/rewind" => rewind(rest),
         _ => Typed::Words,
+    }
+}
+
+/// `/rewind [--stop] <checkpoint>`: a checkpoint's id, whole or its first
+/// 4 or more hex digits (which the screen resolves from the log).
+fn rewind(rest: &str) -> Typed {
+    let mut words: Vec<&str> = rest.split_whitespace().collect();
+    let stop = words.first() == Some(&"--stop");
+    if stop {
+        words.remove(0);
+    }
+    let usage = "write /rewind <checkpoint>; `arbiter-console checkpoints` lists them";
+    match words[..] {
+        [id] if id.len() >= 4 && id.len() <= 40 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Typed::Rewind {
+                checkpoint: id.to_ascii_lowercase(),
+                stop,
+            }
+        }
+        [] => Typed::Wrong(format!("/rewind: name the checkpoint ({usage})")),
+        _ => Typed::Wrong(format!(
+            "/rewind: {:?} is not a checkpoint's id ({usage})",
+            words.join(" ")
+        )),
     }
 }
 
@@ -123,7 +152,8 @@ pub(crate) fn message(
         v: VERSION,
         session_id: session_id.to_owned(),
         message_id: message_id.to_owned(),
-        command: (typed == Typed::Stop).then_some(HumanCommand::Stop),
+        command: matches!(typed, Typed::Stop | Typed::Rewind { stop: true, .. })
+            .then_some(HumanCommand::Stop),
         text,
         sent_at: Utc::now(),
         budget: match &typed {
@@ -133,6 +163,14 @@ pub(crate) fn message(
         workspace: workspace.map(str::to_owned),
         approval: match &typed {
             Typed::Approval(reply) => Some(reply.clone()),
+            _ => None,
+        },
+        rewind: match &typed {
+            Typed::Rewind { checkpoint, .. } if arbiter_protocol::Rewind::is_commit(checkpoint) => {
+                Some(arbiter_protocol::Rewind {
+                    checkpoint: checkpoint.clone(),
+                })
+            }
             _ => None,
         },
         policy: match typed {

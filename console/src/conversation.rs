@@ -182,6 +182,9 @@ impl Conversation {
                 Kind::Event,
                 escape(&crate::render::arbiter_handoff(e)),
             )),
+            LogBody::Rewound(e) => self
+                .entries
+                .push(Entry::new(Kind::Event, escape(&crate::render::rewound(e)))),
             // Only the coordinator's record (the feed drops these first).
             LogBody::Step(_) => {}
         }

@@ -31,6 +31,10 @@ pub enum ConsoleError {
     /// The session log could not be opened, or its consumer kept failing.
     #[error("cannot read the log of session {session_id}: {message}")]
     Log { session_id: String, message: String },
+    /// A checkpoint that cannot be found, shown or rewound to, or a rewind
+    /// the session refused.
+    #[error("checkpoints of session {session_id}: {message}")]
+    Checkpoint { session_id: String, message: String },
     /// The sessions bucket could not be read.
     #[error("cannot read the status of session {session_id}: {message}")]
     Status { session_id: String, message: String },

@@ -25,6 +25,7 @@ pub mod input;
 pub mod memory;
 pub mod not_sent;
 pub mod render;
+pub mod rewind;
 mod screen;
 mod session;
 pub mod sessions;

@@ -90,6 +90,43 @@ enum Command {
         #[arg(long)]
         session: String,
     },
+    /// The checkpoints a session's log names, oldest first: the commit, the
+    /// diffstat, whose output it came with (docs/checkpoints.md).
+    Checkpoints {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// One JSON object per checkpoint instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewind a session's workspace to one of its checkpoints, as /rewind
+    /// does: the next Orchestrator summoned starts from it. Asks first.
+    Rewind {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The checkpoint: its id, or a prefix only it has.
+        checkpoint: String,
+        /// Stop the session's work first (as /stop), when Orchestrators are at work.
+        #[arg(long)]
+        stop: bool,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// One checkpoint's change, as `git show --stat --patch` prints it, from
+    /// the session's workspace.
+    Diff {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The checkpoint: its id, or a prefix only it has.
+        checkpoint: String,
+        /// The session's workspace, a git repository (default: the current directory).
+        #[arg(long, default_value = ".")]
+        repo: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,6 +253,41 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
                 tokio::io::stdout(),
             ))
         }
+        Some(Command::Checkpoints { session, json }) => {
+            runtime.block_on(arbiter_console::rewind::list(
+                &cli.nats.options(),
+                &session,
+                json || cli.json,
+                tokio::io::stdout(),
+            ))
+        }
+        Some(Command::Rewind {
+            session,
+            checkpoint,
+            stop,
+            yes,
+        }) => {
+            let identity = identity_of(&cli.nats.options());
+            runtime.block_on(arbiter_console::rewind::rewind(
+                &cli.nats.options(),
+                &identity,
+                &session,
+                (&checkpoint, stop, yes),
+                tokio::io::BufReader::new(tokio::io::stdin()),
+                tokio::io::stdout(),
+            ))
+        }
+        Some(Command::Diff {
+            session,
+            checkpoint,
+            repo,
+        }) => runtime.block_on(arbiter_console::rewind::diff(
+            &cli.nats.options(),
+            &session,
+            &checkpoint,
+            &repo,
+            tokio::io::stdout(),
+        )),
         Some(Command::Stop { session }) => {
             let identity = identity_of(&cli.nats.options());
             runtime.block_on(arbiter_console::stop::run(

@@ -97,6 +97,7 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         }
         LogBody::Error(e) => return Some(inert::block("! Error: ", &e.error.to_string())),
         LogBody::ArbiterHandoff(e) => return Some(inert::block("· ", &arbiter_handoff(e))),
+        LogBody::Rewound(e) => return Some(inert::block("· ", &rewound(e))),
     };
     let mut out = inert::block(&label, text);
     if let LogBody::Orchestrator(e) = &entry.body
@@ -112,6 +113,16 @@ pub fn plain(entry: &LogEntry, show_musings: bool) -> Option<String> {
         out.push_str(&inert::block("· Handoff: ", &handoff.counts()));
     }
     Some(out)
+}
+
+/// A rewind as the log shows it.
+pub fn rewound(e: &arbiter_protocol::RewoundEntry) -> String {
+    let short: String = e.checkpoint.chars().take(12).collect();
+    format!(
+        "Rewound to checkpoint {short} by console {}: the next Orchestrator starts from it, \
+         the workspace put back as it was there before its first step. Write to go on.",
+        e.console
+    )
 }
 
 /// The line under an Orchestrator's report that shows its worker's evidence:

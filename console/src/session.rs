@@ -477,11 +477,22 @@ where
                 let summary = crate::budget::summary(self.status.as_ref());
                 return write_line(self.notices, &inert::block("", &summary)).await;
             }
+            Typed::Rewind { checkpoint, .. }
+                if !arbiter_protocol::Rewind::is_commit(checkpoint) =>
+            {
+                let why = format!(
+                    "/rewind: in line mode give the checkpoint's whole id \
+                     (`arbiter-console checkpoints --session {}` lists them); nothing was sent",
+                    self.session_id
+                );
+                return write_line(self.notices, &inert::block("! ", &why)).await;
+            }
             Typed::Words
             | Typed::Stop
             | Typed::Change(_)
             | Typed::Approval(_)
-            | Typed::Policy(_) => {}
+            | Typed::Policy(_)
+            | Typed::Rewind { .. } => {}
         }
         let message_id = uuid::Uuid::now_v7().to_string();
         let message = crate::command::message(

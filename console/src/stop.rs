@@ -46,6 +46,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     bus.publish_js(
         subjects::session_human_from(session_id, identity),

@@ -777,3 +777,113 @@ fn a_hostile_argument_cannot_reach_the_terminal_or_pose_as_a_speaker() {
         assert!(!cell.starts_with("Arbiter: you"), "{row}");
     }
 }
+
+/// A report whose evidence carries checkpoint `commit`.
+fn checkpointed(text: &str, commit: &str) -> LogBody {
+    LogBody::Orchestrator(OrchestratorEntry {
+        member: None,
+        number: 1,
+        orch_id: ORCH.into(),
+        expects_response: true,
+        text: text.into(),
+        evidence: Some(arbiter_protocol::Evidence {
+            checkpoint: Some(arbiter_protocol::Checkpoint {
+                commit: commit.into(),
+                git_ref: "refs/arbiter/s/checkpoints".into(),
+                files: 1,
+                insertions: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        handoff: None,
+    })
+}
+
+/// What the human sees: `/rewind` with a prefix of a checkpoint the log
+/// named asks first, naming it, and sends the whole id only on `y`; any
+/// other key leaves it ("Not rewound."). With an Orchestrator at work the
+/// question says it is stopped first, and the line sent says `--stop`. A
+/// prefix the log does not name is refused here, and the line comes back.
+#[test]
+fn a_rewind_asks_first_and_sends_the_whole_checkpoint_id_on_y() {
+    let commit = "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d";
+    let mut scene = Scene::new();
+    scene
+        .log(human("Build it"))
+        .log(checkpointed("a.txt written.", commit))
+        .session(SessionState::Idle, 10.0, false);
+
+    assert_eq!(scene.app.send("/rewind 1a2b3c".into()), None);
+    let screen = scene.screen(100, 24);
+    assert!(
+        screen.contains("Rewind the workspace to 1a2b3c4d5e6f (Orchestrator I, report: a.txt"),
+        "{screen}"
+    );
+    assert!(screen.contains("Press y to rewind"), "{screen}");
+    assert_eq!(press(&mut scene.app, 'n'), None);
+    assert!(scene.screen(100, 24).contains("Not rewound."));
+    assert_eq!(
+        press(&mut scene.app, 'y'),
+        None,
+        "asked once; y is a letter again"
+    );
+
+    scene.app.input = Default::default();
+    assert_eq!(scene.app.send("/rewind 1a2b".into()), None);
+    assert_eq!(
+        sent(press(&mut scene.app, 'y')),
+        format!("/rewind {commit}")
+    );
+
+    // At work: stopped first.
+    let mut status = SessionStatus {
+        team: vec![ActiveOrchestrator {
+            orch_id: ORCH.into(),
+            number: 2,
+            member: None,
+            reported: false,
+        }],
+        spend: Default::default(),
+        archived_at: None,
+        budget: Default::default(),
+        approvals: Vec::new(),
+        attention: None,
+        v: 1,
+        session_id: SESSION.into(),
+        state: SessionState::Idle,
+        queued: 0,
+        arbiter_context_pct: 10.0,
+        arbiter_context_tokens: 1_000,
+        active: None,
+        summoned: 2,
+        last_seq: 2,
+        created_at: at(0),
+        at: at(3),
+    };
+    status.at = at(4);
+    scene.feed(FeedEvent::Session(status));
+    assert_eq!(scene.app.send("/rewind 1a2b3c4d".into()), None);
+    assert!(
+        scene
+            .screen(120, 24)
+            .contains("Orchestrator II is at work: it is stopped first (as /stop)."),
+        "{}",
+        scene.screen(120, 24)
+    );
+    assert_eq!(
+        sent(press(&mut scene.app, 'y')),
+        format!("/rewind --stop {commit}")
+    );
+
+    // Not a checkpoint of this session: said, nothing sent, the line back.
+    assert_eq!(scene.app.send("/rewind ffff".into()), None);
+    assert!(
+        scene
+            .screen(120, 24)
+            .contains("/rewind: no checkpoint of this session is named ffff"),
+        "{}",
+        scene.screen(120, 24)
+    );
+    assert_eq!(scene.app.input.text(), "/rewind ffff");
+}

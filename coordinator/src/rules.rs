@@ -41,6 +41,7 @@ pub(crate) mod guard;
 pub(crate) mod memory;
 pub(crate) mod notify;
 pub(crate) mod outputs;
+pub(crate) mod rewind;
 pub(crate) mod route;
 pub(crate) mod status;
 pub(crate) mod summons;
@@ -70,7 +71,8 @@ pub(crate) struct Now {
 pub(crate) enum Input {
     /// A human message, from console `console` (see `caps.rs`).
     Human {
-        message: HumanMessage,
+        /// Boxed: it is large next to the other inputs.
+        message: Box<HumanMessage>,
         console: String,
         trace: TraceContext,
         ack: Ack,
@@ -334,6 +336,7 @@ impl Core {
                 ack,
             } => {
                 self.keep_ack(ack);
+                let message = *message;
                 if !self.remember(&message.message_id) {
                     return;
                 }
@@ -355,6 +358,15 @@ impl Core {
                         text: message.text,
                     }));
                     self.change_budget(change, &console);
+                    return;
+                }
+                if let Some(rewind) = message.rewind {
+                    self.log(LogBody::Human(HumanEntry {
+                        message_id: message.message_id,
+                        text: message.text,
+                    }));
+                    let stop = message.command == Some(arbiter_protocol::HumanCommand::Stop);
+                    self.step.abandon_turn = self.rewind(rewind, stop, &console);
                     return;
                 }
                 if message.command == Some(arbiter_protocol::HumanCommand::Stop) {

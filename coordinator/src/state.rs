@@ -209,6 +209,10 @@ pub(crate) struct Snapshot {
     /// carries it to the successor.
     #[serde(default)]
     pub handoff: Option<arbiter_protocol::PriorHandoff>,
+    /// The checkpoint the human rewound the workspace to, until a summons
+    /// carries it (see `rules/rewind.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<String>,
     /// The Arbiter's generations and a handoff in progress (see `arbiter_handoff.rs`).
     #[serde(default)]
     pub arbiter: crate::rules::arbiter_handoff::Generations,
@@ -283,6 +287,7 @@ impl Snapshot {
             turns_since_human: 0,
             exchange: crate::rules::guard::Exchange::default(),
             handoff: None,
+            rewind: None,
             arbiter: crate::rules::arbiter_handoff::Generations::default(),
             spend: arbiter_protocol::SessionSpend::default(),
             budget: crate::rules::budget::BudgetState::default(),

@@ -64,6 +64,12 @@ pub struct Checkpoint {
     /// Files added, changed or deleted against the checkpoint before.
     #[serde(default)]
     pub files: u64,
+    /// Lines added and removed against the checkpoint before, as `git diff
+    /// --numstat` counts them (binary files count none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub insertions: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deletions: u64,
     /// What the workspace holds that the checkpoint left out, and why (what
     /// `.gitignore` ignores, a file over the size cap), at most
     /// [`MAX_FILES_LISTED`]; the rest counted in `skipped_more`.
@@ -381,6 +387,7 @@ mod tests {
                     why: "too large: 52428800 bytes, over 10485760".into(),
                 }],
                 skipped_more: 3,
+                ..Checkpoint::default()
             }),
             ..Evidence::default()
         };

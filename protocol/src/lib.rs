@@ -45,8 +45,9 @@ pub use session::{
     ActiveOrchestrator, ArbiterDelta, ArbiterEntry, ArbiterHandoffEntry,
     ArbiterToOrchestratorEntry, Attention, ConsensusEntry, ConsensusOutcome, DecisionVotes,
     ErrorEntry, Escalation, HumanCommand, HumanEntry, HumanMessage, LogBody, LogEntry,
-    MemberVerdict, MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, SessionState,
-    SessionStatus, StepEntry, StrategyEntry, SummonedEntry, SystemEntry,
+    MemberVerdict, MissingVerdict, MusingEntry, OrchestratorEntry, ReleasedEntry, Rewind,
+    RewoundEntry, SessionState, SessionStatus, StepEntry, StrategyEntry, SummonedEntry,
+    SystemEntry,
 };
 pub use spend::{OrchestratorSpend, SessionSpend, Spend};
 

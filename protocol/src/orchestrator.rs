@@ -68,6 +68,17 @@ pub struct Summon {
     /// rule: it may only tighten the worker's. Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arbiter_policy: Option<crate::Policy>,
+    /// The checkpoint (a commit id) the human rewound the session's
+    /// workspace to since the last summons: the worker restores the
+    /// workspace to it before the Orchestrator's first step, and its first
+    /// request says so (docs/checkpoints.md). Absent: as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<String>,
+    /// The link of a sequential chain this Orchestrator is (2 for the
+    /// second), which works in the session's workspace, so `member` is
+    /// absent: its checkpoints and branch are named by it. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<u32>,
 }
 
 /// Most characters of an MCP server's name.

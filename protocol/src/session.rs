@@ -41,6 +41,28 @@ pub struct HumanMessage {
     /// Orchestrators summoned after it: it may only tighten each worker's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::Policy>,
+    /// Rewind the session's workspace to one of its checkpoints (`/rewind
+    /// 1a2b3c4d5e6f`, docs/checkpoints.md): the next Orchestrator summoned
+    /// starts from it. With `command: stop`, the work is stopped first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<Rewind>,
+}
+
+/// The human's `/rewind`: the checkpoint's full commit id (40 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Rewind {
+    pub checkpoint: String,
+}
+
+impl Rewind {
+    /// Whether `id` is a full commit id as a rewind names it: 40 lowercase
+    /// hex digits.
+    pub fn is_commit(id: &str) -> bool {
+        id.len() == 40
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
 }
 
 /// What a human can tell the session itself, rather than the Arbiter.
@@ -114,6 +136,18 @@ pub enum LogBody {
     ApprovalAsked(crate::ApprovalAskedEntry),
     /// An approval was answered; stored as the Orchestrator's input.
     ApprovalAnswered(crate::ApprovalAnsweredEntry),
+    /// The human rewound the workspace to a checkpoint: the next
+    /// Orchestrator summoned starts from it (docs/checkpoints.md).
+    Rewound(RewoundEntry),
+}
+
+/// The body of a [`LogBody::Rewound`] entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RewoundEntry {
+    /// The checkpoint's commit id.
+    pub checkpoint: String,
+    /// The console that asked.
+    pub console: String,
 }
 
 /// The body of a [`LogBody::Step`] entry: empty, the record is beside it.

@@ -74,6 +74,8 @@ fn evidence_is_additive_on_orchestrator_output() {
                 commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
                 git_ref: "refs/arbiter/s1/checkpoints".into(),
                 files: 1,
+                insertions: 3,
+                deletions: 0,
                 skipped: vec![arbiter_protocol::Skipped {
                     path: "target/".into(),
                     why: "ignored by .gitignore".into(),

@@ -84,6 +84,7 @@ async fn answer_on(
             reason: None,
         }),
         policy: None,
+        rewind: None,
     };
     let subject = subjects::session_human_from(s, name);
     let trace = TraceContext::none();

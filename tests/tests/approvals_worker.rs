@@ -61,6 +61,7 @@ async fn answer_as(
             reason: reason.map(str::to_owned),
         }),
         policy: None,
+        rewind: None,
     };
     sys.bus
         .publish_js(

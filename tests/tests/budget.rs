@@ -48,6 +48,7 @@ async fn send_budget(sys: &System, session: &str, text: &str, change: BudgetChan
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     sys.bus
         .publish_js(

@@ -187,6 +187,7 @@ async fn send(console: &Bus, session: &str, text: &str) -> String {
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     // Rides out an election by itself (arbiter_bus::RIDE_OUT): the human
     // never sees "not sent" for the loss of one node.

@@ -175,6 +175,8 @@ async fn an_emergency_stored_just_after_its_wake_up_still_starts_at_once() {
         emergency: true,
         policy: None,
         arbiter_policy: None,
+        start_from: None,
+        link: None,
     };
     publish_refused(&sys, subjects::summon_urgent("default"), &summon).await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -160,6 +160,7 @@ async fn an_orchestrator_repeating_one_tool_call_is_told_then_stopped_and_the_ar
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     sys.bus
         .publish_js(

@@ -250,6 +250,7 @@ async fn drive(bus: Bus, session: String, deadline: Instant) -> Run {
             workspace: None,
             approval: None,
             policy: None,
+            rewind: None,
         };
         // Sent again (same id) until the server has it; the id drops repeats.
         let give_up = Instant::now() + ROUND_TIMEOUT;

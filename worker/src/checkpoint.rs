@@ -21,6 +21,7 @@ use arbiter_protocol::{Checkpoint, Skipped, evidence::MAX_FILES_LISTED};
 use crate::sandbox::Sandbox;
 
 mod branch;
+mod rewind;
 pub(crate) use branch::Generation;
 pub use branch::HandOver;
 
@@ -62,7 +63,11 @@ pub(crate) struct Checkpoints {
     session: String,
     orch_id: String,
     number: u32,
+    /// The member (or a chain's link) it is, for its name and its branch's.
     member: Option<u32>,
+    /// It works in a worktree of its own (a parallel member), not in the
+    /// session's workspace.
+    own_worktree: bool,
 }
 
 impl Checkpoints {
@@ -96,11 +101,13 @@ impl Checkpoints {
             common_dir,
             git_ref,
             sandbox,
-            name: arbiter_protocol::member_name(summon.number, member),
+            // A chain's link works in the session's workspace, named by its link.
+            name: arbiter_protocol::member_name(summon.number, member.or(summon.link)),
             session: session.to_owned(),
             orch_id: summon.orch_id.clone(),
             number: summon.number,
-            member,
+            member: member.or(summon.link),
+            own_worktree: member.is_some(),
         })
     }
 
@@ -291,16 +298,12 @@ impl Checkpoints {
         if base_tree.as_deref() == Some(tree.as_str()) {
             return Ok(None);
         }
-        let changed = match &base_tree {
-            Some(from) => self
-                .git(&["diff-tree", "-r", "-z", "--name-only", from, &tree], &[])
-                .await
-                .map(|out| nul_separated(&out).len())?,
-            None => self
-                .git(&["ls-tree", "-r", "-z", "--name-only", &tree], &[])
-                .await
-                .map(|out| nul_separated(&out).len())?,
-        };
+        let from = base_tree.unwrap_or_else(|| EMPTY_TREE.to_owned());
+        let stat = Numstat::of(
+            &self
+                .git(&["diff-tree", "-r", "-z", "--numstat", &from, &tree], &[])
+                .await?,
+        );
         let mut commit_tree = vec!["commit-tree", tree.as_str(), "-m", message];
         if let Some(parent) = &base {
             commit_tree.extend(["-p", parent.as_str()]);
@@ -323,7 +326,9 @@ impl Checkpoints {
         Ok(Some(Checkpoint {
             commit,
             git_ref: self.git_ref.clone(),
-            files: changed as u64,
+            files: stat.files,
+            insertions: stat.insertions,
+            deletions: stat.deletions,
             skipped,
             skipped_more: more as u64,
         }))
@@ -417,6 +422,37 @@ fn worktree_dirs(workspace: &Path, dot_git: &Path) -> Result<(PathBuf, PathBuf),
         .canonicalize()
         .map_err(|e| unreadable(format!("leads to a repository that cannot be read: {e}")))?;
     Ok((git_dir, common_dir))
+}
+
+/// The tree of nothing, which every repository has (SHA-1 object format).
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+/// What `git diff-tree -z --numstat` counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Numstat {
+    files: u64,
+    insertions: u64,
+    deletions: u64,
+}
+
+impl Numstat {
+    /// Reads `<added>\t<deleted>\t<path>\0` records (`-` for a binary file).
+    fn of(out: &[u8]) -> Self {
+        let mut stat = Self::default();
+        for record in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let text = String::from_utf8_lossy(record);
+            let mut fields = text.splitn(3, '\t');
+            let (Some(added), Some(deleted), Some(_)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            stat.files += 1;
+            stat.insertions += added.parse::<u64>().unwrap_or(0);
+            stat.deletions += deleted.parse::<u64>().unwrap_or(0);
+        }
+        stat
+    }
 }
 
 fn nul_separated(out: &[u8]) -> Vec<String> {

@@ -111,10 +111,36 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
     };
     let checkpoints =
         crate::checkpoint::Checkpoints::open(shared.sandbox.clone(), ctx.workspace.root(), &summon);
+    let mut claimed = claimed;
+    let fresh = claimed.snapshot.tool_count == 0 && claimed.snapshot.out_seq == 0;
+    if let (Some(commit), true) = (&summon.start_from, fresh) {
+        // The human rewound the workspace: restored before the first step,
+        // and the first request says so; one that cannot be restored fails
+        // the Orchestrator with why, the workspace as it was.
+        let restored = match &checkpoints {
+            Ok(checkpoints) => checkpoints.rewind_to(commit).await,
+            Err(why) => Err(why.clone()),
+        };
+        match restored {
+            Ok(line) => {
+                tracing::info!(checkpoint = %commit, "workspace rewound before the first step");
+                claimed.snapshot.inbox.push(line);
+            }
+            Err(why) => {
+                let short: String = commit.chars().take(12).collect();
+                let message =
+                    format!("workspace: the rewind to checkpoint {short} was not done: {why}");
+                tracing::warn!(%message, "the Orchestrator cannot start");
+                let start = (claimed, &outbox, summon.number);
+                let how = refuse(start, message, &status, heartbeat, &shutdown).await;
+                return let_go(registered, slot, &lease, how).await;
+            }
+        }
+    }
     match &checkpoints {
         // An Orchestrator that has done nothing yet: the workspace as it
         // finds it, first (the human's state, the first time).
-        Ok(checkpoints) if claimed.snapshot.tool_count == 0 && claimed.snapshot.out_seq == 0 => {
+        Ok(checkpoints) if fresh && summon.start_from.is_none() => {
             match checkpoints.make_start().await {
                 Ok(Some(made)) => {
                     tracing::info!(commit = %made.commit, files = made.files, "checkpoint of the workspace as found")

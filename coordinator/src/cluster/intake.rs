@@ -580,7 +580,7 @@ impl Registry {
             ),
             Ok(message) => match self.shared.caps.admit(console, session_id) {
                 Ok(()) => Input::Human {
-                    message,
+                    message: Box::new(message),
                     console: console.to_owned(),
                     trace,
                     ack: Some(msg),

@@ -310,6 +310,9 @@ impl Core {
         }
         // The predecessor's packet goes as it was written, not through the Arbiter.
         let handoff = self.state.handoff.take();
+        // Every member of this summons starts from a rewind; a chain's later
+        // links from the link before.
+        let start_from = self.state.rewind.take();
         let sequential = strategy == SummonStrategy::Sequential;
         let consensus = strategy == SummonStrategy::Consensus;
         let mut briefs = briefs;
@@ -355,6 +358,7 @@ impl Core {
                 runtime.clone(),
                 needs.clone(),
                 handoff.clone(),
+                start_from.clone(),
                 lane == Lane::Urgent,
             );
             first.get_or_insert(orch_id);
@@ -391,6 +395,7 @@ impl Core {
         runtime: Option<String>,
         needs: Vec<String>,
         handoff: Option<arbiter_protocol::PriorHandoff>,
+        start_from: Option<String>,
         emergency: bool,
     ) -> String {
         let orch_id = uuid::Uuid::now_v7().to_string();
@@ -431,6 +436,8 @@ impl Core {
             emergency,
             policy: self.state.approvals.policy.clone(),
             arbiter_policy: self.state.approvals.summons_policy.clone(),
+            start_from,
+            link: member.filter(|_| !own_workspace),
         });
         orch_id
     }

@@ -192,6 +192,7 @@ impl Core {
             runtime,
             needs,
             None,
+            None,
             false,
         );
         let done: Vec<Active> = self

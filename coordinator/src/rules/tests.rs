@@ -59,6 +59,7 @@ pub(crate) fn human_message(id: &str, text: &str) -> HumanMessage {
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     }
 }
 
@@ -69,7 +70,7 @@ pub(crate) fn human(text: &str) -> Input {
 
 pub(crate) fn human_from(text: &str, console: &str) -> Input {
     Input::Human {
-        message: human_message(&format!("m-{text}"), text),
+        message: Box::new(human_message(&format!("m-{text}"), text)),
         console: console.into(),
         trace: TraceContext::none(),
         ack: None,
@@ -186,6 +187,7 @@ fn line(effect: &Effect) -> String {
                     .join(",")
             ),
             LogBody::System(e) => format!("System: {}", e.text),
+            LogBody::Rewound(e) => format!("Rewound: {} by {}", e.checkpoint, e.console),
             LogBody::Error(e) => format!("Error: {}", e.error),
             LogBody::ArbiterHandoff(e) => format!("Handoff: generation {}", e.generation),
             LogBody::Strategy(e) => format!(
@@ -292,5 +294,6 @@ mod intake;
 mod memory;
 mod notify;
 mod outputs;
+mod rewind;
 mod routing;
 mod team;

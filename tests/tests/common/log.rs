@@ -106,6 +106,7 @@ pub fn brief(body: &LogBody) -> (String, String) {
                 .join(","),
         ),
         LogBody::System(e) => ("System".into(), e.text.clone()),
+        LogBody::Rewound(e) => ("Rewound".into(), e.checkpoint.clone()),
         LogBody::ApprovalAsked(e) => (format!("Approval {} asked", e.approval), e.line()),
         LogBody::ApprovalAnswered(e) => (format!("Approval {} answered", e.approval), e.line()),
         LogBody::Error(e) => ("Error".into(), e.error.to_string()),

@@ -505,6 +505,7 @@ impl System {
             workspace: workspace.map(str::to_owned),
             approval: None,
             policy: None,
+            rewind: None,
         };
         self.console
             .as_ref()

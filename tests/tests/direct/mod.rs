@@ -79,6 +79,8 @@ pub async fn publish_summons(
         emergency: false,
         policy: None,
         arbiter_policy: None,
+        start_from: None,
+        link: None,
     };
     bus.publish_js(
         subjects::summon(pool),

@@ -253,6 +253,7 @@ async fn under_scripts_up_bash_reads_no_secret_of_the_deployment() {
         workspace: None,
         approval: None,
         policy: None,
+        rewind: None,
     };
     console
         .publish_js(

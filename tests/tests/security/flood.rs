@@ -263,6 +263,7 @@ async fn flood(mallory: &Bus, filler: &str, until: Instant) -> Sent {
                 workspace: None,
                 approval: None,
                 policy: None,
+                rewind: None,
             };
             mallory
                 .publish_js(

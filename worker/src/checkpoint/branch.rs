@@ -111,7 +111,7 @@ impl Checkpoints {
         generation: Generation<'_>,
         config: &HandOver,
     ) -> Result<Option<Branch>, String> {
-        if self.member.is_some() {
+        if self.own_worktree {
             // A member's worktree is its own: what it wrote after its last
             // output is its work too. The session's workspace is not: a
             // later Orchestrator may be writing in it.

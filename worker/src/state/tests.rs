@@ -37,6 +37,8 @@ fn summon(orch_id: &str) -> Summon {
         emergency: false,
         policy: None,
         arbiter_policy: None,
+        start_from: None,
+        link: None,
     }
 }
 

@@ -31,7 +31,7 @@ fn answer(n: u32, decision: ApprovalDecision, reason: Option<&str>, console: &st
         reason: reason.map(Into::into),
     });
     Input::Human {
-        message,
+        message: Box::new(message),
         console: console.into(),
         trace: TraceContext::none(),
         ack: None,
@@ -233,7 +233,7 @@ fn the_sessions_policy_rides_on_the_next_summons() {
     message.policy = Some(Policy::parse("mode ask; deny bash(curl *)").unwrap());
     core.on_input(
         Input::Human {
-            message,
+            message: Box::new(message),
             console: "alice".into(),
             trace: TraceContext::none(),
             ack: None,

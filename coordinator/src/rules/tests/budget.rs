@@ -9,7 +9,7 @@ fn budget(text: &str, scope: BudgetScope, limit: BudgetLimit) -> Input {
     let mut message = human_message(&format!("m-{text}"), text);
     message.budget = Some(BudgetChange { scope, limit });
     Input::Human {
-        message,
+        message: Box::new(message),
         console: "alice".into(),
         trace: TraceContext::none(),
         ack: None,
@@ -613,7 +613,7 @@ fn a_stop_while_held_at_the_cap_says_that_raising_it_goes_on_not_writing() {
     message.command = Some(arbiter_protocol::HumanCommand::Stop);
     core.on_input(
         Input::Human {
-            message,
+            message: Box::new(message),
             console: "alice".into(),
             trace: TraceContext::none(),
             ack: None,

@@ -11,7 +11,7 @@ fn stop() -> Input {
     let mut message = human_message("m-stop", "/stop");
     message.command = Some(HumanCommand::Stop);
     Input::Human {
-        message,
+        message: Box::new(message),
         console: "alice".into(),
         trace: TraceContext::none(),
         ack: None,

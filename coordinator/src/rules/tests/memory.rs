@@ -13,7 +13,7 @@ fn human_in(text: &str, workspace: &str) -> Input {
     let mut message = human_message(&format!("m-{text}"), text);
     message.workspace = Some(workspace.into());
     Input::Human {
-        message,
+        message: Box::new(message),
         console: "alice".into(),
         trace: TraceContext::none(),
         ack: None,
