@@ -71,7 +71,7 @@ pub struct RunOptions {
         long,
         env = "ARBITER_BENCH_PHASES",
         value_delimiter = ',',
-        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,hooks,handoff,teams,web"
+        default_value = "baseline,saturation,levels,start,memory,anatomy,otel,hooks,handoff,teams,web,checkpoints"
     )]
     pub phases: Vec<Phase>,
     /// Session counts of the routing-overhead levels.
@@ -235,6 +235,9 @@ pub enum Phase {
     /// event on a browser tab's stream, at 1 and 100 watched sessions, and
     /// the process's memory with every stream open.
     Web,
+    /// The git checkpoint's cost per turn on a repository of 10,000 files
+    /// (no system: the worker's own checkpoint code, in its sandbox).
+    Checkpoints,
 }
 
 impl RunOptions {

@@ -11,6 +11,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod baseline;
+mod checkpoints;
 mod cli;
 mod ctx;
 mod handoff;

@@ -63,6 +63,7 @@ pub struct Report {
     pub handoff: Option<crate::handoff::Handoff>,
     pub teams: Option<crate::teams::Teams>,
     pub web: Option<crate::web::Web>,
+    pub checkpoints: Option<crate::checkpoints::Checkpoints>,
 }
 
 fn header(title: &str) {
@@ -104,6 +105,7 @@ impl Report {
             handoff: None,
             teams: None,
             web: None,
+            checkpoints: None,
         }
     }
 
@@ -403,6 +405,33 @@ impl Report {
             tick_change(&h.off, &h.hung),
             count(h.connections),
         );
+    }
+
+    pub fn print_checkpoints(&self) {
+        let Some(c) = &self.checkpoints else { return };
+        header(&format!(
+            "Checkpoints, a repository of {} files, one per output",
+            count(c.files as u64)
+        ));
+        for run in &c.runs {
+            let how = if run.sandboxed {
+                "git in bwrap"
+            } else {
+                "git unconfined"
+            };
+            row(&format!("a turn's (3 files), {how}"), &run.turn);
+        }
+        for run in &c.runs {
+            let p99 = run.turn.quantile(0.99);
+            println!(
+                "  {}: p99 {} (target ≤ {}: {}); the first, from the user's index: {}",
+                if run.sandboxed { "bwrap" } else { "unconfined" },
+                micros(p99),
+                micros(crate::checkpoints::TARGET_P99),
+                verdict(p99 <= crate::checkpoints::TARGET_P99),
+                micros(run.first)
+            );
+        }
     }
 
     pub fn print_handoff(&self) {

@@ -100,6 +100,10 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
         report.web = Some(crate::web::run(&ctx).await?);
         report.print_web();
     }
+    if ctx.opts.has(Phase::Checkpoints) {
+        report.checkpoints = Some(crate::checkpoints::run().await?);
+        report.print_checkpoints();
+    }
     if ctx.opts.has(Phase::Runtimes) {
         crate::runtimes::run(&ctx).await?;
     }

@@ -139,6 +139,8 @@ pub struct App {
     pub checkpoints: crate::rewind::Checkpoints,
     /// A `/rewind` waiting for the human's `y`: the line then sent.
     pub asking: Option<String>,
+    /// The Orchestrators whose handed-over branch was shown (their ids).
+    branches_shown: Vec<String>,
 }
 
 impl App {
@@ -156,6 +158,7 @@ impl App {
             attached: false,
             checkpoints: crate::rewind::Checkpoints::default(),
             asking: None,
+            branches_shown: Vec::new(),
         }
     }
 
@@ -198,6 +201,16 @@ impl App {
                 self.take_session(status, Some(age), now);
             }
             FeedEvent::Orchestrator(status) => {
+                if status.session_id == self.session_id
+                    && let Some(branch) = &status.branch
+                    && !self.branches_shown.contains(&status.orch_id)
+                {
+                    self.branches_shown.push(status.orch_id.clone());
+                    self.conversation.notice(
+                        Kind::Event,
+                        &crate::rewind::branch_line(status.number, branch),
+                    );
+                }
                 self.vitals.orchestrator(status, now);
             }
             FeedEvent::Delta(delta) => {

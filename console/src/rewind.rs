@@ -141,6 +141,37 @@ pub fn question(known: &Known, working: &[String]) -> String {
     ))
 }
 
+/// What the console shows when an Orchestrator's work was handed over as a
+/// branch (its stopped status names it).
+pub fn branch_line(number: u32, branch: &arbiter_protocol::Branch) -> String {
+    // A member's (or a chain link's) branch ends `<n>.<m>`.
+    let member = branch
+        .name
+        .rsplit('/')
+        .next()
+        .and_then(|last| last.split_once('.'))
+        .and_then(|(_, m)| m.parse::<u32>().ok());
+    let name = member_name(number, member);
+    let files = if branch.files == 1 { "file" } else { "files" };
+    let mut line = format!(
+        "{name}'s work is on branch {} ({} {files}, commit {})",
+        branch.name,
+        branch.files,
+        branch.commit.chars().take(12).collect::<String>()
+    );
+    if let Some(to) = &branch.pushed_to {
+        line.push_str(&format!("; pushed to {to}"));
+    }
+    if let Some(pr) = &branch.pull_request {
+        line.push_str(&format!("; pull request: {pr}"));
+    }
+    if let Some(problem) = &branch.problem {
+        line.push_str(&format!("; {problem}"));
+    }
+    line.push('.');
+    inert::one_line(&line)
+}
+
 /// Reads the checkpoints a live session's log names.
 async fn read(bus: &Bus, session_id: &str) -> Result<Checkpoints> {
     let filter = subjects::session_log(session_id);
@@ -372,6 +403,32 @@ mod tests {
                 handoff: None,
             }),
         }
+    }
+
+    #[test]
+    fn a_handed_over_branch_is_said_with_where_it_went() {
+        let mut branch = arbiter_protocol::Branch {
+            name: "arbiter/s/2.3".into(),
+            commit: "0123456789abcdef".into(),
+            files: 1,
+            pushed_to: Some("origin".into()),
+            pull_request: Some("https://forge/pr/7\x1b[2J".into()),
+            problem: None,
+        };
+        assert_eq!(
+            branch_line(2, &branch),
+            "Orchestrator II.3's work is on branch arbiter/s/2.3 (1 file, commit 0123456789ab); \
+             pushed to origin; pull request: https://forge/pr/7\\x1b[2J."
+        );
+        branch.name = "arbiter/s/2".into();
+        branch.pushed_to = None;
+        branch.pull_request = None;
+        branch.problem = Some("not pushed to /srv/r.git: refused".into());
+        assert_eq!(
+            branch_line(2, &branch),
+            "Orchestrator II's work is on branch arbiter/s/2 (1 file, commit 0123456789ab); not \
+             pushed to /srv/r.git: refused."
+        );
     }
 
     #[test]

@@ -46,9 +46,10 @@ const SAFE: [&str; 10] = [
     "core.untrackedCache=false",
 ];
 
-/// The checkpoints of one workspace.
+/// The checkpoints of one workspace (public for `arbiter-bench`, which
+/// times them).
 #[derive(Debug, Clone)]
-pub(crate) struct Checkpoints {
+pub struct Checkpoints {
     workspace: PathBuf,
     /// The workspace's git directory (a team member's worktree has one of
     /// its own), and the repository's, where objects and refs are: both
@@ -73,7 +74,7 @@ pub(crate) struct Checkpoints {
 impl Checkpoints {
     /// The checkpoints of `summon`'s Orchestrator in `workspace`, or why
     /// there are none: the one sentence the human reads.
-    pub(crate) fn open(
+    pub fn open(
         sandbox: Arc<Sandbox>,
         workspace: &Path,
         summon: &arbiter_protocol::Summon,
@@ -124,7 +125,7 @@ impl Checkpoints {
 
     /// The workspace with output `seq` (whose message is `message`, the
     /// worker's evidence `summary`).
-    pub(crate) async fn make_output(
+    pub async fn make_output(
         &self,
         seq: u64,
         message: &str,
@@ -217,10 +218,18 @@ impl Checkpoints {
             "GIT_INDEX_FILE".to_owned(),
             index.to_string_lossy().into_owned(),
         )];
-        let last = self.rev(&format!("{}^{{commit}}", self.git_ref)).await;
-        let base = match &last {
-            Some(commit) => Some(commit.clone()),
-            None => self.rev("HEAD^{commit}").await,
+        // One git for the four names (each git here is a sandbox started).
+        let [last, last_tree, head, head_tree] = self
+            .revs([
+                format!("{}^{{commit}}", self.git_ref),
+                format!("{}^{{tree}}", self.git_ref),
+                "HEAD^{commit}".to_owned(),
+                "HEAD^{tree}".to_owned(),
+            ])
+            .await?;
+        let (base, base_tree) = match &last {
+            Some(_) => (last.clone(), last_tree),
+            None => (head, head_tree),
         };
         match &base {
             // The stat data of what matches kept; an index that cannot be
@@ -240,33 +249,41 @@ impl Checkpoints {
                 self.git(&["read-tree", "--empty"], &with_index).await?;
             }
         };
-        // What the checkpoint takes: what git would add, but for files over the cap.
+        // What the checkpoint takes: what git would add, but for files over
+        // the cap. Only what changed since the last one (or is untracked) is
+        // added, so only those are looked at: all of them in one task.
         let listed = self
             .git(
                 &[
                     "ls-files",
                     "-z",
-                    "--cached",
+                    "--modified",
                     "--others",
                     "--exclude-standard",
                 ],
                 &with_index,
             )
             .await?;
+        let workspace = self.workspace.clone();
+        let too_large = tokio::task::spawn_blocking(move || {
+            nul_separated(&listed)
+                .into_iter()
+                .filter_map(|path| {
+                    let meta = std::fs::symlink_metadata(workspace.join(&path)).ok()?;
+                    (meta.is_file() && meta.len() > MAX_FILE_BYTES).then_some((path, meta.len()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| format!("the workspace's files could not be looked at: {e}"))?;
         let mut skipped = Vec::new();
         let mut excluded = Vec::new();
-        for path in nul_separated(&listed) {
-            let full = self.workspace.join(&path);
-            if let Ok(meta) = tokio::fs::symlink_metadata(&full).await
-                && meta.is_file()
-                && meta.len() > MAX_FILE_BYTES
-            {
-                skipped.push(Skipped {
-                    why: format!("too large: {} bytes, over {MAX_FILE_BYTES}", meta.len()),
-                    path: path.clone(),
-                });
-                excluded.push(format!(":(exclude,literal){path}"));
-            }
+        for (path, len) in too_large {
+            skipped.push(Skipped {
+                why: format!("too large: {len} bytes, over {MAX_FILE_BYTES}"),
+                path: path.clone(),
+            });
+            excluded.push(format!(":(exclude,literal){path}"));
         }
         let ignored = self
             .git(
@@ -291,10 +308,6 @@ impl Checkpoints {
         add.extend(excluded.iter().map(String::as_str));
         self.git(&add, &with_index).await?;
         let tree = text(&self.git(&["write-tree"], &with_index).await?);
-        let base_tree = match &base {
-            Some(commit) => self.rev(&format!("{commit}^{{tree}}")).await,
-            None => None,
-        };
         if base_tree.as_deref() == Some(tree.as_str()) {
             return Ok(None);
         }
@@ -334,6 +347,32 @@ impl Checkpoints {
         }))
     }
 
+    /// The objects `specs` name, each `None` when it names none, from one
+    /// `git cat-file --batch-check`.
+    async fn revs<const N: usize>(
+        &self,
+        specs: [String; N],
+    ) -> Result<[Option<String>; N], String> {
+        let mut input = specs.join("\n");
+        input.push('\n');
+        let out = self
+            .git_fed(
+                &["cat-file", "--batch-check=%(objectname)"],
+                &[],
+                input.into_bytes(),
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let mut lines = text.lines();
+        Ok(std::array::from_fn(|_| {
+            lines
+                .next()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.ends_with(" missing") && !l.contains(' '))
+                .map(str::to_owned)
+        }))
+    }
+
     /// The object `spec` names, or `None`.
     async fn rev(&self, spec: &str) -> Option<String> {
         self.git(&["rev-parse", "--verify", "--quiet", spec], &[])
@@ -346,6 +385,16 @@ impl Checkpoints {
     /// Runs `git <args>` in the workspace, in the sandbox; its stdout, or
     /// why it failed.
     async fn git(&self, args: &[&str], env: &[(String, String)]) -> Result<Vec<u8>, String> {
+        self.git_fed(args, env, Vec::new()).await
+    }
+
+    /// [`Checkpoints::git`] with `input` on its stdin.
+    async fn git_fed(
+        &self,
+        args: &[&str],
+        env: &[(String, String)],
+        input: Vec<u8>,
+    ) -> Result<Vec<u8>, String> {
         let mut all: Vec<String> = SAFE.iter().map(|s| (*s).to_owned()).collect();
         all.extend(args.iter().map(|s| (*s).to_owned()));
         // A team member's worktree: the repository's directory, where its
@@ -358,8 +407,22 @@ impl Checkpoints {
         let mut cmd = self
             .sandbox
             .server_command_with(&self.workspace, also, "git", &all, env);
-        cmd.stdin(std::process::Stdio::null());
-        let out = tokio::time::timeout(GIT_TIMEOUT, cmd.output())
+        cmd.stdin(if input.is_empty() {
+            std::process::Stdio::null()
+        } else {
+            std::process::Stdio::piped()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        let run = async {
+            let mut child = cmd.spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                use tokio::io::AsyncWriteExt as _;
+                stdin.write_all(&input).await?;
+            }
+            child.wait_with_output().await
+        };
+        let out = tokio::time::timeout(GIT_TIMEOUT, run)
             .await
             .map_err(|_| format!("git {} took longer than {GIT_TIMEOUT:?}", args[0]))?
             .map_err(|e| format!("git {} did not start: {e}", args[0]))?;
