@@ -814,3 +814,59 @@ async fn a_rewind_to_after_generation_one_is_where_the_next_orchestrator_starts(
         rewound
     );
 }
+
+/// What the human sees: a sequential chain of two links, both in the
+/// session's workspace; each link's work is handed over on a branch named
+/// by its link, `arbiter/<session>/1.1` holding the plan and `1.2` the
+/// parser, the second stacked on the first's checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_leaves_one_branch_per_link_named_by_its_link() {
+    let sys = System::start().await;
+    let s = "s-chain-branches";
+    let ws = sys.workspace(s);
+    repo(&ws);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "clean"]);
+    let log = sys.watch_log(s).await;
+    let human = "Plan the parser, then build it, one after the other";
+    let arb = arbiter_lane(human);
+    sys.mock.push(
+        &arb,
+        summons(
+            "Ship the parser.",
+            json!({
+                "strategy": "sequential",
+                "briefs": ["Plan it: plan.md.", "Build it: parser.rs."],
+                "directive": {"words": human, "parsed": "sequential, 2 links", "confidence": 90}
+            }),
+        ),
+    );
+    sys.mock
+        .push(&arb, arbiter("release_orchestrators", "Shipped."));
+    sys.send(s, human).await;
+    let files = ["plan.md", "parser.rs"];
+    for (i, file) in files.iter().enumerate() {
+        let links = summoned(&log, i + 1).await;
+        let lane = orch_lane(&links[i].brief);
+        sys.mock.push(
+            &lane,
+            MockReply::tool_use("write", json!({"path": file, "content": "x\n"})),
+        );
+        sys.mock
+            .push(&lane, orch(true, &format!("{file} written.")));
+    }
+    let first = branch_made(&ws, &format!("arbiter/{s}/1.1")).await;
+    let second = branch_made(&ws, &format!("arbiter/{s}/1.2")).await;
+    assert_eq!(changes(&ws, &first), ["A plan.md"]);
+    assert_eq!(changes(&ws, &second), ["A parser.rs"]);
+    assert_eq!(
+        git(&ws, &["log", "-1", "--format=%s", &second]).trim(),
+        "Orchestrator I.2: parser.rs written."
+    );
+    let made = checkpoints(&log);
+    assert_eq!(
+        git(&ws, &["rev-parse", &format!("{second}^")]).trim(),
+        made[0].commit,
+        "the second link starts where the first left the workspace"
+    );
+}

@@ -139,18 +139,46 @@ pub fn member_dir(session: &str, member: u32) -> String {
     format!("{session}.m{member}")
 }
 
+/// Held while a git worktree is added (see [`prepare_member`]).
+static WORKTREE_ADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Makes `dir` from the session's workspace `from`: a git worktree when
 /// `from` is a repository with a commit, else a copy.
 fn prepare_member(from: &Path, dir: &Path) -> Result<(), OpenError> {
     if from.join(".git").exists() {
-        let added = std::process::Command::new("git")
-            .arg("-C")
-            .arg(from)
-            .args(["worktree", "add", "--detach", "--quiet"])
-            .arg(dir)
-            .arg("HEAD")
-            .stdin(std::process::Stdio::null())
-            .output();
+        // One `worktree add` at a time: the members of a team are prepared
+        // at once, and git reads the other worktrees' directories while
+        // another is half made (`failed to read .git/worktrees/…/commondir`).
+        // Workers in other processes may add one at the same moment: a
+        // failed attempt is tried again, twice, a moment later.
+        let mut added;
+        let mut attempt = 0;
+        loop {
+            added = {
+                let _one = WORKTREE_ADD
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Again: `-f`, as a failed attempt may have registered it.
+                let force: &[&str] = if attempt > 0 { &["-f"] } else { &[] };
+                std::process::Command::new("git")
+                    .arg("-C")
+                    .arg(from)
+                    .args(["worktree", "add", "--detach", "--quiet"])
+                    .args(force)
+                    .arg(dir)
+                    .arg("HEAD")
+                    .stdin(std::process::Stdio::null())
+                    .output()
+            };
+            attempt += 1;
+            match &added {
+                Ok(out) if !out.status.success() && attempt < 3 => {
+                    let _ = std::fs::remove_dir_all(dir);
+                    std::thread::sleep(std::time::Duration::from_millis(100 * attempt));
+                }
+                _ => break,
+            }
+        }
         match added {
             Ok(out) if out.status.success() => return Ok(()),
             Ok(out) => tracing::warn!(
