@@ -9,25 +9,20 @@
 //! console runs (or `--repo`).
 
 use std::path::Path;
-use std::time::Duration;
 
-use arbiter_bus::{Bus, NatsOptions, Reach, TraceContext};
+use arbiter_bus::{Bus, NatsOptions, Reach};
 use arbiter_protocol::roles::NatsRole;
 use arbiter_protocol::{LogBody, LogEntry, member_name, subjects};
-use async_nats::jetstream::consumer::DeliverPolicy;
-use futures::StreamExt;
 use serde::Serialize;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite};
 
-use crate::session::{CLIENT_NAME, open_log_from};
+use crate::session::CLIENT_NAME;
 use crate::{ConsoleError, Result, inert, write_line};
 
 /// Characters of an output's first line a checkpoint's label keeps.
 const LABEL_CHARS: usize = 60;
 /// Log entries read per request while listing.
 const BATCH: usize = 256;
-/// How long the log has to say what became of a rewind.
-const CONFIRM_WITHIN: Duration = Duration::from_secs(15);
 
 /// A checkpoint the log names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -270,7 +265,6 @@ pub async fn rewind<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
             return write_line(&mut out, "Not rewound.").await;
         }
     }
-    let mut log = open_log_from(&bus, session_id, DeliverPolicy::New).await?;
     let message_id = uuid::Uuid::now_v7().to_string();
     let text = if stop {
         format!("/rewind --stop {}", known.commit)
@@ -278,40 +272,21 @@ pub async fn rewind<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
         format!("/rewind {}", known.commit)
     };
     let message = crate::command::message(session_id, &message_id, text, None);
-    bus.publish_js(
-        subjects::session_human_from(session_id, identity),
-        &message_id,
-        &TraceContext::none(),
-        &message,
-    )
-    .await?;
-    let said = tokio::time::timeout(CONFIRM_WITHIN, async {
-        let mut after_ours = false;
-        while let Some(Ok(msg)) = log.next().await {
-            let Ok(entry) = serde_json::from_slice::<LogEntry>(&msg.payload) else {
-                continue;
-            };
-            match entry.body {
-                LogBody::Human(h) if h.message_id == message_id => after_ours = true,
-                LogBody::Rewound(e) if after_ours => return Some(Ok(crate::render::rewound(&e))),
-                LogBody::System(s) if after_ours && s.text.starts_with("The rewind") => {
-                    return Some(Err(s.text));
-                }
-                _ => {}
-            }
-        }
-        None
+    let said = crate::stop::send_and_hear(&bus, identity, &message, |body| match body {
+        LogBody::Rewound(e) => Some(Ok(crate::render::rewound(&e))),
+        LogBody::System(s) if s.text.starts_with("The rewind") => Some(Err(s.text)),
+        _ => None,
     })
-    .await;
+    .await?;
     match said {
-        Ok(Some(Ok(text))) => write_line(&mut out, &inert::one_line(&text)).await,
-        Ok(Some(Err(text))) => Err(refused(session_id, inert::one_line(&text))),
-        _ => Err(refused(
+        Some(Ok(text)) => write_line(&mut out, &inert::one_line(&text)).await,
+        Some(Err(text)) => Err(refused(session_id, inert::one_line(&text))),
+        None => Err(refused(
             session_id,
             format!(
                 "the rewind was sent, but the log did not say what became of it within {} s \
                  (is the coordinator running?)",
-                CONFIRM_WITHIN.as_secs()
+                crate::stop::CONFIRM_WITHIN.as_secs()
             ),
         )),
     }

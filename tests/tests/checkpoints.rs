@@ -31,6 +31,13 @@ fn repo(ws: &Path) {
     std::fs::write(ws.join("human-notes.txt"), "mine\n").unwrap();
 }
 
+/// [`repo`], with what the human left committed: a clean tree.
+fn clean_repo(ws: &Path) {
+    repo(ws);
+    git(ws, &["add", "-A"]);
+    git(ws, &["commit", "-q", "-m", "clean"]);
+}
+
 /// What git says of the user's side of the repository: HEAD, the
 /// branches (but the `arbiter/…` ones the work is handed over on), the
 /// index, and where HEAD points.
@@ -239,9 +246,7 @@ async fn ignored_and_oversized_files_stay_out_and_the_log_says_so() {
     let sys = System::start().await;
     let s = "s-checkpoint-skips";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let log = sys.watch_log(s).await;
     let words = "Build and keep the artefact.";
     let arb = arbiter_lane(words);
@@ -353,9 +358,7 @@ async fn a_worker_killed_mid_turn_loses_no_checkpoint_and_makes_none_twice() {
     let watch = Watch::start(&sys).await;
     let s = "s-checkpoint-kill";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let mut w1 = sys.worker_process("w1", 1);
     worker_ready(&sys, "w1").await;
     let brief = "Write half.txt, then report.";
@@ -416,9 +419,7 @@ async fn a_released_orchestrators_branch_is_pushed_and_the_pull_request_command_
     let watch = Watch::start(&sys).await;
     let s = "s-handover";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let away = tempfile::tempdir().unwrap();
     let origin = away.path().join("origin.git");
     git(away.path(), &["init", "-q", "--bare", "origin.git"]);
@@ -547,9 +548,7 @@ async fn a_parallel_team_of_three_leaves_three_member_branches_each_with_its_own
     let sys = System::start().await;
     let s = "s-team-branches";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let head = git(&ws, &["rev-parse", "HEAD"]).trim().to_owned();
     let before = users_side(&ws);
     let log = sys.watch_log(s).await;
@@ -650,9 +649,7 @@ async fn a_rewind_to_after_generation_one_is_where_the_next_orchestrator_starts(
     let sys = System::start().await;
     let s = "s-rewind";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let log = sys.watch_log(s).await;
     let words = "Build it in two steps.";
     let arb = arbiter_lane(words);
@@ -824,9 +821,7 @@ async fn a_chain_leaves_one_branch_per_link_named_by_its_link() {
     let sys = System::start().await;
     let s = "s-chain-branches";
     let ws = sys.workspace(s);
-    repo(&ws);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "-q", "-m", "clean"]);
+    clean_repo(&ws);
     let log = sys.watch_log(s).await;
     let human = "Plan the parser, then build it, one after the other";
     let arb = arbiter_lane(human);
