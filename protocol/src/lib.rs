@@ -118,6 +118,22 @@ pub fn member_name(n: u32, member: Option<u32>) -> String {
     }
 }
 
+/// An `f32` that JSON can carry back: a number out of `f32`'s range would
+/// decode as an infinity, which encodes as `null` and so does not decode
+/// again. Refused here, so a reader never passes on what it cannot read.
+pub(crate) fn finite_f32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    let wide = <f64 as serde::Deserialize>::deserialize(d)?;
+    #[allow(clippy::cast_possible_truncation)]
+    let narrow = wide as f32;
+    if narrow.is_finite() {
+        Ok(narrow)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "{wide} is out of range for a percentage"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

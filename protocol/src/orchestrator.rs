@@ -227,6 +227,7 @@ pub struct OrchestratorStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<crate::Branch>,
     /// Context used, 0–100, of the role's context budget.
+    #[serde(deserialize_with = "crate::finite_f32")]
     pub context_pct: f32,
     /// Input tokens of the last model call (cache included).
     pub context_tokens: u64,

@@ -435,6 +435,7 @@ pub struct SessionStatus {
     pub state: SessionState,
     /// Inputs waiting for the Arbiter.
     pub queued: u32,
+    #[serde(deserialize_with = "crate::finite_f32")]
     pub arbiter_context_pct: f32,
     pub arbiter_context_tokens: u64,
     /// The first live Orchestrator (kept for older consoles; see `team`).

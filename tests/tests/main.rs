@@ -44,6 +44,7 @@ mod providers_e2e;
 mod readme;
 mod request_budget;
 mod retention;
+mod roundtrip;
 mod routing;
 mod runaway;
 mod runtime_capacity;

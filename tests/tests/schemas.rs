@@ -16,7 +16,7 @@ use arbiter_protocol::{
 };
 use serde::de::DeserializeOwned;
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
@@ -62,13 +62,13 @@ fn every_checked_in_schema_is_generated_from_its_type() {
 }
 
 /// A ```json block of a document, with the heading it sits under.
-struct Example {
-    line: usize,
+pub(crate) struct Example {
+    pub line: usize,
     heading: String,
     text: String,
 }
 
-fn examples(path: &Path) -> Vec<Example> {
+pub(crate) fn examples(path: &Path) -> Vec<Example> {
     let doc = std::fs::read_to_string(path).unwrap();
     let mut out = Vec::new();
     let mut heading = String::new();
@@ -107,9 +107,9 @@ fn decode<T: DeserializeOwned>(value: &serde_json::Value) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Decodes one example with the type of the section it documents.
-fn check(example: &Example) -> Result<&'static str, String> {
-    // A fragment (`"evidence":{…}`) is one field of a message: decode its value.
+/// The type an example documents (by the section it is in) and its JSON:
+/// a fragment's (`"evidence":{…}`, one field of a message) is its value.
+pub(crate) fn typed(example: &Example) -> Result<(&'static str, serde_json::Value), String> {
     let text = example.text.trim();
     if !text.starts_with('{') {
         let value: serde_json::Value =
@@ -118,46 +118,73 @@ fn check(example: &Example) -> Result<&'static str, String> {
             .as_object()
             .and_then(|o| o.iter().next())
             .ok_or("an empty fragment")?;
-        return match key.as_str() {
-            "evidence" => decode::<Evidence>(value).map(|()| "Evidence"),
-            "handoff" => decode::<arbiter_protocol::Handoff>(value).map(|()| "Handoff"),
-            "spend" => decode::<arbiter_protocol::Spend>(value).map(|()| "Spend"),
-            other => Err(format!(
-                "a fragment of `{other}`, which no type is known for"
-            )),
+        let ty = match key.as_str() {
+            "evidence" => "Evidence",
+            "handoff" => "Handoff",
+            "spend" => "Spend",
+            other => {
+                return Err(format!(
+                    "a fragment of `{other}`, which no type is known for"
+                ));
+            }
         };
+        return Ok((ty, value.clone()));
     }
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let h = example.heading.as_str();
-    if h.contains(".in.<orch_id>.<n>`") {
+    let ty = if h.contains(".in.<orch_id>.<n>`") {
         // An input as protocol v3 stores it: a log entry.
-        decode::<LogEntry>(&value).map(|()| "LogEntry")
+        "LogEntry"
     } else if h.contains(".summon.") {
-        decode::<Summon>(&value).map(|()| "Summon")
+        "Summon"
     } else if h.contains(".in`") {
-        decode::<OrchestratorInput>(&value).map(|()| "OrchestratorInput")
+        "OrchestratorInput"
     } else if h.contains(".out`") {
-        decode::<OrchestratorMessage>(&value).map(|()| "OrchestratorMessage")
+        "OrchestratorMessage"
     } else if h.contains("orch_id>.status`") {
-        decode::<OrchestratorStatus>(&value).map(|()| "OrchestratorStatus")
+        "OrchestratorStatus"
     } else if h.contains(".ctl`") {
-        decode::<Control>(&value).map(|()| "Control")
+        "Control"
     } else if h.contains(".human.") {
-        decode::<HumanMessage>(&value).map(|()| "HumanMessage")
+        "HumanMessage"
     } else if h.contains(".log`") {
-        decode::<LogEntry>(&value).map(|()| "LogEntry")
+        "LogEntry"
     } else if h.contains(".delta`") {
-        decode::<ArbiterDelta>(&value).map(|()| "ArbiterDelta")
+        "ArbiterDelta"
     } else if h.contains("session_id>.status`") {
-        decode::<SessionStatus>(&value).map(|()| "SessionStatus")
+        "SessionStatus"
     } else if h.contains("Conversation rules") {
         // The Arbiter's reply (never on NATS, but its schema is checked in).
-        decode::<arbiter_protocol::ArbiterOutput>(&value).map(|()| "ArbiterOutput")
+        "ArbiterOutput"
     } else if h.contains("Writing a worker") {
-        decode::<arbiter_worker::WorkerPresence>(&value).map(|()| "WorkerPresence")
+        "WorkerPresence"
     } else {
-        Err("no type is known for this section".into())
-    }
+        return Err("no type is known for this section".into());
+    };
+    Ok((ty, value))
+}
+
+/// Decodes one example with the type of the section it documents.
+fn check(example: &Example) -> Result<&'static str, String> {
+    let (ty, value) = typed(example)?;
+    let decoded = match ty {
+        "Evidence" => decode::<Evidence>(&value),
+        "Handoff" => decode::<arbiter_protocol::Handoff>(&value),
+        "Spend" => decode::<arbiter_protocol::Spend>(&value),
+        "LogEntry" => decode::<LogEntry>(&value),
+        "Summon" => decode::<Summon>(&value),
+        "OrchestratorInput" => decode::<OrchestratorInput>(&value),
+        "OrchestratorMessage" => decode::<OrchestratorMessage>(&value),
+        "OrchestratorStatus" => decode::<OrchestratorStatus>(&value),
+        "Control" => decode::<Control>(&value),
+        "HumanMessage" => decode::<HumanMessage>(&value),
+        "ArbiterDelta" => decode::<ArbiterDelta>(&value),
+        "SessionStatus" => decode::<SessionStatus>(&value),
+        "ArbiterOutput" => decode::<arbiter_protocol::ArbiterOutput>(&value),
+        "WorkerPresence" => decode::<arbiter_worker::WorkerPresence>(&value),
+        other => Err(format!("{other}: no decoder")),
+    };
+    decoded.map(|()| ty)
 }
 
 /// The checked-in schema a type's examples must validate against (the
