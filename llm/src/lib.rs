@@ -20,6 +20,8 @@ pub mod price;
 mod repetition;
 mod retry;
 pub mod schema;
+#[cfg(test)]
+mod stream_props;
 pub mod structured;
 pub mod telemetry;
 mod types;

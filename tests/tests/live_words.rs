@@ -136,9 +136,16 @@ async fn an_output_starts_the_arbiters_call_as_it_is_published_and_shows_once_st
     };
     let question = bare_question(s, &orch_id, 1, "Which crate goes first?");
     // What core subscribers get of every publish, before the store; here
-    // without the store.
-    publish_refused(&sys, subjects::orch_out(&orch_id), &question).await;
-    sys.mock.wait_for_requests(&arb, 2, WAIT).await;
+    // without the store. The coordinator subscribes to the Orchestrator's
+    // output once the summons' step is stored, a moment after the log shows
+    // it: sent again until the call comes (an early call is made once per
+    // output; a copy that finds no subscriber is simply not seen).
+    eventually(WAIT, "the early call", || async {
+        publish_refused(&sys, subjects::orch_out(&orch_id), &question).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (sys.mock.requests_for(&arb).len() >= 2).then_some(())
+    })
+    .await;
     assert_eq!(
         sys.mock.requests_for(&arb)[1].last_user_text(),
         "Orchestrator I: Which crate goes first?"

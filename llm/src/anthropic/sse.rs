@@ -224,25 +224,55 @@ mod tests {
         Ok(out)
     }
 
+    /// A recorded stream: text, a ping, a tool call split across deltas, an
+    /// unknown event, the stop.
+    const RECORDED: &[(&str, &str)] = &[
+        (
+            "message_start",
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":90,"output_tokens":1}}}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"index":0,"delta":{"type":"text_delta","text":"Hel"}}"#,
+        ),
+        ("ping", r#"{"type":"ping"}"#),
+        (
+            "content_block_delta",
+            r#"{"index":0,"delta":{"type":"text_delta","text":"lo"}}"#,
+        ),
+        ("content_block_stop", r#"{"index":0}"#),
+        (
+            "content_block_start",
+            r#"{"index":1,"content_block":{"type":"tool_use","id":"t1","name":"read","input":{}}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"1}"}}"#,
+        ),
+        ("content_block_stop", r#"{"index":1}"#),
+        ("some_future_event", r#"{"x":1}"#),
+        (
+            "message_delta",
+            r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#,
+        ),
+        ("message_stop", r#"{}"#),
+    ];
+
     #[test]
     fn assembles_text_and_a_tool_call_split_across_deltas() {
-        let out = feed(&[
-            ("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":90,"output_tokens":1}}}"#),
-            ("content_block_start", r#"{"index":0,"content_block":{"type":"text","text":""}}"#),
-            ("content_block_delta", r#"{"index":0,"delta":{"type":"text_delta","text":"Hel"}}"#),
-            ("ping", r#"{"type":"ping"}"#),
-            ("content_block_delta", r#"{"index":0,"delta":{"type":"text_delta","text":"lo"}}"#),
-            ("content_block_stop", r#"{"index":0}"#),
-            ("content_block_start", r#"{"index":1,"content_block":{"type":"tool_use","id":"t1","name":"read","input":{}}}"#),
-            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#),
-            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#),
-            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"1}"}}"#),
-            ("content_block_stop", r#"{"index":1}"#),
-            ("some_future_event", r#"{"x":1}"#),
-            ("message_delta", r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#),
-            ("message_stop", r#"{}"#),
-        ])
-        .unwrap();
+        let out = feed(RECORDED).unwrap();
         assert_eq!(out[0], StreamEvent::TextDelta("Hel".into()));
         assert_eq!(out[1], StreamEvent::TextDelta("lo".into()));
         assert_eq!(
@@ -292,5 +322,30 @@ mod tests {
     fn malformed_data_is_a_stream_error() {
         let err = feed(&[("message_start", "{not json")]).unwrap_err();
         assert!(matches!(err, LlmError::Stream(_)), "{err:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: crate::stream_props::cases(),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// The recorded stream, changed at random: an error or a reply that
+        /// holds together, never a panic (`stream_props.rs`).
+        #[test]
+        fn a_changed_stream_fails_or_holds_together(
+            changes in proptest::collection::vec(crate::stream_props::change(), 0..4),
+        ) {
+            let mut stream: Vec<(String, String)> =
+                RECORDED.iter().map(|(e, d)| ((*e).to_owned(), (*d).to_owned())).collect();
+            for c in &changes {
+                crate::stream_props::apply(&mut stream, c);
+            }
+            let completed = crate::stream_props::fold(Assembler::default(), &stream)?;
+            if changes.is_empty() {
+                proptest::prop_assert!(completed);
+            }
+        }
     }
 }

@@ -239,21 +239,24 @@ mod tests {
         Ok(out)
     }
 
+    /// A recorded stream: text, two tool calls interleaved by index, the
+    /// finish, the usage, `[DONE]`.
+    const RECORDED: &[&str] = &[
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me "}}],"usage":null}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"see."}}],"usage":null}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"grep","arguments":"{\"q\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"x\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":30,"total_tokens":1030,"prompt_tokens_details":{"cached_tokens":800}}}"#,
+        "[DONE]",
+    ];
+
     #[test]
     fn tool_calls_are_joined_by_index_and_usage_splits_cached_tokens() {
-        let out = feed(&[
-            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me "}}],"usage":null}"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"see."}}],"usage":null}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read","arguments":""}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"grep","arguments":"{\"q\":"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a\"}"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"x\"}"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":30,"total_tokens":1030,"prompt_tokens_details":{"cached_tokens":800}}}"#,
-            "[DONE]",
-        ])
-        .unwrap();
+        let out = feed(RECORDED).unwrap();
         assert_eq!(out[0], StreamEvent::TextDelta("Let me ".into()));
         assert_eq!(
             out[2],
@@ -326,5 +329,30 @@ mod tests {
         .unwrap();
         assert_eq!(r.stop_reason, StopReason::ToolUse);
         assert_eq!(r.usage.unwrap().total_input(), 10);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: crate::stream_props::cases(),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// The recorded stream, changed at random: an error or a reply that
+        /// holds together, never a panic (`stream_props.rs`).
+        #[test]
+        fn a_changed_stream_fails_or_holds_together(
+            changes in proptest::collection::vec(crate::stream_props::change(), 0..4),
+        ) {
+            let mut stream: Vec<(String, String)> =
+                RECORDED.iter().map(|d| ("message".to_owned(), (*d).to_owned())).collect();
+            for c in &changes {
+                crate::stream_props::apply(&mut stream, c);
+            }
+            let completed = crate::stream_props::fold(Assembler::default(), &stream)?;
+            if changes.is_empty() {
+                proptest::prop_assert!(completed);
+            }
+        }
     }
 }
