@@ -205,6 +205,18 @@ async fn open(nats: &NatsOptions, session_id: &str) -> Result<Bus> {
     Ok(Bus::open(conn, NatsRole::Console, Reach::FailFast).await?)
 }
 
+/// The checkpoint `id` names among those the session's log names, and the
+/// connection it was read on; a clear error when there is none.
+async fn find(nats: &NatsOptions, session_id: &str, id: &str) -> Result<(Bus, Known)> {
+    let bus = open(nats, session_id).await?;
+    let known = read(&bus, session_id)
+        .await?
+        .resolve(id)
+        .map_err(|why| refused(session_id, why))?
+        .clone();
+    Ok((bus, known))
+}
+
 fn refused(session_id: &str, message: String) -> ConsoleError {
     ConsoleError::Checkpoint {
         session_id: session_id.to_owned(),
@@ -251,12 +263,7 @@ pub async fn rewind<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     mut input: R,
     mut out: W,
 ) -> Result<()> {
-    let bus = open(nats, session_id).await?;
-    let checkpoints = read(&bus, session_id).await?;
-    let known = checkpoints
-        .resolve(id)
-        .map_err(|why| refused(session_id, why))?
-        .clone();
+    let (bus, known) = find(nats, session_id, id).await?;
     if !yes {
         write_line(&mut out, &format!("{} [y/N]", question(&known, &[]))).await?;
         let mut answer = String::new();
@@ -303,11 +310,7 @@ pub async fn diff<W: AsyncWrite + Unpin>(
     repo: &Path,
     mut out: W,
 ) -> Result<()> {
-    let bus = open(nats, session_id).await?;
-    let checkpoints = read(&bus, session_id).await?;
-    let known = checkpoints
-        .resolve(id)
-        .map_err(|why| refused(session_id, why))?;
+    let (_, known) = find(nats, session_id, id).await?;
     let shown = tokio::process::Command::new("git")
         .arg("-C")
         .arg(repo)

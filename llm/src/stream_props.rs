@@ -56,7 +56,7 @@ fn leaves(value: &Value, at: String, out: &mut Vec<String>) {
     }
 }
 
-pub(crate) fn apply(stream: &mut Vec<(String, String)>, change: &Change) {
+fn apply(stream: &mut Vec<(String, String)>, change: &Change) {
     if stream.is_empty() {
         return;
     }
@@ -97,10 +97,7 @@ pub(crate) fn apply(stream: &mut Vec<(String, String)>, change: &Change) {
 
 /// Folds `stream` with `assembler` as the HTTP side does (ending it when the
 /// body ends); checks what it yields. `Ok(true)`: it completed.
-pub(crate) fn fold(
-    mut assembler: impl Assemble,
-    stream: &[(String, String)],
-) -> Result<bool, TestCaseError> {
+fn fold(mut assembler: impl Assemble, stream: &[(String, String)]) -> Result<bool, TestCaseError> {
     let mut out = Vec::new();
     let mut failed = false;
     for (event, data) in stream {
@@ -161,6 +158,24 @@ pub(crate) fn fold(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// The property itself: `recorded` with `changes` applied, folded by
+/// `assembler`, holds together; unchanged, it completes.
+pub(crate) fn holds(
+    assembler: impl Assemble,
+    recorded: Vec<(String, String)>,
+    changes: &[Change],
+) -> Result<(), TestCaseError> {
+    let mut stream = recorded;
+    for c in changes {
+        apply(&mut stream, c);
+    }
+    let completed = fold(assembler, &stream)?;
+    if changes.is_empty() {
+        prop_assert!(completed, "the recorded stream did not complete");
+    }
+    Ok(())
 }
 
 /// The cases a run tries (`PROPTEST_CASES` for more).

@@ -450,7 +450,8 @@ async fn a_released_orchestrators_branch_is_pushed_and_the_pull_request_command_
         ]
         .map(|a| a.to_string())
         .to_vec(),
-        pass_env: Vec::new(),
+        // Set in every test process (cargo and nextest set it): passed on.
+        pass_env: vec!["CARGO_PKG_NAME".to_owned()],
     };
     sys.spawn_worker_with(config);
     worker_ready(&sys, "w-handover").await;
@@ -524,8 +525,34 @@ async fn a_released_orchestrators_branch_is_pushed_and_the_pull_request_command_
         1,
         "called once: {calls}"
     );
+    // The worker's environment (the test process's: CARGO_*, NEXTEST_*, RUST_*
+    // and the rest) reaches the command only as far as the list allows.
     let env = std::fs::read_to_string(format!("{}.env", record.display())).unwrap();
-    assert!(!env.contains("ANTHROPIC") && !env.contains("NATS"), "{env}");
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(n, _)| n)
+        .collect();
+    let allowed = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "SSH_AUTH_SOCK",
+        "CARGO_PKG_NAME",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+    ];
+    assert!(names.iter().all(|n| allowed.contains(n)), "{env}");
+    assert!(
+        names.contains(&"CARGO_PKG_NAME") && names.contains(&"PATH"),
+        "{env}"
+    );
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "the worker had more to leak"
+    );
     // The user's own branches untouched, the branch made in theirs too.
     assert_eq!(
         git(&ws, &["rev-parse", &format!("refs/heads/{name}")]).trim(),
@@ -864,4 +891,41 @@ async fn a_chain_leaves_one_branch_per_link_named_by_its_link() {
         made[0].commit,
         "the second link starts where the first left the workspace"
     );
+}
+
+/// What the human sees: a repository with no commit yet (`git init` and
+/// nothing else); the first checkpoint holds the Orchestrator's file, its
+/// diffstat counted against the empty tree, and has no parent (the empty
+/// workspace it found made none before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_with_no_commit_gets_a_first_checkpoint_with_its_diffstat() {
+    let sys = System::start_with(Options {
+        coordinator: false,
+        ..Default::default()
+    })
+    .await;
+    let watch = Watch::start(&sys).await;
+    let s = "s-no-commit";
+    let ws = sys.workspace(s);
+    std::fs::create_dir_all(&ws).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    let brief = "Write first.txt.";
+    let lane = orch_lane(brief);
+    sys.mock.push(
+        &lane,
+        MockReply::tool_use("write", json!({"path": "first.txt", "content": "a\nb\n"})),
+    );
+    sys.mock.push(&lane, orch(true, "first.txt written."));
+    summon(&sys, "default", s, "o-no-commit", brief).await;
+    watch.wait_output("o-no-commit", 1).await;
+    let made = watch
+        .evidence_of("o-no-commit", 1)
+        .and_then(|e| e.checkpoint)
+        .expect("a checkpoint");
+    assert_eq!((made.files, made.insertions, made.deletions), (1, 2, 0));
+    assert_eq!(
+        git(&ws, &["ls-tree", "--name-only", &made.commit]).trim(),
+        "first.txt"
+    );
+    assert_eq!(git(&ws, &["rev-list", "--count", &made.commit]).trim(), "1");
 }

@@ -308,10 +308,16 @@ impl Checkpoints {
         add.extend(excluded.iter().map(String::as_str));
         self.git(&add, &with_index).await?;
         let tree = text(&self.git(&["write-tree"], &with_index).await?);
-        if base_tree.as_deref() == Some(tree.as_str()) {
+        let from = match base_tree {
+            Some(tree) => tree,
+            // No commit before it: against the empty tree, in the
+            // repository's own object format (SHA-1 or SHA-256), so that an
+            // empty workspace makes none either.
+            None => text(&self.git(&["mktree"], &[]).await?),
+        };
+        if from == tree {
             return Ok(None);
         }
-        let from = base_tree.unwrap_or_else(|| EMPTY_TREE.to_owned());
         let stat = Numstat::of(
             &self
                 .git(&["diff-tree", "-r", "-z", "--numstat", &from, &tree], &[])
@@ -449,6 +455,8 @@ enum Kind {
     Output,
     /// As it left it.
     End,
+    /// As it was before a rewind (`checkpoint/rewind.rs`).
+    BeforeRewind,
 }
 
 impl Kind {
@@ -457,6 +465,7 @@ impl Kind {
             Self::Start => "start",
             Self::Output => "output",
             Self::End => "end",
+            Self::BeforeRewind => "before-rewind",
         }
     }
 }
@@ -486,9 +495,6 @@ fn worktree_dirs(workspace: &Path, dot_git: &Path) -> Result<(PathBuf, PathBuf),
         .map_err(|e| unreadable(format!("leads to a repository that cannot be read: {e}")))?;
     Ok((git_dir, common_dir))
 }
-
-/// The tree of nothing, which every repository has (SHA-1 object format).
-const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// What `git diff-tree -z --numstat` counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -12,8 +12,10 @@ use crate::runtime::Runtime;
 use crate::state::Phase;
 
 /// Characters of its last report an Orchestrator's records keep, for the
-/// message of the branch its work is handed over on.
-const REPORT_KEPT: usize = 8_000;
+/// message of the branch its work is handed over on. Every later record
+/// carries it (a record holds the whole snapshot): enough for a commit
+/// message's body, little beside a step.
+const REPORT_KEPT: usize = 2_000;
 
 impl Agent {
     /// The work stops on a circle (`agent/repeats.rs`): the Arbiter gets

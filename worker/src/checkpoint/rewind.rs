@@ -47,7 +47,7 @@ impl Checkpoints {
         // The workspace as it was, kept.
         let before = format!(
             "Before the rewind to {short}: the workspace as it was\n\n{}",
-            self.trailers(Kind::Output, None)
+            self.trailers(Kind::BeforeRewind, None)
         );
         self.make(&before).await?;
         let current = self
