@@ -12,26 +12,28 @@
 //! So a worker that takes the Orchestrator over goes on from the last stored
 //! step: a tool whose result was stored never runs again, a model call whose
 //! reply was not stored may.
+//!
+//! This file and the runtime drivers beside it (`waiting`, `cli`, `codex`)
+//! are the shell: they run the I/O (the model, tools, the records, status,
+//! the workspace's files and checkpoints) that the decisions of
+//! [`core::Core`] (`agent/core.rs` and `agent/core/`, no I/O) ask for,
+//! and hand back what it brought. The one place a step is stored is
+//! [`Agent::commit`].
 
 use std::sync::Arc;
 
 use arbiter_bus::seq::Gaps;
-use arbiter_llm::structured;
-use arbiter_llm::{Block, Message, MessageRole, Request, Response, StopReason};
-use arbiter_protocol::{
-    FileChanges, OrchestratorEvent, OrchestratorFailed, OrchestratorMessage, OrchestratorOutput,
-    OrchestratorState, Role, WireError,
-};
+use arbiter_llm::{Request, Response};
+use arbiter_protocol::{FileChanges, OrchestratorMessage, OrchestratorState, WireError};
+use chrono::Utc;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::Shared;
-use crate::context;
-use crate::evidence::Baseline;
+use crate::evidence::{self, Baseline};
 use crate::inputs::Input;
-use crate::outbox::Outbox;
 use crate::runtime::Runtime;
 use crate::runtime::claude::ClaudeProcess;
 use crate::slots::Seat;
@@ -41,22 +43,22 @@ use crate::stop::Stopper;
 use crate::subagent;
 use crate::tools::task::{self, TaskInput};
 use crate::tools::{self, ToolContext, ToolOutcome};
-use crate::transcript::Transcript;
 use arbiter_bus::steplog::AppendError;
 
-mod approval;
-mod budget;
 mod cli;
 mod codex;
-mod output;
-mod repeats;
+pub(crate) mod core;
 mod waiting;
-mod window;
 
-pub(crate) use repeats::Repeats;
-pub use repeats::{
+use self::core::approval::Gate;
+pub(crate) use self::core::repeats::Repeats;
+pub use self::core::repeats::{
     DEFAULT_REPEAT_STOP, DEFAULT_REPEAT_WARN, DEFAULT_STALE_STOP, DEFAULT_STALE_WARN,
 };
+use self::core::reply::{CutOff, Replied, Taken};
+use self::core::tools::AfterCall;
+use self::core::window::{AtEdge, Edge};
+use self::core::{Call, Core, Next, Settings};
 
 use waiting::until;
 
@@ -90,63 +92,44 @@ pub(crate) struct Start {
     pub checkpoints: Result<crate::checkpoint::Checkpoints, String>,
 }
 
+/// The shell of an Orchestrator: its [`Core`] and the I/O its decisions
+/// ask for.
 pub(crate) struct Agent {
+    core: Core,
     shared: Arc<Shared>,
     ctx: ToolContext,
     stopper: Stopper,
-    system: String,
-    /// The workspace's checkpoints, or why there are none; whether that
-    /// was said yet (on the first output).
+    /// The workspace's checkpoints, or why there are none.
     checkpoints: Result<crate::checkpoint::Checkpoints, String>,
-    no_checkpoint_said: bool,
-    /// The tools every model call offers (native runtime).
-    tools: Arc<[arbiter_llm::ToolSpec]>,
-    transcript: Transcript,
-    snap: Snapshot,
-    /// The snapshot of the last stored record.
-    stored: Snapshot,
     store: StateStore,
     inputs: mpsc::Receiver<Input>,
-    /// Text blocks put into the transcript from inputs since the last record.
-    input_blocks: usize,
     /// Inputs that came ahead of their turn (a `seq` past the next one),
     /// held until the input before them arrives or the wait runs out.
     ahead: Gaps<Input>,
     /// Its slot, given back while it is parked.
     seat: Seat,
     status: StatusHandle,
-    outbox: Outbox,
     baseline: Baseline,
-    /// The output cap of the next call, when a cut-off reply raised it.
-    cap: Option<u64>,
-    /// A reply of this turn was cut off and the cap raised already.
-    grown: bool,
-    /// The last model call measured: the transcript's length when it was
-    /// sent, and its input tokens as the usage reported them (see
-    /// `agent/window.rs`).
-    measured: Option<(usize, u64)>,
-    /// It handed off at the edge of its context window already.
-    at_edge: bool,
-    /// The Claude Code runtime's CLI process, once started.
-    cli: Option<ClaudeProcess>,
-    /// The CLI's session transcript as restored from the records, until the
-    /// CLI is started from it.
-    cli_restored: Option<String>,
-    /// Bytes of the CLI's transcript file stored in the records so far.
-    cli_stored: usize,
+    /// A CLI runtime's process and session file (`agent/cli.rs`, `agent/codex.rs`).
+    cli: CliState,
     /// The span of the turn in flight, from the input that started it to
     /// the output that ends it (none while it waits).
     turn: tracing::Span,
-    /// The model is to be told, with its next request, that it used 80 %
-    /// of its allowance (see `agent/budget.rs`).
-    budget_warning: Option<String>,
     /// The model call started on an input's wake-up, before the input was
     /// read from the stream (see `agent/waiting.rs`).
     foreseen: Option<Foreseen>,
-    /// The files of the last output's evidence, and the tool calls made by
-    /// then: an output with no tool call since (native runtime) shows them
-    /// again instead of walking the workspace (see [`Agent::files_changed`]).
-    files_seen: Option<(u32, FileChanges)>,
+}
+
+/// A CLI runtime's side of an Orchestrator.
+#[derive(Default)]
+struct CliState {
+    /// The Claude Code runtime's CLI process, once started.
+    process: Option<ClaudeProcess>,
+    /// The CLI's session transcript as restored from the records, until the
+    /// CLI is started from it.
+    restored: Option<String>,
+    /// Bytes of the CLI's session file stored in the records so far.
+    stored: usize,
 }
 
 /// A model call started on an input seen only on its wake-up (a hint, see
@@ -188,7 +171,6 @@ impl Agent {
         start: Start,
         inputs: mpsc::Receiver<Input>,
         status: StatusHandle,
-        outbox: Outbox,
     ) -> Self {
         // The native runtime's tools, then its MCP servers'.
         let tools: Arc<[arbiter_llm::ToolSpec]> = if ctx.mcp.specs().is_empty() {
@@ -201,67 +183,74 @@ impl Agent {
                 .cloned()
                 .collect()
         };
-        let names: Vec<&str> = match shared.config.runtime {
+        let config = &shared.config;
+        let names: Vec<&str> = match config.runtime {
             Runtime::Native => tools.iter().map(|t| t.name.as_str()).collect(),
             Runtime::ClaudeCode => crate::runtime::claude::TOOLS.to_vec(),
             Runtime::Codex => crate::runtime::codex::TOOLS.to_vec(),
         };
-        let system = match shared.config.model.profile {
-            arbiter_llm::Profile::Small if shared.config.runtime == Runtime::Native => {
+        let system = match config.model.profile {
+            arbiter_llm::Profile::Small if config.runtime == Runtime::Native => {
                 crate::prompt::orchestrator_small_prompt(&names)
             }
             _ => crate::prompt::orchestrator_system_prompt(&names),
         };
         let system = crate::prompt::with_mcp_failures(system, ctx.mcp.failures());
-        let ahead = Gaps::new(shared.config.input_gap_wait, MAX_INPUTS_AHEAD);
+        let known = status.get();
+        let settings = Settings {
+            session_id: known.session_id,
+            orch_id: known.orch_id,
+            number: known.number,
+            runtime: config.runtime,
+            system,
+            tools,
+            output_schema: shared.output_schema.clone(),
+            model: config.model.model.clone(),
+            prices: config.prices.clone(),
+            context_budget: config.context_budget,
+            schema_repairs: config.schema_repairs,
+            max_consecutive_notes: config.max_consecutive_notes,
+            repeat: (config.repeat_warn, config.repeat_stop),
+            stale: (config.stale_warn, config.stale_stop),
+        };
+        let ahead = Gaps::new(config.input_gap_wait, MAX_INPUTS_AHEAD);
+        let cli = CliState {
+            process: None,
+            stored: start.cli_transcript.as_ref().map_or(0, String::len),
+            restored: start.cli_transcript,
+        };
         Self {
+            core: Core::new(settings, start.transcript, start.snapshot),
             shared,
             ctx,
             stopper,
-            system,
             checkpoints: start.checkpoints,
-            no_checkpoint_said: false,
-            tools,
-            transcript: Transcript::stored(start.transcript),
-            stored: start.snapshot.clone(),
-            snap: start.snapshot,
             store: start.store,
             inputs,
-            input_blocks: 0,
             ahead,
             seat: start.seat,
             status,
-            outbox,
             baseline: start.baseline,
-            cap: None,
-            grown: false,
-            measured: None,
-            at_edge: false,
-            cli_stored: start.cli_transcript.as_ref().map_or(0, String::len),
-            cli_restored: start.cli_transcript,
-            cli: None,
+            cli,
             turn: tracing::Span::none(),
-            budget_warning: None,
             foreseen: None,
-            files_seen: None,
         }
     }
 
     /// Starts the span of a turn, the child of the message that started it
     /// (the summons, or the Arbiter's input), unless one is in flight.
     pub(crate) fn begin_turn(&mut self, parent: &arbiter_bus::TraceContext) {
-        if !self.turn.is_none() || matches!(self.snap.phase, Phase::Ended { .. }) {
+        if !self.turn.is_none() || matches!(self.core.snap.phase, Phase::Ended { .. }) {
             return;
         }
-        let status = self.status.get();
         let span = tracing::info_span!(
             parent: None,
             "invoke_agent",
             otel.name = "invoke_agent orchestrator",
             gen_ai.operation.name = "invoke_agent",
             gen_ai.agent.name = "orchestrator",
-            gen_ai.agent.id = %status.orch_id,
-            session.id = %status.session_id,
+            gen_ai.agent.id = %self.core.settings.orch_id,
+            session.id = %self.core.settings.session_id,
         );
         parent.adopt(&span);
         self.turn = span;
@@ -272,15 +261,10 @@ impl Agent {
         self.turn = tracing::Span::none();
     }
 
-    /// The warning for the model's next request, if context use calls for one.
-    fn warning(&self) -> Option<String> {
-        context::orchestrator_warning(self.status.get().context_pct)
-    }
-
     /// Runs steps until stopped, fenced or failed.
     pub(crate) async fn run(&mut self) -> Stop {
         loop {
-            let step = match self.snap.phase {
+            let step = match self.core.snap.phase {
                 Phase::Waiting => self.wait().await,
                 Phase::Working => self.work().await,
                 Phase::Ended { .. } => return Stop::Failed,
@@ -298,7 +282,7 @@ impl Agent {
         reason: EndReason,
         until: &CancellationToken,
     ) -> Result<(), AppendError> {
-        self.snap.phase = Phase::Ended { reason };
+        self.core.snap.phase = Phase::Ended { reason };
         self.commit(Vec::new(), until).await
     }
 
@@ -311,8 +295,8 @@ impl Agent {
             return;
         };
         let generation = crate::checkpoint::Generation {
-            report: self.snap.report.as_deref(),
-            handoff: self.snap.handoff.as_deref(),
+            report: self.core.snap.report.as_deref(),
+            handoff: self.core.snap.handoff.as_deref(),
         };
         match checkpoints
             .hand_over(generation, &self.shared.config.hand_over)
@@ -339,10 +323,10 @@ impl Agent {
     /// a rollup not stored leaves the records as they were.
     pub(crate) async fn roll_up(&mut self) {
         let until = CancellationToken::new();
-        let transcript = self.transcript.messages().to_vec();
+        let transcript = self.core.transcript.messages().to_vec();
         let rolled = tokio::time::timeout(
             ROLLUP_WAIT,
-            self.store.roll_up(transcript, &self.snap, &until),
+            self.store.roll_up(transcript, &self.core.snap, &until),
         )
         .await;
         until.cancel();
@@ -370,7 +354,7 @@ impl Agent {
 
     /// Ends the runtime's process, if it has one.
     pub(crate) async fn close_runtime(&mut self) {
-        if let Some(process) = self.cli.take() {
+        if let Some(process) = self.cli.process.take() {
             process.close().await;
         }
         // Its MCP servers' connections (a stdio server's process ends).
@@ -379,28 +363,28 @@ impl Agent {
         }
     }
 
-    /// One step of the native loop: answer the last reply's tool calls, else call the model.
-    async fn work_native(&mut self) -> Result<(), Stop> {
-        let pending = self.transcript.unanswered();
-        if !pending.is_empty() {
-            return self.run_tools(pending).await;
-        }
-        self.take_inputs().await?;
+    /// Says in the status that it is at work, no tool running.
+    async fn working(&self) {
         self.status
             .update(|s| {
                 s.state = OrchestratorState::Working;
                 s.current_tool = None;
             })
             .await;
-        // Stored before the call, so whoever goes on makes the same call;
-        // unless all that is new is inputs taken, which whoever goes on
-        // reads again from the stream (past the stored `in_seq`).
-        if (self.snap != self.stored || !self.transcript.unstored().is_empty())
-            && !self.only_inputs_unstored()
-        {
+    }
+
+    /// One step of the native loop, as the core decides it: answer the
+    /// last reply's tool calls, else call the model.
+    async fn work_native(&mut self) -> Result<(), Stop> {
+        if let Next::RunTools(calls) = self.core.next() {
+            return self.run_tools(calls).await;
+        }
+        self.take_inputs().await?;
+        self.working().await;
+        if self.core.store_before_call() {
             self.step(Vec::new()).await?;
         }
-        if let Some(error) = self.over_budget() {
+        if let Some(error) = self.core.over_budget() {
             return self.fail(error).await;
         }
         if !self.fit_window().await? {
@@ -412,18 +396,15 @@ impl Agent {
                 class: arbiter_protocol::ModelErrorKind::ContextExceeded,
                 message,
                 ..
-            }) => return self.hand_off_at_edge(window::Edge::Refused(message)).await,
+            }) => return self.hand_off_at_edge(Edge::Refused(message)).await,
             Err(error) => return self.fail(error).await,
         };
-        let has_tools = response.tool_uses().next().is_some();
-        if response.stop_reason == StopReason::MaxTokens && !has_tools && !self.grown {
+        if let Some(CutOff { prompt }) = self.core.cut_off(&response) {
             // Cut off at its cap: the same call with a larger cap, once.
-            self.grown = true;
             let asked = Request {
-                max_output_tokens: self.cap,
+                max_output_tokens: self.core.cap,
                 ..Request::default()
             };
-            let prompt = response.context_tokens();
             if let Some(cap) =
                 arbiter_llm::larger_output_cap(self.shared.model.as_ref(), &asked, prompt).await
             {
@@ -431,117 +412,138 @@ impl Agent {
                     cap,
                     "reply cut off at its output cap; asking again with a larger one"
                 );
-                self.cap = Some(cap);
+                self.core.grow(cap);
                 return Ok(());
             }
-        } else if response.stop_reason != StopReason::MaxTokens {
-            self.grown = false;
-            self.cap = None;
         }
-        self.transcript.push(Message {
-            role: MessageRole::Assistant,
-            content: response.content.clone(),
-        });
-        // The reply is measured too: its output tokens, not an estimate of
-        // its text (agent/window.rs).
-        if let (Some((_, input)), Some(usage)) = (self.measured, response.usage) {
-            self.measured = Some((
-                self.transcript.messages().len(),
-                input + usage.output_tokens,
-            ));
+        match self.core.take_reply(response) {
+            Replied::Tools => self.step(Vec::new()).await,
+            Replied::Output(parsed) => self.take_output(parsed).await,
         }
-        if has_tools {
-            // Stored before any tool runs: a worker that lost its lease runs none.
-            return self.step(Vec::new()).await;
-        }
-        let parsed = match structured::cut_short(&response.stop_reason) {
-            Some(detail) => Err(detail.to_owned()),
-            None => structured::parse_with::<OrchestratorOutput>(
-                &response.text(),
-                &self.shared.output_schema,
-            )
-            .and_then(|output| self.check_handoff(output)),
-        };
-        self.take_output(parsed).await
     }
 
-    /// A turn's output, whichever runtime produced it: a valid one goes
-    /// out; an invalid one is asked again while repairs remain, and then
-    /// the Orchestrator fails with `schema_violation`.
-    pub(super) async fn take_output(
+    /// A turn's output, whichever runtime produced it, as the core takes it.
+    async fn take_output(
         &mut self,
-        parsed: Result<OrchestratorOutput, String>,
+        parsed: Result<arbiter_protocol::OrchestratorOutput, String>,
     ) -> Result<(), Stop> {
-        match parsed {
-            Ok(output) => self.output(output).await,
-            Err(detail) if self.snap.repairs < self.shared.config.schema_repairs => {
-                tracing::warn!(%detail, "Orchestrator reply rejected; asking again");
-                self.snap.repairs += 1;
-                self.transcript
-                    .push(Message::user(structured::repair_message(&detail)));
-                self.step(Vec::new()).await
+        match self.core.take_output(parsed) {
+            Taken::Output(output) => self.output(output).await,
+            Taken::Repair => self.step(Vec::new()).await,
+            Taken::Fail(error) => self.fail(error).await,
+        }
+    }
+
+    /// A valid output: its evidence made (the workspace's files and a
+    /// checkpoint), then stored with the step and published.
+    async fn output(&mut self, output: arbiter_protocol::OrchestratorOutput) -> Result<(), Stop> {
+        let shaped = self.core.shape(output);
+        let files = self.files_changed().await;
+        let mut evidence = self.core.snap.tally.evidence(files);
+        self.checkpoint(&mut evidence, &shaped.output.message).await;
+        let waits = shaped.waits();
+        let message = self.core.publish(shaped, evidence, Utc::now());
+        let stored = self.step(vec![message]).await;
+        if waits {
+            // Published with the turn's context; the turn ends with it.
+            self.end_turn();
+        }
+        stored
+    }
+
+    /// The workspace as it is with an output, as a checkpoint when it
+    /// changed (made before the output is stored, so a takeover finds it),
+    /// or why there is none.
+    async fn checkpoint(&mut self, evidence: &mut arbiter_protocol::Evidence, message: &str) {
+        let checkpoints = match &self.checkpoints {
+            Ok(checkpoints) => checkpoints,
+            Err(why) => {
+                if self.core.say_no_checkpoint() {
+                    evidence.no_checkpoint = Some(why.clone());
+                }
+                return;
             }
-            Err(detail) => {
-                let error = WireError::SchemaViolation {
-                    role: Role::Orchestrator,
-                    attempts: self.snap.repairs + 1,
-                    detail,
-                };
-                self.fail(error).await
+        };
+        let summary = evidence.summary();
+        match checkpoints
+            .make_output(self.core.snap.out_seq, message, &summary)
+            .await
+        {
+            Ok(Some(made)) => {
+                tracing::info!(commit = %made.commit, git_ref = %made.git_ref, files = made.files, skipped = made.skipped.len(), "checkpoint made");
+                evidence.checkpoint = Some(made);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the checkpoint could not be made");
+                evidence.no_checkpoint = Some(format!("the checkpoint could not be made: {e}"));
             }
         }
     }
 
-    /// What the schema cannot say of a valid output: past the critical
-    /// threshold every output carries a handoff packet, and a packet's ids
-    /// and next step make sense. The error goes back for repair.
-    pub(super) fn check_handoff(
-        &self,
-        output: OrchestratorOutput,
-    ) -> Result<OrchestratorOutput, String> {
-        let pct = self.status.get().context_pct;
-        match &output.handoff {
-            Some(packet) => packet.check().map(|()| output),
-            None if pct >= context::CRITICAL_PCT => Err(format!(
-                "{pct:.0}% of your context is used, so this reply must carry your `handoff` \
-                 packet (done, open, decisions, questions, next_step) for the next Orchestrator"
-            )),
-            None => Ok(output),
+    /// The workspace's files against the baseline, for an output's
+    /// evidence. Walking the workspace (up to 20,000 entries, each a `stat`)
+    /// is the only file-system work on the way from a reply to its output,
+    /// so it is done only when the core does not know them already
+    /// ([`Core::files_known`]).
+    async fn files_changed(&mut self) -> FileChanges {
+        if let Some(files) = self.core.files_known() {
+            return files;
         }
+        let now = evidence::walk_workspace(self.ctx.workspace.root()).await;
+        let files = evidence::diff(&self.baseline, &now);
+        self.core.files_walked(&files);
+        files
+    }
+
+    /// Before a model call: `true` when it may go (its cap perhaps lowered
+    /// to fit, `core/window.rs`), `false` when the Orchestrator handed off
+    /// at the edge instead.
+    async fn fit_window(&mut self) -> Result<bool, Stop> {
+        use arbiter_llm::window::{self, Room};
+        let model = self.shared.model.clone();
+        let mut request = self.core.request();
+        match window::fit(model.as_ref(), &mut request, self.core.measured).await {
+            Room::Fits(_) => {
+                self.core.cap = request.max_output_tokens;
+                Ok(true)
+            }
+            Room::Full { prompt, window } => {
+                self.hand_off_at_edge(Edge::Full { prompt, window }).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// At the edge of the window: the handoff the core decides, its packet
+    /// from the workspace when the Orchestrator wrote none.
+    async fn hand_off_at_edge(&mut self, edge: Edge) -> Result<(), Stop> {
+        let output = match self.core.at_edge(&edge) {
+            AtEdge::HandOff(output) => output,
+            AtEdge::NeedsFiles => {
+                let files = self.files_changed().await;
+                Core::hand_off_with(&edge, &files)
+            }
+            AtEdge::Fail(error) => return self.fail(error).await,
+        };
+        self.output(output).await
     }
 
     /// Runs the tool calls that have no stored result, storing each result
     /// as it comes. A call made too many times in a row is not run: the
-    /// work stops there and the Arbiter is told (`agent/repeats.rs`).
-    async fn run_tools(&mut self, calls: Vec<(String, String, Value)>) -> Result<(), Stop> {
-        let last = calls.len() - 1;
-        let mut calls = calls.into_iter().enumerate();
-        while let Some((i, (id, name, input))) = calls.next() {
-            let limits = (
-                self.shared.config.repeat_warn,
-                self.shared.config.repeat_stop,
-            );
-            // Normalised once: the arguments may be a whole file's content.
-            let call_key = repeats::normalised(&name, &input);
-            // A call that waits for approval from before a takeover was
-            // counted in the snapshot stored when it asked.
-            let resumed = self.snap.approval.as_ref().is_some_and(|p| p.call_id == id);
-            let repeated = if resumed {
-                repeats::Verdict::Run
-            } else {
-                self.snap.repeats.see(&call_key, limits.0, limits.1)
+    /// work stops there and the Arbiter is told (`core/repeats.rs`).
+    async fn run_tools(&mut self, calls: Vec<Call>) -> Result<(), Stop> {
+        for (i, call) in calls.iter().enumerate() {
+            let rest = &calls[i + 1..];
+            let cleared = match self.core.clear(call, rest) {
+                Ok(cleared) => cleared,
+                Err(report) => return self.output(Core::circling(report)).await,
             };
-            if let repeats::Verdict::Stop(report) = repeated {
-                tracing::warn!(tool = %name, "the same tool call too many times in a row: work stopped");
-                // Neither it nor the reply's calls after it run.
-                let ids = std::iter::once(id).chain(calls.by_ref().map(|(_, (id, _, _))| id));
-                self.transcript.push_user(not_run(ids));
-                return self.report_circling(report).await;
-            }
-            // The policy's word (`agent/approval.rs`): it may wait for the human's.
-            let refused = self.gate(&id, &name, &input).await?;
+            let (id, name, input) = call;
+            // The policy's word (`core/approval.rs`): it may wait for the human's.
+            let refused = self.gate(id, name, input).await?;
             let ran = refused.is_none();
-            let current_tool = ran.then(|| tools::display_name(&name));
+            let current_tool = ran.then(|| tools::display_name(name));
             self.status
                 .update(|s| {
                     s.state = OrchestratorState::Working;
@@ -552,119 +554,51 @@ impl Agent {
             let outcome = match refused {
                 Some(refusal) => refusal,
                 None => {
-                    let span = tools::span(&self.turn, &name, &id);
-                    let call = self
+                    let span = tools::span(&self.turn, name, id);
+                    let run = self
                         .tool(name.clone(), input.clone())
                         .instrument(span.clone());
-                    let outcome = self.during(call).await?;
+                    let outcome = self.during(run).await?;
                     tools::record(&span, &outcome);
-                    arbiter_bus::metrics::tool_call(&name, outcome.is_error);
+                    arbiter_bus::metrics::tool_call(name, outcome.is_error);
                     outcome
                 }
             };
-            // Answered: nothing waits any more (stored with the result).
-            self.snap.approval = None;
-            let before = self.snap.spend;
-            self.snap.spend = self.snap.spend.plus(&outcome.spend);
-            self.note_budget(&before);
-            let spend = self.snap.spend;
+            let after = self.core.called(call, cleared, ran, outcome, rest);
+            let spend = self.core.snap.spend;
             self.status.update(|s| s.spend = spend).await;
-            if ran {
-                // A call refused did not run: the evidence does not show it.
-                self.snap.tally.record(&name, &input, &outcome);
+            match after {
+                AfterCall::Store => self.step(Vec::new()).await?,
+                AfterCall::Circling(report) => return self.output(Core::circling(report)).await,
             }
-            let limits = (self.shared.config.stale_warn, self.shared.config.stale_stop);
-            let stale = self
-                .snap
-                .repeats
-                .ran(&call_key, &outcome.content, limits.0, limits.1);
-            // A call refused by the policy is not the model's failure.
-            let failing = if ran {
-                self.snap.repeats.failed(&call_key, outcome.is_error)
-            } else {
-                repeats::Verdict::Run
-            };
-            // One stop is enough: the circle's, else the failures'.
-            let (stale, failing) = match (stale, failing) {
-                (stop @ repeats::Verdict::Stop(_), failing) => (stop, failing),
-                (_, repeats::Verdict::Stop(report)) => {
-                    (repeats::Verdict::Stop(report), repeats::Verdict::Run)
-                }
-                pair => pair,
-            };
-            let mut blocks = vec![Block::ToolResult {
-                tool_use_id: id,
-                content: outcome.content,
-                is_error: outcome.is_error,
-            }];
-            for verdict in [&repeated, &stale, &failing] {
-                if let repeats::Verdict::Warn(warning) = verdict {
-                    blocks.push(Block::Text {
-                        text: warning.clone(),
-                    });
-                }
-            }
-            if let repeats::Verdict::Stop(report) = stale {
-                tracing::warn!(
-                    "tool calls that brought nothing new, or failed, too many in a row: work stopped"
-                );
-                blocks.extend(not_run(calls.by_ref().map(|(_, (id, _, _))| id)));
-                self.transcript.push_user(blocks);
-                self.snap.tool_count += 1;
-                return self.report_circling(report).await;
-            }
-            if i == last
-                && let Some(warning) = self.warning()
-            {
-                blocks.push(Block::Text { text: warning });
-            }
-            if i == last
-                && let Some(warning) = self.budget_warning.take()
-            {
-                blocks.push(Block::Text { text: warning });
-            }
-            self.transcript.push_user(blocks);
-            self.snap.tool_count += 1;
-            self.step(Vec::new()).await?;
         }
         Ok(())
     }
 
+    /// The policy's word on call `id` (`core/approval.rs`): `None` runs it
+    /// (allowed, or allowed by the human); `Some` is the error result the
+    /// model reads instead. An `ask` is stored, then its answer awaited.
+    async fn gate(
+        &mut self,
+        id: &str,
+        name: &str,
+        input: &Value,
+    ) -> Result<Option<ToolOutcome>, Stop> {
+        match self.core.gate(id, name, input, Utc::now()) {
+            Gate::Run => return Ok(None),
+            Gate::Refused(refusal) => return Ok(Some(refusal)),
+            Gate::Ask(request) => self.step(vec![*request]).await?,
+            Gate::Await => {}
+        }
+        self.await_answer(name).await
+    }
+
     /// Ends the Orchestrator with `error`: stored, then published.
     async fn fail(&mut self, error: WireError) -> Result<(), Stop> {
-        tracing::error!(%error, "Orchestrator failed");
-        self.snap.out_seq += 1;
-        self.snap.phase = Phase::Ended {
-            reason: EndReason::Failed,
-        };
-        let mut message = self.outbox.message(
-            self.snap.out_seq,
-            OrchestratorEvent::Failed(OrchestratorFailed { error }),
-            None,
-        );
-        message.spend = Some(self.snap.spend);
+        let message = self.core.fail(error, Utc::now());
         self.step(vec![message]).await?;
         self.end_turn();
         Err(Stop::Failed)
-    }
-
-    /// Whether everything not stored yet is inputs taken: the stored state
-    /// with a later `in_seq` (its inbox and phase aside), and a transcript
-    /// that grew by the inputs' text only.
-    fn only_inputs_unstored(&self) -> bool {
-        let mut probe = self.snap.clone();
-        probe.in_seq = self.stored.in_seq;
-        probe.phase = self.stored.phase;
-        probe.inbox.clone_from(&self.stored.inbox);
-        if probe != self.stored || self.input_blocks == 0 {
-            return false;
-        }
-        let unstored = self.transcript.unstored();
-        let all_text = unstored.iter().all(|m| {
-            m.role == MessageRole::User && m.content.iter().all(|b| matches!(b, Block::Text { .. }))
-        });
-        let blocks: usize = unstored.iter().map(|m| m.content.len()).sum();
-        all_text && blocks == self.input_blocks
     }
 
     /// Stores a step while running (given up on if the Orchestrator stops).
@@ -676,21 +610,23 @@ impl Agent {
         })
     }
 
-    /// Stores what changed: with outputs, the stored record is them (see
-    /// `state.rs`).
+    /// The one place a step is stored: what changed since the last record
+    /// (the transcript's new messages, the snapshot) and the step's
+    /// outputs, which are the record (see `state.rs`) and so published by
+    /// being stored.
     async fn commit(
         &mut self,
         outbox: Vec<OrchestratorMessage>,
         until: &CancellationToken,
     ) -> Result<(), AppendError> {
-        let append = self.transcript.unstored();
+        let append = self.core.transcript.unstored();
         // Outputs go with the turn's context; the record is them.
         let trace = arbiter_bus::TraceContext::of(&self.turn);
         self.store.trace_with(trace);
-        self.store.write(append, &self.snap, outbox, until).await?;
-        self.transcript.mark_stored();
-        self.input_blocks = 0;
-        self.stored = self.snap.clone();
+        self.store
+            .write(append, &self.core.snap, outbox, until)
+            .await?;
+        self.core.stored_now();
         Ok(())
     }
 
@@ -722,9 +658,9 @@ impl Agent {
         let shared = self.shared.clone();
         let ctx = self.ctx.clone();
         let status = self.status.clone();
-        let allowance = self.subagent_allowance();
+        let allowance = self.core.subagent_allowance();
         // A subagent's calls are held to the same policy.
-        let layers = self.snap.layers.clone();
+        let layers = self.core.snap.layers.clone();
         async move {
             if name != task::NAME {
                 return tools::run(&ctx, &name, &input).await;
@@ -758,7 +694,7 @@ impl Agent {
     /// Drops a call started on a wake-up that showed another input than
     /// `input` (read from the stream), and the turn span it began, so that
     /// the turn is traced under the input it takes.
-    pub(super) fn forget_foreseen_unless(&mut self, input: &Input) {
+    fn forget_foreseen_unless(&mut self, input: &Input) {
         let Some(foreseen) = &self.foreseen else {
             return;
         };
@@ -775,40 +711,30 @@ impl Agent {
         self.foreseen = None;
     }
 
-    /// The request of a model call on `messages`.
-    fn request(&self, messages: Arc<Vec<Message>>) -> Request {
-        Request {
-            system: self.system.clone(),
-            messages,
-            tools: self.tools.clone(),
-            output_schema: Some(self.shared.output_schema.clone()),
-            max_output_tokens: self.cap,
-        }
-    }
-
     /// Starts the model call that taking `hint` (the next input, seen on
     /// its wake-up) would make at once, when nothing else would come first:
     /// the native runtime, seated, nothing in the inbox, and within its
     /// allowance (the input's, when it carries one). See [`Foreseen`].
     fn foresee(&mut self, hint: Input) {
-        let next = hint.seq == self.snap.in_seq.saturating_add(1);
+        let snap = &self.core.snap;
+        let next = hint.seq == snap.in_seq.saturating_add(1);
         if !next
             || !matches!(self.shared.config.runtime, Runtime::Native)
             || self.seat.is_parked()
-            || !self.snap.inbox.is_empty()
+            || !snap.inbox.is_empty()
             || hint
                 .budget
-                .or(self.snap.budget)
-                .is_some_and(|cap| cap.reached(&self.snap.spend).is_some())
-            || !self.transcript.unanswered().is_empty()
+                .or(snap.budget)
+                .is_some_and(|cap| cap.reached(&snap.spend).is_some())
+            || !self.core.transcript.unanswered().is_empty()
         {
             return;
         }
-        let mut transcript = self.transcript.clone();
-        transcript.push_user(vec![Block::Text {
+        let mut transcript = self.core.transcript.clone();
+        transcript.push_user(vec![arbiter_llm::Block::Text {
             text: hint.text.clone(),
         }]);
-        let request = self.request(transcript.shared());
+        let request = self.core.request_on(transcript.shared());
         let began_turn = self.turn.is_none();
         self.begin_turn(&hint.trace);
         let model = self.shared.model.clone();
@@ -828,7 +754,7 @@ impl Agent {
 
     /// One model call: `Err` when stopped, `Ok(Err(_))` when it failed for good.
     async fn call_model(&mut self) -> Result<Result<Response, WireError>, Stop> {
-        let request = self.request(self.transcript.shared());
+        let request = self.core.request();
         let sent = request.messages.len();
         let foreseen = match self.foreseen.take() {
             Some(foreseen) if foreseen.request == request => Some(foreseen),
@@ -848,48 +774,23 @@ impl Agent {
             }
         }
         .instrument(self.turn.clone());
-        let response = self.during(call).await?;
-        let response = match response {
+        let response = match self.during(call).await? {
             Ok(response) => response,
-            Err(e) => return Ok(Err(e.to_wire(Role::Orchestrator))),
+            Err(e) => return Ok(Err(e.to_wire(arbiter_protocol::Role::Orchestrator))),
         };
-        let model = &self.shared.config.model.model;
-        let before = self.snap.spend;
-        self.shared
-            .config
-            .prices
-            .charge(&mut self.snap.spend, model, response.usage.as_ref());
-        self.note_budget(&before);
-        let spend = self.snap.spend;
-        let tokens = context::tokens_of(&response);
-        if let Some(tokens) = tokens {
-            self.snap.context_tokens = tokens;
-            self.measured = Some((sent, tokens));
-        }
+        let charged = self.core.charge(sent, &response);
         let budget = self.shared.config.context_budget;
         // Not published on its own: what the reply leads to (a tool, an
         // output and the wait, a repair) changes the state at once and
         // publishes it with these, one message fewer on the way to the
         // output.
         self.status.note(|s| {
-            s.spend = spend;
-            if let Some(tokens) = tokens {
+            s.spend = charged.spend;
+            if let Some(tokens) = charged.tokens {
                 s.context_tokens = tokens;
-                s.context_pct = context::percent(tokens, budget);
+                s.context_pct = crate::context::percent(tokens, budget);
             }
         });
         Ok(Ok(response))
     }
-}
-
-/// The results of tool calls not run because the work stopped on a circle.
-fn not_run(ids: impl Iterator<Item = String>) -> Vec<Block> {
-    ids.map(|id| Block::ToolResult {
-        tool_use_id: id,
-        content: "Not run: your work is stopped, as it went round in circles, and the \
-                  Arbiter is told."
-            .to_owned(),
-        is_error: true,
-    })
-    .collect()
 }

@@ -104,7 +104,7 @@ pub struct Config {
     /// Notes (expects_response: false) in a row before the Orchestrator must speak to the Arbiter.
     pub max_consecutive_notes: u32,
     /// The same tool call (tool and arguments) made this many times in a
-    /// row: the model is told (0: never). See `agent/repeats.rs`.
+    /// row: the model is told (0: never). See `agent/core/repeats.rs`.
     pub repeat_warn: u32,
     /// ... and at this many, the call is not run, the work stops and the
     /// Arbiter gets a report naming it (0: never).
@@ -265,7 +265,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut config = config;
     let model =
         arbiter_llm::client_for_role(&config.model, Some(arbiter_protocol::Role::Orchestrator))?;
-    // The native loop sizes each request itself (`agent/window.rs`); a
+    // The native loop sizes each request itself (`agent/core/window.rs`); a
     // CLI sizes its own, so only the window bounds its budget.
     config.context_budget = match config.runtime {
         Runtime::Native => arbiter_llm::context_budget(model.as_ref(), config.context_budget).await,

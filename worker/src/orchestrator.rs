@@ -170,7 +170,6 @@ async fn run_inner(shared: Arc<Shared>, summoned: Summoned, shutdown: Cancellati
         start,
         inputs,
         status.clone(),
-        outbox,
     );
     agent.begin_turn(&trace);
     let stopped = agent.run().await;

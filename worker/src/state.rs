@@ -88,7 +88,7 @@ pub(crate) struct Snapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex: Option<CodexThread>,
     /// The last tool call and how many times in a row it was made (see
-    /// `agent/repeats.rs`).
+    /// `agent/core/repeats.rs`).
     #[serde(default, skip_serializing_if = "crate::agent::Repeats::is_empty")]
     pub repeats: crate::agent::Repeats,
     /// The policy layers its tool calls are decided by (the worker's

@@ -5,13 +5,12 @@
 //! stored and published with the worker's evidence (the CLI's tool calls as
 //! the stream showed them, and the workspace's files).
 
-use arbiter_llm::{Block, Message, MessageRole};
-use arbiter_protocol::{ModelErrorKind, OrchestratorOutput, OrchestratorState, Role, WireError};
+use arbiter_protocol::{ModelErrorKind, Role, WireError};
 
 use super::{Agent, Stop};
-use crate::runtime::claude::{self, ClaudeProcess, Launch, Progress, TurnDone, TurnError};
+use crate::runtime::claude::{self, ClaudeProcess, Launch, Progress, TurnError};
 use crate::state::CliTranscript;
-use crate::tools::{self, ToolOutcome};
+use crate::tools;
 
 /// Tool results after which a running CLI turn's transcript is stored.
 const CHECKPOINT_RESULTS: usize = 5;
@@ -20,35 +19,22 @@ impl Agent {
     /// One turn on the CLI.
     pub(super) async fn work_cli(&mut self) -> Result<(), Stop> {
         self.take_inputs().await?;
-        self.status
-            .update(|s| {
-                s.state = OrchestratorState::Working;
-                s.current_tool = None;
-            })
-            .await;
-        let text = match self.transcript.messages().last() {
-            Some(last) if last.role == MessageRole::User => user_text(last),
-            // Nothing new to say (it should not happen): it carries on.
-            _ => {
-                self.transcript
-                    .push(Message::user("[system] Continue your work."));
-                "[system] Continue your work.".to_owned()
-            }
-        };
+        self.working().await;
+        let text = self.core.cli_input();
         // Stored before the turn, so whoever goes on sends the same line.
-        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+        if self.core.unstored() {
             self.step(Vec::new()).await?;
         }
         // Checked per CLI turn: the CLI's own requests within a turn are its own.
-        if let Some(error) = self.over_budget() {
+        if let Some(error) = self.core.over_budget() {
             return self.fail(error).await;
         }
-        let mut process = match self.cli.take() {
+        let mut process = match self.cli.process.take() {
             Some(process) => process,
             None => match self.start_cli().await {
                 Ok(process) => process,
                 Err(message) => {
-                    let number = self.status.get().number;
+                    let number = self.core.settings.number;
                     return self
                         .fail(WireError::OrchestratorFailed { number, message })
                         .await;
@@ -130,9 +116,12 @@ impl Agent {
                 return self.fail(turn_error(error)).await;
             }
         };
-        self.cli = Some(process);
+        self.cli.process = Some(process);
         self.keep_cli_transcript().await;
-        self.after_turn(done).await
+        let parsed = self.core.claude_turn(&done);
+        let spend = self.core.snap.spend;
+        self.status.update(|s| s.spend = spend).await;
+        self.take_output(parsed).await
     }
 
     /// The CLI's transcript file of this Orchestrator, on this worker.
@@ -140,7 +129,7 @@ impl Agent {
         claude::transcript_path(
             &self.cli_home(),
             self.ctx.workspace.root(),
-            &self.status.get().orch_id,
+            &self.core.settings.orch_id,
         )
     }
 
@@ -169,7 +158,7 @@ impl Agent {
                 .rposition(|&b| b == b'\n')
                 .map_or(0, |end| end + 1),
         );
-        let piece = match file.get(self.cli_stored..) {
+        let piece = match file.get(self.cli.stored..) {
             Some([]) => return false,
             Some(added) => CliTranscript {
                 append: String::from_utf8_lossy(added).into_owned(),
@@ -181,7 +170,7 @@ impl Agent {
                 reset: true,
             },
         };
-        self.cli_stored = file.len();
+        self.cli.stored = file.len();
         self.store.keep_cli_transcript(piece);
         true
     }
@@ -190,10 +179,10 @@ impl Agent {
     /// session, or the stored one resumed (its transcript written back
     /// where the CLI looks for it, under this workspace's path).
     async fn start_cli(&mut self) -> Result<ClaudeProcess, String> {
-        let summon_id = self.status.get().orch_id;
+        let summon_id = self.core.settings.orch_id.clone();
         let home = self.cli_home();
         let path = self.cli_transcript_path();
-        if let Some(stored) = self.cli_restored.take() {
+        if let Some(stored) = self.cli.restored.take() {
             let written = async {
                 if let Some(dir) = path.parent() {
                     tokio::fs::create_dir_all(dir).await?;
@@ -206,7 +195,7 @@ impl Agent {
                     path.display()
                 )
             })?;
-            self.cli_stored = stored.len();
+            self.cli.stored = stored.len();
             tracing::info!(
                 bytes = stored.len(),
                 "the CLI's session restored from the records"
@@ -214,7 +203,7 @@ impl Agent {
         }
         let resume = tokio::fs::try_exists(&path).await.unwrap_or(false);
         // Checked at its start: a policy the CLI cannot hold it to never gets here.
-        let layers = self.snap.layers.clone().unwrap_or_default();
+        let layers = self.core.snap.layers.clone().unwrap_or_default();
         let mapped = crate::runtime::policy::map(self.shared.config.runtime, &layers)?;
         let launch = Launch {
             config: &self.shared.config.claude_code,
@@ -223,7 +212,7 @@ impl Agent {
             session_id: &summon_id,
             resume,
             model: &self.shared.config.model,
-            system_prompt: &self.system,
+            system_prompt: &self.core.settings.system,
             output_schema: &self.shared.output_schema,
             context_budget: self.shared.config.context_budget,
             disallowed: &mapped.disallowed,
@@ -240,78 +229,8 @@ impl Agent {
             .config
             .workspace_root
             .join(crate::runtime::claude::HOMES_DIR)
-            .join(self.status.get().orch_id)
+            .join(&self.core.settings.orch_id)
     }
-
-    /// What a finished turn leaves: the tool calls counted, context and
-    /// cost recorded, and its output taken as the native loop takes a reply.
-    async fn after_turn(&mut self, done: TurnDone) -> Result<(), Stop> {
-        for call in &done.tools {
-            // Counted under the native names (`Write` is `write`), so the
-            // evidence reads the same whichever runtime ran the tools.
-            let name = call.name.to_lowercase();
-            let outcome = ToolOutcome {
-                content: String::new(),
-                is_error: call.is_error,
-                exit_code: (!call.is_error).then_some(0),
-                spend: Default::default(),
-            };
-            self.snap.tally.record(&name, &call.input, &outcome);
-            self.snap.tool_count += 1;
-        }
-        if let Some(tokens) = done.context_tokens {
-            self.snap.context_tokens = tokens;
-        }
-        self.snap.cost.add(&done);
-        // The turn's tokens and price in the same place as a native
-        // Orchestrator's requests (a CLI turn counts as one request).
-        let n = |key: &str| done.usage[key].as_u64().unwrap_or(0);
-        self.snap.spend.record(
-            Some([
-                n("input_tokens"),
-                n("output_tokens"),
-                n("cache_creation_input_tokens"),
-                n("cache_read_input_tokens"),
-            ]),
-            Some((done.cost_usd * 1e9).round() as u64),
-        );
-        let spend = self.snap.spend;
-        self.status.update(|s| s.spend = spend).await;
-        let (text, parsed) = match &done.structured {
-            Some(value) => (
-                value.to_string(),
-                serde_json::from_value::<OrchestratorOutput>(value.clone())
-                    .map_err(|e| format!("the structured output does not match the schema: {e}"))
-                    // The packet rules are the native loop's, whichever runtime.
-                    .and_then(|output| self.check_handoff(output)),
-            ),
-            None => (
-                done.text.clone(),
-                Err(format!(
-                    "the turn ended without a StructuredOutput call; its text was: {}",
-                    done.text.chars().take(300).collect::<String>()
-                )),
-            ),
-        };
-        self.transcript.push(Message {
-            role: MessageRole::Assistant,
-            content: vec![Block::Text { text }],
-        });
-        self.take_output(parsed).await
-    }
-}
-
-/// A user message's text blocks, one after another.
-pub(super) fn user_text(message: &Message) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n\n")
 }
 
 /// A failed turn as the Arbiter and the human see it.

@@ -11,49 +11,32 @@
 //! lies under `CODEX_HOME`, so a worker that takes the Orchestrator over
 //! writes it back under a fresh home and resumes the same thread.
 
-use arbiter_llm::{Block, Message, MessageRole, structured};
-use arbiter_protocol::{ModelErrorKind, OrchestratorOutput, OrchestratorState, Role, WireError};
-use serde_json::json;
+use arbiter_protocol::{ModelErrorKind, Role, WireError};
 
-use super::cli::user_text;
 use super::{Agent, Stop};
 use crate::runtime::codex::{self, CodexConfig, Launch, Progress, TurnDone, TurnError};
-use crate::state::CodexThread;
-use crate::tools::ToolOutcome;
 
 impl Agent {
     /// One turn on the Codex CLI.
     pub(super) async fn work_codex(&mut self) -> Result<(), Stop> {
         self.take_inputs().await?;
-        self.status
-            .update(|s| {
-                s.state = OrchestratorState::Working;
-                s.current_tool = None;
-            })
-            .await;
-        let mut text = match self.transcript.messages().last() {
-            Some(last) if last.role == MessageRole::User => user_text(last),
-            _ => {
-                self.transcript
-                    .push(Message::user("[system] Continue your work."));
-                "[system] Continue your work.".to_owned()
-            }
-        };
+        self.working().await;
+        let mut text = self.core.cli_input();
         // Stored before the turn, so whoever goes on sends the same input.
-        if self.snap != self.stored || !self.transcript.unstored().is_empty() {
+        if self.core.unstored() {
             self.step(Vec::new()).await?;
         }
-        if let Some(error) = self.over_budget() {
+        if let Some(error) = self.core.over_budget() {
             return self.fail(error).await;
         }
         // Codex has no hook to hand the 70 %/85 % warnings in mid-turn:
         // they ride with the next turn's input.
-        if let Some(warning) = self.warning() {
+        if let Some(warning) = self.core.warning() {
             text = format!("{text}\n\n{warning}");
         }
         let home = self.codex_home();
         if let Err(message) = self.prepare_codex_home(&home).await {
-            let number = self.status.get().number;
+            let number = self.core.settings.number;
             return self
                 .fail(WireError::OrchestratorFailed { number, message })
                 .await;
@@ -61,13 +44,13 @@ impl Agent {
         let config: CodexConfig = self.shared.config.codex.clone();
         let model = self.shared.config.model.clone();
         let workspace = self.ctx.workspace.root().to_owned();
-        let thread_id = self.snap.codex.as_ref().map(|t| t.thread_id.clone());
+        let thread_id = self.core.snap.codex.as_ref().map(|t| t.thread_id.clone());
         // Checked at its start: a policy the CLI cannot hold it to never gets here.
-        let layers = self.snap.layers.clone().unwrap_or_default();
+        let layers = self.core.snap.layers.clone().unwrap_or_default();
         let read_only = match crate::runtime::policy::map(self.shared.config.runtime, &layers) {
             Ok(mapped) => mapped.read_only,
             Err(message) => {
-                let number = self.status.get().number;
+                let number = self.core.settings.number;
                 return self
                     .fail(WireError::OrchestratorFailed { number, message })
                     .await;
@@ -121,13 +104,13 @@ impl Agent {
             .config
             .workspace_root
             .join(codex::HOMES_DIR)
-            .join(self.status.get().orch_id)
+            .join(&self.core.settings.orch_id)
     }
 
     /// Writes the home's config, and the thread's rollout from the records
     /// when this worker took the Orchestrator over.
     async fn prepare_codex_home(&mut self, home: &std::path::Path) -> Result<(), String> {
-        let restored = self.cli_restored.take();
+        let restored = self.cli.restored.take();
         if restored.is_some() {
             // Taken over (or restarted): the records are the truth. Codex
             // resumes a thread from its rollout alone (measured: a fresh home
@@ -139,14 +122,14 @@ impl Agent {
             home,
             &self.shared.config.codex.bin,
             &self.shared.config.model,
-            &self.system,
+            &self.core.settings.system,
             &self.shared.output_schema,
             &crate::mcp::codex_config(self.ctx.mcp.cli(), &self.shared.config.mcp_servers),
         )?;
         let Some(stored) = restored else {
             return Ok(());
         };
-        let Some(thread) = &self.snap.codex else {
+        let Some(thread) = &self.core.snap.codex else {
             return Ok(());
         };
         let path = home.join(&thread.rollout);
@@ -162,7 +145,7 @@ impl Agent {
                 path.display()
             )
         })?;
-        self.cli_stored = stored.len();
+        self.cli.stored = stored.len();
         tracing::info!(
             bytes = stored.len(),
             thread = %thread.thread_id,
@@ -171,26 +154,28 @@ impl Agent {
         Ok(())
     }
 
-    /// What a finished turn leaves: the thread and its rollout kept, the
-    /// tools counted, usage and context recorded, and its output taken as
-    /// the native loop takes a reply.
+    /// What a finished turn leaves: the thread's rollout kept for the
+    /// records and read for the context it ends with, then the turn taken
+    /// by the core (`core/runtime.rs`) as the native loop takes a reply.
     async fn after_codex_turn(
         &mut self,
         home: &std::path::Path,
         done: TurnDone,
     ) -> Result<(), Stop> {
-        let before = match &self.snap.codex {
-            Some(thread) if thread.thread_id == done.thread_id => thread.usage.clone(),
-            _ => serde_json::Value::Null,
-        };
-        let rollout = match &self.snap.codex {
-            Some(thread) if thread.thread_id == done.thread_id => Some(thread.rollout.clone()),
+        let known = self
+            .core
+            .snap
+            .codex
+            .as_ref()
+            .map(|thread| (thread.thread_id.clone(), thread.rollout.clone()));
+        let rollout = match &known {
+            Some((thread_id, rollout)) if *thread_id == done.thread_id => Some(rollout.clone()),
             _ => {
                 codex::find_rollout(home, &done.thread_id).map(|p| p.to_string_lossy().into_owned())
             }
         };
         let Some(rollout) = rollout else {
-            let number = self.status.get().number;
+            let number = self.core.settings.number;
             let message = format!(
                 "the Codex CLI left no rollout file for thread {} under {}",
                 done.thread_id,
@@ -200,89 +185,28 @@ impl Agent {
                 .fail(WireError::OrchestratorFailed { number, message })
                 .await;
         };
-        if self
-            .snap
-            .codex
-            .as_ref()
-            .is_some_and(|t| t.thread_id != done.thread_id)
-        {
+        if known.is_some_and(|(thread_id, _)| thread_id != done.thread_id) {
             // Another thread (it should not happen): its file afresh.
-            self.cli_stored = 0;
+            self.cli.stored = 0;
         }
         let path = home.join(&rollout);
         self.keep_cli_file(&path).await;
-        let file = tokio::fs::read(&path).await.ok();
-        self.snap.codex = Some(CodexThread {
-            thread_id: done.thread_id.clone(),
-            rollout,
-            usage: done.usage.clone(),
-        });
-        for call in &done.tools {
-            let outcome = ToolOutcome {
-                content: String::new(),
-                is_error: call.is_error,
-                exit_code: call.exit_code,
-                spend: Default::default(),
-            };
-            self.snap.tally.record(&call.name, &call.input, &outcome);
-            self.snap.tool_count += 1;
-        }
-        if let Some(tokens) = file
-            .as_deref()
-            .and_then(|f| codex::last_context(&String::from_utf8_lossy(f)))
-        {
-            self.snap.context_tokens = tokens;
-            let budget = self.shared.config.context_budget;
-            self.status
-                .update(|s| {
+        let context = tokio::fs::read(&path)
+            .await
+            .ok()
+            .and_then(|f| codex::last_context(&String::from_utf8_lossy(&f)));
+        let parsed = self.core.codex_turn(done, rollout, context);
+        let (spend, tokens) = (self.core.snap.spend, self.core.snap.context_tokens);
+        let budget = self.shared.config.context_budget;
+        self.status
+            .update(|s| {
+                s.spend = spend;
+                if context.is_some() {
                     s.context_tokens = tokens;
                     s.context_pct = crate::context::percent(tokens, budget);
-                })
-                .await;
-        }
-        // The turn's tokens (differences of the thread's cumulative usage)
-        // and price, where a native Orchestrator's requests go; a turn
-        // counts as one request.
-        let usage = codex::turn_usage(&done.usage, &before);
-        let model = &self.shared.config.model.model;
-        let cost = self.shared.config.prices.cost(model, &usage);
-        self.snap.spend.record(
-            Some([
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cache_creation_input_tokens,
-                usage.cache_read_input_tokens,
-            ]),
-            cost,
-        );
-        self.snap.cost.add_turn(
-            &json!({
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-            }),
-            &json!({ model.clone(): {"cumulative": done.usage} }),
-            cost.map_or(0.0, |nanos| nanos as f64 / 1e9),
-        );
-        let spend = self.snap.spend;
-        self.status.update(|s| s.spend = spend).await;
-        let (text, parsed) = match done.text {
-            Some(text) => {
-                let parsed =
-                    structured::parse_with::<OrchestratorOutput>(&text, &self.shared.output_schema)
-                        .and_then(|output| self.check_handoff(output));
-                (text, parsed)
-            }
-            None => (
-                String::new(),
-                Err("the turn ended without a final message".to_owned()),
-            ),
-        };
-        self.transcript.push(Message {
-            role: MessageRole::Assistant,
-            content: vec![Block::Text { text }],
-        });
+                }
+            })
+            .await;
         self.take_output(parsed).await
     }
 }

@@ -5,8 +5,7 @@
 //! `slots.rs`): its slot goes back to the worker until input comes.
 
 use arbiter_bus::seq::{self, Hold, Order};
-use arbiter_llm::Block;
-use arbiter_protocol::OrchestratorState;
+use arbiter_protocol::{ApprovalAnsweredEntry, OrchestratorState};
 use tokio::time::Instant;
 
 use super::{Agent, Stop};
@@ -28,7 +27,7 @@ impl Agent {
         let stop = self.stopper.token().clone();
         let park_after = self.shared.config.park_after;
         let mut park_at = park_after.map(|after| Instant::now() + after);
-        while self.snap.inbox.is_empty() {
+        while self.core.snap.inbox.is_empty() {
             let gap = self.ahead.deadline();
             let input = tokio::select! {
                 () = stop.cancelled() => return Err(Stop::Interrupted),
@@ -63,7 +62,7 @@ impl Agent {
         self.take_inputs().await?;
         // Stored with the turn's first record (before its model call, or with
         // its reply): until then the stream holds what was taken.
-        self.snap.phase = Phase::Working;
+        self.core.snap.phase = Phase::Working;
         Ok(())
     }
 
@@ -114,18 +113,18 @@ impl Agent {
     /// was taken: a duplicate, or an input
     /// ahead of its turn, held until the one before it comes; also when all
     /// it took was approvals' answers, which are no words for the model
-    /// (see `agent/approval.rs`).
+    /// (see `agent/core/approval.rs`).
     pub(super) async fn receive(&mut self, input: Input, now: bool) -> Result<bool, Stop> {
         // Only what is read from the stream is taken (a hint may start a
         // model call while waiting, nothing more).
         if input.hint {
             return Ok(false);
         }
-        if input.seq <= self.stored.in_seq {
+        if input.seq <= self.core.stored.in_seq {
             tracing::info!(seq = input.seq, "duplicate input dropped");
             return Ok(false);
         }
-        match seq::order(self.snap.in_seq, input.seq) {
+        match seq::order(self.core.snap.in_seq, input.seq) {
             // Delivered again while this worker holds it, not yet stored.
             Order::Duplicate => return Ok(false),
             Order::Ahead => {
@@ -140,7 +139,7 @@ impl Agent {
             taken |= self.take(input, now).await?;
             next = self
                 .ahead
-                .next_after(self.snap.in_seq, Instant::now())
+                .next_after(self.core.snap.in_seq, Instant::now())
                 .map(|(_, input)| input);
         }
         Ok(taken)
@@ -149,10 +148,10 @@ impl Agent {
     /// An input that came ahead of its turn waits for the one before it.
     async fn hold_ahead(&mut self, input: Input) {
         let seq = input.seq;
-        let orch_id = self.status.get().orch_id;
+        let orch_id = &self.core.settings.orch_id;
         match self.ahead.hold(seq, input, Instant::now()) {
             Hold::Held => {
-                tracing::warn!(orch.id = %orch_id, seq, expected = self.snap.in_seq.saturating_add(1), "input ahead of its turn; held until the input before it arrives");
+                tracing::warn!(orch.id = %orch_id, seq, expected = self.core.snap.in_seq.saturating_add(1), "input ahead of its turn; held until the input before it arrives");
             }
             Hold::AlreadyHeld(again) => {
                 let same = self
@@ -176,8 +175,8 @@ impl Agent {
         };
         let dropped: Vec<u64> = expired.dropped.iter().map(|(seq, _)| *seq).collect();
         tracing::error!(
-            orch.id = %self.status.get().orch_id,
-            missing = self.snap.in_seq.saturating_add(1),
+            orch.id = %self.core.settings.orch_id,
+            missing = self.core.snap.in_seq.saturating_add(1),
             ?dropped,
             turned_away = expired.turned_away,
             wait = ?self.ahead.wait(),
@@ -193,34 +192,62 @@ impl Agent {
             return Ok(false);
         }
         self.begin_turn(&input.trace);
-        self.snap.in_seq = input.seq;
-        if let Some(budget) = input.budget {
-            self.snap.budget = Some(budget);
-        }
-        if now {
-            self.transcript
-                .push_user(vec![Block::Text { text: input.text }]);
-            self.input_blocks += 1;
-        } else {
-            self.snap.inbox.push(input.text);
+        if self.core.take_words(input, now) {
             self.step(Vec::new()).await?;
         }
         Ok(true)
     }
 
+    /// An approval's answer, stored before anything acts on it
+    /// (`core/approval.rs`).
+    async fn take_answer(&mut self, seq: u64, answer: ApprovalAnsweredEntry) -> Result<(), Stop> {
+        if self.core.take_answer(seq, answer) {
+            self.step(Vec::new()).await?;
+        }
+        Ok(())
+    }
+
     /// Moves the stored inbox and whatever else the Arbiter sent meanwhile
     /// into the pending user message.
     pub(super) async fn take_inputs(&mut self) -> Result<(), Stop> {
-        let inbox = std::mem::take(&mut self.snap.inbox);
-        if !inbox.is_empty() {
-            self.input_blocks += inbox.len();
-            let blocks = inbox.into_iter().map(|text| Block::Text { text }).collect();
-            self.transcript.push_user(blocks);
-        }
+        self.core.take_inbox();
         while let Ok(input) = self.inputs.try_recv() {
             self.receive(input, true).await?;
         }
         Ok(())
+    }
+
+    /// Waits, in its slot, until the answer to the stored approval is
+    /// taken (and stored) from the inputs (`core/approval.rs`): `None` runs
+    /// the call, `Some` is the error the model reads instead. While it
+    /// waits the Orchestrator keeps its slot and its lease and is not
+    /// parked; the Arbiter's words meanwhile go to the stored inbox.
+    pub(super) async fn await_answer(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<crate::tools::ToolOutcome>, Stop> {
+        let tool = crate::tools::display_name(name);
+        self.status
+            .update(|s| {
+                s.state = OrchestratorState::WaitingApproval;
+                s.current_tool = Some(tool);
+            })
+            .await;
+        let stop = self.stopper.token().clone();
+        loop {
+            if let Some(outcome) = self.core.answered(name) {
+                return Ok(outcome);
+            }
+            let gap = self.ahead.deadline();
+            tokio::select! {
+                () = stop.cancelled() => return Err(Stop::Interrupted),
+                input = self.inputs.recv() => {
+                    // Words go to the stored inbox; the answer is taken by `take_answer`.
+                    self.receive(input.ok_or(Stop::Interrupted)?, false).await?;
+                }
+                () = until(gap), if gap.is_some() => self.expire_ahead().await,
+            }
+        }
     }
 }
 

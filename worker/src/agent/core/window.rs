@@ -10,45 +10,40 @@
 //! reaches the edge again after that fails with the context error: it can
 //! say nothing more.
 
-use arbiter_llm::window::{self, Room};
+use arbiter_llm::window;
 use arbiter_llm::{Block, Message, MessageRole, RESPOND_TOOL, structured};
 use arbiter_protocol::{
     DoneItem, FileChanges, Handoff, ModelErrorKind, OpenItem, OrchestratorOutput, Role, WireError,
 };
 use serde_json::Value;
 
-use super::{Agent, Stop};
+use super::Core;
 
 /// Why an Orchestrator hands off at the edge of its window.
-pub(super) enum Edge {
+#[derive(Debug)]
+pub(crate) enum Edge {
     /// The next request would not leave room for a reply.
     Full { prompt: u64, window: u64 },
     /// The server refused the request as larger than its context.
     Refused(String),
 }
 
-impl Agent {
-    /// Before a model call: `true` when it may go (its cap perhaps lowered
-    /// to fit), `false` when the Orchestrator handed off at the edge instead.
-    pub(super) async fn fit_window(&mut self) -> Result<bool, Stop> {
-        let model = self.shared.model.clone();
-        let mut request = self.request(self.transcript.shared());
-        match window::fit(model.as_ref(), &mut request, self.measured).await {
-            Room::Fits(_) => {
-                self.cap = request.max_output_tokens;
-                Ok(true)
-            }
-            Room::Full { prompt, window } => {
-                self.hand_off_at_edge(Edge::Full { prompt, window }).await?;
-                Ok(false)
-            }
-        }
-    }
+/// What the edge of the window leads to.
+#[derive(Debug)]
+pub(crate) enum AtEdge {
+    /// The handoff, with the last packet the Orchestrator wrote.
+    HandOff(OrchestratorOutput),
+    /// It wrote none: the handoff's packet is made from the workspace's
+    /// changes ([`Core::hand_off_with`]).
+    NeedsFiles,
+    /// At the edge a second time: it fails, as it can say nothing more.
+    Fail(WireError),
+}
 
-    /// Reports to the Arbiter that the window is full, with the packet,
-    /// and waits for its answer; or, at the edge a second time, fails.
-    pub(super) async fn hand_off_at_edge(&mut self, edge: Edge) -> Result<(), Stop> {
-        let (said, detail) = match &edge {
+impl Edge {
+    /// How full, in the report's words, and the detail of an error.
+    fn said(&self) -> (String, String) {
+        match self {
             Edge::Full { prompt, window } => (
                 format!("about {prompt} of its {window} tokens"),
                 format!(
@@ -61,37 +56,57 @@ impl Agent {
                 "more than the server takes".to_owned(),
                 format!("the server refused the request as larger than its context: {message}"),
             ),
-        };
+        }
+    }
+}
+
+impl Core {
+    /// The window is full: the Orchestrator reports to the Arbiter, with
+    /// the packet, and waits for its answer; or, at the edge a second
+    /// time, fails.
+    pub(crate) fn at_edge(&mut self, edge: &Edge) -> AtEdge {
+        let (said, detail) = edge.said();
         if self.at_edge {
-            let error = WireError::Model {
+            return AtEdge::Fail(WireError::Model {
                 role: Role::Orchestrator,
                 class: ModelErrorKind::ContextExceeded,
                 message: format!("{detail}, after it had handed off at the edge already"),
-            };
-            return self.fail(error).await;
+            });
         }
         self.at_edge = true;
         tracing::warn!(%detail, "at the edge of the context window: handing off");
-        let (packet, whose) = match last_packet(self.transcript.messages()) {
-            Some(packet) => (packet, "the packet is the last one I wrote"),
-            None => {
-                let files = self.files_changed().await;
-                (
-                    packet_from(&files),
-                    "I wrote no packet, so this one lists what the workspace shows changed",
-                )
-            }
-        };
-        let output = OrchestratorOutput {
-            expects_response: true,
-            message: format!(
-                "[system] My context window is full ({said}), so I stop here and hand off; \
-                 {whose}. Summon a successor to carry on."
-            ),
-            handoff: Some(Box::new(packet)),
-            verdict: None,
-        };
-        self.output(output).await
+        match last_packet(self.transcript.messages()) {
+            Some(packet) => AtEdge::HandOff(edge_output(
+                &said,
+                "the packet is the last one I wrote",
+                packet,
+            )),
+            None => AtEdge::NeedsFiles,
+        }
+    }
+
+    /// The handoff at the edge of an Orchestrator that wrote no packet:
+    /// one from the workspace's changes, `files`.
+    pub(crate) fn hand_off_with(edge: &Edge, files: &FileChanges) -> OrchestratorOutput {
+        let (said, _) = edge.said();
+        edge_output(
+            &said,
+            "I wrote no packet, so this one lists what the workspace shows changed",
+            packet_from(files),
+        )
+    }
+}
+
+/// The report of a handoff at the edge.
+fn edge_output(said: &str, whose: &str, packet: Handoff) -> OrchestratorOutput {
+    OrchestratorOutput {
+        expects_response: true,
+        message: format!(
+            "[system] My context window is full ({said}), so I stop here and hand off; \
+             {whose}. Summon a successor to carry on."
+        ),
+        handoff: Some(Box::new(packet)),
+        verdict: None,
     }
 }
 

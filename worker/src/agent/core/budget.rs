@@ -7,17 +7,17 @@
 
 use arbiter_protocol::{Cap, WireError};
 
-use super::Agent;
+use super::Core;
 
 /// Starts the message of the `failed` event an Orchestrator stops with at its allowance.
 pub(crate) const BUDGET_PREFIX: &str = "budget: ";
 
-impl Agent {
+impl Core {
     /// The failure to stop with, when the allowance is spent.
-    pub(super) fn over_budget(&self) -> Option<WireError> {
+    pub(crate) fn over_budget(&self) -> Option<WireError> {
         let cap = self.snap.budget?;
         let (unit, limit) = cap.reached(&self.snap.spend)?;
-        let number = self.status.get().number;
+        let number = self.settings.number;
         tracing::warn!(
             limit,
             used = unit.used(&self.snap.spend),
@@ -38,16 +38,14 @@ impl Agent {
     }
 
     /// What a subagent started now may spend: what is left of the allowance.
-    pub(super) fn subagent_allowance(&self) -> Option<Cap> {
+    pub(crate) fn subagent_allowance(&self) -> Option<Cap> {
         self.snap.budget.map(|cap| cap.left(&self.snap.spend))
     }
-}
 
-impl Agent {
     /// After spend grew from `before`: when it crossed 80 % of a limit of
     /// the allowance, the model is told with its next request (once), so
     /// that it reports before it is stopped.
-    pub(super) fn note_budget(&mut self, before: &arbiter_protocol::Spend) {
+    pub(crate) fn note_budget(&mut self, before: &arbiter_protocol::Spend) {
         let Some(cap) = self.snap.budget else {
             return;
         };

@@ -19,62 +19,65 @@
 
 use arbiter_protocol::approval::Action;
 use arbiter_protocol::{
-    ApprovalAnsweredEntry, ApprovalDecision, ApprovalRequest, OrchestratorEvent, OrchestratorState,
+    ApprovalAnsweredEntry, ApprovalDecision, ApprovalRequest, OrchestratorEvent,
+    OrchestratorMessage,
 };
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::waiting::until;
-use super::{Agent, Stop};
+use super::Core;
 use crate::approval::{self, Pending};
-use crate::tools::{self, ToolOutcome};
+use crate::tools::ToolOutcome;
 
 /// Longest string argument an approval request carries whole (a `write`'s
 /// content may be megabytes; the request is one NATS message).
 const SHOWN_ARGUMENT_BYTES: usize = 16 * 1024;
 
-impl Agent {
-    /// The policy's word on call `id`: `None` runs it (allowed, or allowed
-    /// by the human); `Some` is the error result the model reads instead.
-    /// An `ask` waits here for the answer.
-    pub(super) async fn gate(
+/// The policy's word on a call.
+#[derive(Debug)]
+pub(crate) enum Gate {
+    /// It runs.
+    Run,
+    /// It does not: the model reads this error instead.
+    Refused(ToolOutcome),
+    /// The human is asked: this request is stored (the step whose record
+    /// is the `approval_needed` output) before anything else, then the
+    /// answer awaited.
+    Ask(Box<OrchestratorMessage>),
+    /// It asked before (a takeover): the answer is awaited, not asked again.
+    Await,
+}
+
+impl Core {
+    /// The policy's word on call `id`, at `now`.
+    pub(crate) fn gate(&mut self, id: &str, name: &str, input: &Value, now: DateTime<Utc>) -> Gate {
+        if self.snap.approval.as_ref().is_some_and(|p| p.call_id == id) {
+            tracing::info!(tool = %name, call = %id, "the call asked for approval before: its answer is awaited, not asked again");
+            return Gate::Await;
+        }
+        if let Some(other) = self.snap.approval.take() {
+            tracing::warn!(call = %other.call_id, "a stored approval of another call dropped");
+        }
+        let decision = approval::decide(self.snap.layers.as_ref(), name, input);
+        match decision.action {
+            Action::Allow => Gate::Run,
+            Action::Deny => {
+                tracing::info!(tool = %name, rule = %decision.by, "tool call denied by the policy");
+                Gate::Refused(ToolOutcome::error(approval::denied(name, &decision.by)))
+            }
+            Action::Ask => Gate::Ask(Box::new(self.ask(id, name, input, decision.by, now))),
+        }
+    }
+
+    /// The request for the human's approval, the call pending.
+    fn ask(
         &mut self,
         id: &str,
         name: &str,
         input: &Value,
-    ) -> Result<Option<ToolOutcome>, Stop> {
-        let asked = self.snap.approval.as_ref().is_some_and(|p| p.call_id == id);
-        if asked {
-            tracing::info!(tool = %name, call = %id, "the call asked for approval before: its answer is awaited, not asked again");
-        } else {
-            if let Some(other) = self.snap.approval.take() {
-                tracing::warn!(call = %other.call_id, "a stored approval of another call dropped");
-            }
-            let decision = approval::decide(self.snap.layers.as_ref(), name, input);
-            match decision.action {
-                Action::Allow => return Ok(None),
-                Action::Deny => {
-                    tracing::info!(tool = %name, rule = %decision.by, "tool call denied by the policy");
-                    return Ok(Some(ToolOutcome::error(approval::denied(
-                        name,
-                        &decision.by,
-                    ))));
-                }
-                Action::Ask => self.ask(id, name, input, decision.by).await?,
-            }
-        }
-        let answer = self.await_answer(name).await?;
-        if answer.decision.allows() {
-            tracing::info!(tool = %name, by = %answer.by, "tool call approved");
-            Ok(None)
-        } else {
-            tracing::info!(tool = %name, by = %answer.by, "tool call denied by the human");
-            Ok(Some(ToolOutcome::error(approval::refused(&answer))))
-        }
-    }
-
-    /// Stores the request, as the step whose record is the
-    /// `approval_needed` output, before anything else.
-    async fn ask(&mut self, id: &str, name: &str, input: &Value, rule: String) -> Result<(), Stop> {
+        rule: String,
+        now: DateTime<Utc>,
+    ) -> OrchestratorMessage {
         tracing::info!(tool = %name, %rule, "tool call waits for the human's approval");
         self.snap.approval = Some(Pending {
             call_id: id.to_owned(),
@@ -89,50 +92,34 @@ impl Agent {
             input: shown(input),
             rule,
         };
-        let mut message = self.outbox.message(
+        let mut message = self.message(
             self.snap.out_seq,
             OrchestratorEvent::ApprovalNeeded(request),
             None,
+            now,
         );
         message.spend = Some(self.snap.spend);
-        self.step(vec![message]).await
+        message
     }
 
-    /// Waits, in its slot, until the answer to the stored approval is
-    /// taken (and stored) from the inputs.
-    async fn await_answer(&mut self, name: &str) -> Result<ApprovalAnsweredEntry, Stop> {
-        let tool = tools::display_name(name);
-        self.status
-            .update(|s| {
-                s.state = OrchestratorState::WaitingApproval;
-                s.current_tool = Some(tool);
-            })
-            .await;
-        let stop = self.stopper.token().clone();
-        loop {
-            if let Some(answer) = self.snap.approval.as_ref().and_then(|p| p.answer.clone()) {
-                return Ok(answer);
-            }
-            let gap = self.ahead.deadline();
-            tokio::select! {
-                () = stop.cancelled() => return Err(Stop::Interrupted),
-                input = self.inputs.recv() => {
-                    // Words go to the stored inbox; the answer is taken by `take_answer`.
-                    self.receive(input.ok_or(Stop::Interrupted)?, false).await?;
-                }
-                () = until(gap), if gap.is_some() => self.expire_ahead().await,
-            }
+    /// The answer to the pending approval, once it is taken: `None` runs
+    /// the call, `Some` is the error the model reads instead.
+    pub(crate) fn answered(&self, name: &str) -> Option<Option<ToolOutcome>> {
+        let answer = self.snap.approval.as_ref()?.answer.as_ref()?;
+        if answer.decision.allows() {
+            tracing::info!(tool = %name, by = %answer.by, "tool call approved");
+            Some(None)
+        } else {
+            tracing::info!(tool = %name, by = %answer.by, "tool call denied by the human");
+            Some(Some(ToolOutcome::error(approval::refused(answer))))
         }
     }
 
-    /// Input `seq` is an approval's answer: stored with the approval it
-    /// answers before anything acts on it; one that answers no waiting call
-    /// (a late one, another Orchestrator's number reused) is passed over.
-    pub(super) async fn take_answer(
-        &mut self,
-        seq: u64,
-        answer: ApprovalAnsweredEntry,
-    ) -> Result<(), Stop> {
+    /// Input `seq` is an approval's answer: taken with the approval it
+    /// answers, to be stored before anything acts on it (`true`); one that
+    /// answers no waiting call (a late one, another Orchestrator's number
+    /// reused) is passed over.
+    pub(crate) fn take_answer(&mut self, seq: u64, answer: ApprovalAnsweredEntry) -> bool {
         self.snap.in_seq = seq;
         let Some(pending) = self
             .snap
@@ -141,7 +128,7 @@ impl Agent {
             .filter(|p| p.call_id == answer.call_id && p.answer.is_none())
         else {
             tracing::warn!(seq, call = %answer.call_id, approval = answer.approval, "an approval's answer that no call waits for; passed over");
-            return Ok(());
+            return false;
         };
         tracing::info!(seq, call = %answer.call_id, decision = ?answer.decision, by = %answer.by, "approval answered");
         if answer.decision == ApprovalDecision::AllowSession
@@ -152,7 +139,7 @@ impl Agent {
             layers.allowed.push(rule.clone());
         }
         pending.answer = Some(answer);
-        self.step(Vec::new()).await
+        true
     }
 }
 
