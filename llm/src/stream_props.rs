@@ -9,7 +9,6 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use crate::http::Assemble;
-use crate::{Block, StreamEvent};
 
 /// One change to a stream of `(event, data)`.
 #[derive(Debug, Clone)]
@@ -95,69 +94,10 @@ fn apply(stream: &mut Vec<(String, String)>, change: &Change) {
     }
 }
 
-/// Folds `stream` with `assembler` as the HTTP side does (ending it when the
-/// body ends); checks what it yields. `Ok(true)`: it completed.
-fn fold(mut assembler: impl Assemble, stream: &[(String, String)]) -> Result<bool, TestCaseError> {
-    let mut out = Vec::new();
-    let mut failed = false;
-    for (event, data) in stream {
-        match assembler.push(event, data) {
-            Ok(events) => out.extend(events),
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
-        if assembler.finished() {
-            break;
-        }
-    }
-    if !failed
-        && !assembler.finished()
-        && let Ok(events) = assembler.end()
-    {
-        out.extend(events);
-    }
-    let completed: Vec<usize> = out
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, StreamEvent::Completed(_)))
-        .map(|(i, _)| i)
-        .collect();
-    prop_assert!(completed.len() <= 1, "more than one Completed: {out:?}");
-    if let Some(&at) = completed.first() {
-        prop_assert_eq!(at, out.len() - 1, "Completed is not last: {:?}", out);
-    }
-    let calls: Vec<&Value> = out
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::ToolCall { input, .. } => Some(input),
-            _ => None,
-        })
-        .collect();
-    for input in &calls {
-        prop_assert!(
-            input.is_object(),
-            "a tool call's input is not an object: {input}"
-        );
-    }
-    if let Some(StreamEvent::Completed(response)) = out.last() {
-        let in_reply: Vec<&Value> = response
-            .content
-            .iter()
-            .filter_map(|b| match b {
-                Block::ToolUse { input, .. } => Some(input),
-                _ => None,
-            })
-            .collect();
-        prop_assert_eq!(
-            in_reply,
-            calls,
-            "the reply's tool calls are not the ones yielded"
-        );
-        return Ok(true);
-    }
-    Ok(false)
+/// Folds `stream` with `assembler` and checks what it yields: the check the
+/// fuzz targets make too (`crate::fuzz::fold`). `Ok(true)`: it completed.
+fn fold(assembler: impl Assemble, stream: &[(String, String)]) -> Result<bool, TestCaseError> {
+    crate::fuzz::fold(assembler, stream, false).map_err(TestCaseError::fail)
 }
 
 /// The property itself: `recorded` with `changes` applied, folded by

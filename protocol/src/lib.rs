@@ -6,6 +6,9 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod approval;
 pub mod arbiter_handoff;
 pub mod budget;

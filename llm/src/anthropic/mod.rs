@@ -3,7 +3,7 @@
 //! limits from `GET /v1/models/{id}`, typed errors and retries.
 
 mod body;
-mod sse;
+pub(crate) mod sse;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;

@@ -3,7 +3,7 @@
 //! strict `json_schema` output, usage when the server reports it, Bearer auth.
 
 mod body;
-mod stream;
+pub(crate) mod stream;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
