@@ -5,6 +5,9 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;

@@ -4,6 +4,9 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod caps;
 mod cluster;
 mod delta;

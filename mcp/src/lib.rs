@@ -9,6 +9,9 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gate;
 mod http;
 pub mod link;

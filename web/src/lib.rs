@@ -8,6 +8,9 @@
 
 #![deny(clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod auth;
 pub mod fleet;
 pub mod hub;

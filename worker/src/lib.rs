@@ -11,6 +11,9 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod agent;
 mod approval;
 pub mod checkpoint;

@@ -615,7 +615,7 @@ pub fn named_server(name: &str) -> Option<&str> {
     (!server.is_empty()).then_some(server)
 }
 
-fn describe(server: &str, tool: &rmcp::model::Tool) -> String {
+pub(crate) fn describe(server: &str, tool: &rmcp::model::Tool) -> String {
     let mut text = format!("(MCP server {server}) ");
     match (&tool.description, &tool.title) {
         (Some(description), _) => text.push_str(description),
@@ -631,7 +631,7 @@ fn describe(server: &str, tool: &rmcp::model::Tool) -> String {
 
 /// A call's result as the model reads it: its text blocks, others named;
 /// the structured result where there is no content.
-fn outcome(result: CallToolResult) -> ToolOutcome {
+pub(crate) fn outcome(result: CallToolResult) -> ToolOutcome {
     let mut parts: Vec<String> = result
         .content
         .iter()

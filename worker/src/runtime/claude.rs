@@ -384,100 +384,16 @@ impl ClaudeProcess {
             return Err(self.stopped(&format!("writing to it failed ({e})")).await);
         }
         let _ = self.stdin.flush().await;
-        let mut done = TurnDone::default();
-        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut reading = Reading::new(self.cost_so_far);
         loop {
             let line = match self.lines.next_line().await {
                 Ok(Some(line)) => line,
                 Ok(None) => return Err(self.stopped("it closed its output").await),
                 Err(e) => return Err(self.stopped(&format!("reading it failed ({e})")).await),
             };
-            if line.trim().is_empty() {
-                continue;
-            }
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                let shown: String = line.chars().take(200).collect();
-                return Err(TurnError::Protocol(format!(
-                    "the Claude Code CLI printed a line that is not JSON: {shown}"
-                )));
-            };
-            match event["type"].as_str().unwrap_or_default() {
-                "assistant" => {
-                    let message = &event["message"];
-                    if let Some(tokens) = context_tokens(&message["usage"]) {
-                        done.context_tokens = Some(tokens);
-                        progress(Progress::Context(tokens));
-                    }
-                    for block in message["content"].as_array().into_iter().flatten() {
-                        if block["type"] != "tool_use" {
-                            continue;
-                        }
-                        let name = block["name"].as_str().unwrap_or_default().to_owned();
-                        if name == STRUCTURED_OUTPUT_TOOL {
-                            continue;
-                        }
-                        progress(Progress::Tool(name.clone()));
-                        if let Some(id) = block["id"].as_str() {
-                            names.insert(id.to_owned(), done.tools.len());
-                        }
-                        done.tools.push(ToolCall {
-                            name,
-                            input: block["input"].clone(),
-                            is_error: false,
-                        });
-                    }
-                }
-                "user" => {
-                    let blocks = event["message"]["content"].as_array();
-                    let results = blocks
-                        .into_iter()
-                        .flatten()
-                        .filter(|b| b["type"] == "tool_result")
-                        .count();
-                    if results > 0 {
-                        progress(Progress::Results(results));
-                    }
-                    for block in blocks.into_iter().flatten() {
-                        if block["type"] == "tool_result"
-                            && block["is_error"] == true
-                            && let Some(i) =
-                                block["tool_use_id"].as_str().and_then(|id| names.get(id))
-                            && let Some(call) = done.tools.get_mut(*i)
-                        {
-                            call.is_error = true;
-                        }
-                    }
-                }
-                "result" => {
-                    let total = event["total_cost_usd"].as_f64().unwrap_or(self.cost_so_far);
-                    done.cost_usd = (total - self.cost_so_far).max(0.0);
-                    self.cost_so_far = total;
-                    done.usage = event["usage"].clone();
-                    done.model_usage = event["modelUsage"].clone();
-                    done.context_window = event["modelUsage"]
-                        .as_object()
-                        .and_then(|m| m.values().filter_map(|u| u["contextWindow"].as_u64()).max());
-                    if event["is_error"] == true {
-                        return Err(TurnError::Result {
-                            status: event["api_error_status"].as_u64().map(|s| s as u16),
-                            message: format!(
-                                "the Claude Code CLI ended the turn in an error ({}, {}): {}",
-                                event["subtype"].as_str().unwrap_or("error"),
-                                event["terminal_reason"]
-                                    .as_str()
-                                    .unwrap_or("no reason given"),
-                                event["result"].as_str().unwrap_or_default()
-                            ),
-                        });
-                    }
-                    done.text = event["result"].as_str().unwrap_or_default().to_owned();
-                    done.structured = event
-                        .get("structured_output")
-                        .filter(|v| !v.is_null())
-                        .cloned();
-                    return Ok(done);
-                }
-                _ => {}
+            if let Some(end) = reading.line(&line, &mut progress) {
+                self.cost_so_far = reading.cost_so_far;
+                return end;
             }
         }
     }
@@ -522,6 +438,125 @@ impl ClaudeProcess {
         {
             let _ = self.child.kill().await;
         }
+    }
+}
+
+/// A turn's output read so far: one JSON line at a time (the CLI's
+/// `stream-json`), kept apart from the process so that it can be read
+/// without one (the fuzz targets, `crate::fuzz`).
+pub(crate) struct Reading {
+    done: TurnDone,
+    /// Tool-use ids, to the call they are in `done.tools`.
+    names: HashMap<String, usize>,
+    /// The session's cost so far (the CLI reports it cumulative).
+    pub cost_so_far: f64,
+}
+
+impl Reading {
+    pub(crate) fn new(cost_so_far: f64) -> Self {
+        Self {
+            done: TurnDone::default(),
+            names: HashMap::new(),
+            cost_so_far,
+        }
+    }
+
+    /// Takes one line; `Some` ends the turn: its `result`, or why it failed
+    /// (a line that is not JSON, a `result` with `is_error`).
+    pub(crate) fn line(
+        &mut self,
+        line: &str,
+        progress: &mut impl FnMut(Progress),
+    ) -> Option<Result<TurnDone, TurnError>> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            let shown: String = line.chars().take(200).collect();
+            return Some(Err(TurnError::Protocol(format!(
+                "the Claude Code CLI printed a line that is not JSON: {shown}"
+            ))));
+        };
+        match event["type"].as_str().unwrap_or_default() {
+            "assistant" => {
+                let message = &event["message"];
+                if let Some(tokens) = context_tokens(&message["usage"]) {
+                    self.done.context_tokens = Some(tokens);
+                    progress(Progress::Context(tokens));
+                }
+                for block in message["content"].as_array().into_iter().flatten() {
+                    if block["type"] != "tool_use" {
+                        continue;
+                    }
+                    let name = block["name"].as_str().unwrap_or_default().to_owned();
+                    if name == STRUCTURED_OUTPUT_TOOL {
+                        continue;
+                    }
+                    progress(Progress::Tool(name.clone()));
+                    if let Some(id) = block["id"].as_str() {
+                        self.names.insert(id.to_owned(), self.done.tools.len());
+                    }
+                    self.done.tools.push(ToolCall {
+                        name,
+                        input: block["input"].clone(),
+                        is_error: false,
+                    });
+                }
+            }
+            "user" => {
+                let blocks = event["message"]["content"].as_array();
+                let results = blocks
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b["type"] == "tool_result")
+                    .count();
+                if results > 0 {
+                    progress(Progress::Results(results));
+                }
+                for block in blocks.into_iter().flatten() {
+                    if block["type"] == "tool_result"
+                        && block["is_error"] == true
+                        && let Some(i) = block["tool_use_id"]
+                            .as_str()
+                            .and_then(|id| self.names.get(id))
+                        && let Some(call) = self.done.tools.get_mut(*i)
+                    {
+                        call.is_error = true;
+                    }
+                }
+            }
+            "result" => {
+                let total = event["total_cost_usd"].as_f64().unwrap_or(self.cost_so_far);
+                self.done.cost_usd = (total - self.cost_so_far).max(0.0);
+                self.cost_so_far = total;
+                self.done.usage = event["usage"].clone();
+                self.done.model_usage = event["modelUsage"].clone();
+                self.done.context_window = event["modelUsage"]
+                    .as_object()
+                    .and_then(|m| m.values().filter_map(|u| u["contextWindow"].as_u64()).max());
+                if event["is_error"] == true {
+                    return Some(Err(TurnError::Result {
+                        status: event["api_error_status"].as_u64().map(|s| s as u16),
+                        message: format!(
+                            "the Claude Code CLI ended the turn in an error ({}, {}): {}",
+                            event["subtype"].as_str().unwrap_or("error"),
+                            event["terminal_reason"]
+                                .as_str()
+                                .unwrap_or("no reason given"),
+                            event["result"].as_str().unwrap_or_default()
+                        ),
+                    }));
+                }
+                self.done.text = event["result"].as_str().unwrap_or_default().to_owned();
+                self.done.structured = event
+                    .get("structured_output")
+                    .filter(|v| !v.is_null())
+                    .cloned();
+                return Some(Ok(std::mem::take(&mut self.done)));
+            }
+            _ => {}
+        }
+        None
     }
 }
 

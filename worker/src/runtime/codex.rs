@@ -348,9 +348,7 @@ pub(crate) async fn turn(
     }
     drop(stdin);
     let mut lines = BufReader::new(stdout).lines();
-    let mut done = TurnDone::default();
-    let mut completed = false;
-    let mut failure: Option<String> = None;
+    let mut reading = Reading::default();
     loop {
         let line = match lines.next_line().await {
             Ok(Some(line)) => line,
@@ -362,86 +360,9 @@ pub(crate) async fn turn(
                 )));
             }
         };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+        if let Err(e) = reading.line(&line, &mut progress) {
             let _ = child.start_kill();
-            let shown: String = line.chars().take(200).collect();
-            return Err(TurnError::Protocol(format!(
-                "the Codex CLI printed a line that is not JSON: {shown}"
-            )));
-        };
-        let item = &event["item"];
-        match event["type"].as_str().unwrap_or_default() {
-            "thread.started" => {
-                done.thread_id = event["thread_id"].as_str().unwrap_or_default().to_owned();
-            }
-            "item.started" => {
-                if let Some(name) = display_name(item) {
-                    progress(Progress::Tool(name));
-                }
-            }
-            "item.completed" => match item["type"].as_str().unwrap_or_default() {
-                "agent_message" => {
-                    done.text = item["text"].as_str().map(str::to_owned);
-                }
-                "command_execution" => {
-                    let exit_code = item["exit_code"].as_i64().map(|c| c as i32);
-                    done.tools.push(ToolCall {
-                        name: "bash".to_owned(),
-                        input: serde_json::json!({"command": item["command"]}),
-                        exit_code,
-                        is_error: item["status"] == "failed" || item["status"] == "declined",
-                    });
-                }
-                "file_change" => {
-                    for change in item["changes"].as_array().into_iter().flatten() {
-                        let name = if change["kind"] == "add" {
-                            "write"
-                        } else {
-                            "edit"
-                        };
-                        done.tools.push(ToolCall {
-                            name: name.to_owned(),
-                            input: serde_json::json!({"path": change["path"]}),
-                            exit_code: None,
-                            is_error: item["status"] == "failed",
-                        });
-                    }
-                }
-                "mcp_tool_call" | "web_search" => {
-                    done.tools.push(ToolCall {
-                        name: item["type"].as_str().unwrap_or_default().to_owned(),
-                        input: Value::Null,
-                        exit_code: None,
-                        is_error: item["status"] == "failed",
-                    });
-                }
-                // `error` items are warnings (e.g. no metadata for the model).
-                _ => {}
-            },
-            "turn.completed" => {
-                done.usage = event["usage"].clone();
-                completed = true;
-            }
-            "turn.failed" => {
-                failure = Some(
-                    event["error"]["message"]
-                        .as_str()
-                        .unwrap_or("no reason given")
-                        .to_owned(),
-                );
-            }
-            "error" => {
-                failure.get_or_insert_with(|| {
-                    event["message"]
-                        .as_str()
-                        .unwrap_or("no reason given")
-                        .to_owned()
-                });
-            }
-            _ => {}
+            return Err(e);
         }
     }
     let status = match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
@@ -453,6 +374,11 @@ pub(crate) async fn turn(
     };
     // The stderr reader ends with the process.
     let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
+    let Reading {
+        done,
+        completed,
+        failure,
+    } = reading;
     if let Some(message) = failure {
         return Err(TurnError::Failed(format!(
             "the Codex CLI ended the turn in an error: {message}"
@@ -470,6 +396,109 @@ pub(crate) async fn turn(
         ));
     }
     Ok(done)
+}
+
+/// A turn's JSONL events read so far, one line at a time, kept apart from
+/// the process so that they can be read without one (the fuzz targets,
+/// `crate::fuzz`).
+#[derive(Debug, Default)]
+pub(crate) struct Reading {
+    pub done: TurnDone,
+    /// `turn.completed` came.
+    pub completed: bool,
+    /// `turn.failed`'s message, or the first `error` event's.
+    pub failure: Option<String>,
+}
+
+impl Reading {
+    /// Takes one line of the CLI's output; `Err`: it is not JSON.
+    pub(crate) fn line(
+        &mut self,
+        line: &str,
+        progress: &mut impl FnMut(Progress),
+    ) -> Result<(), TurnError> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            let shown: String = line.chars().take(200).collect();
+            return Err(TurnError::Protocol(format!(
+                "the Codex CLI printed a line that is not JSON: {shown}"
+            )));
+        };
+        let item = &event["item"];
+        match event["type"].as_str().unwrap_or_default() {
+            "thread.started" => {
+                self.done.thread_id = event["thread_id"].as_str().unwrap_or_default().to_owned();
+            }
+            "item.started" => {
+                if let Some(name) = display_name(item) {
+                    progress(Progress::Tool(name));
+                }
+            }
+            "item.completed" => match item["type"].as_str().unwrap_or_default() {
+                "agent_message" => {
+                    self.done.text = item["text"].as_str().map(str::to_owned);
+                }
+                "command_execution" => {
+                    let exit_code = item["exit_code"].as_i64().map(|c| c as i32);
+                    self.done.tools.push(ToolCall {
+                        name: "bash".to_owned(),
+                        input: serde_json::json!({"command": item["command"]}),
+                        exit_code,
+                        is_error: item["status"] == "failed" || item["status"] == "declined",
+                    });
+                }
+                "file_change" => {
+                    for change in item["changes"].as_array().into_iter().flatten() {
+                        let name = if change["kind"] == "add" {
+                            "write"
+                        } else {
+                            "edit"
+                        };
+                        self.done.tools.push(ToolCall {
+                            name: name.to_owned(),
+                            input: serde_json::json!({"path": change["path"]}),
+                            exit_code: None,
+                            is_error: item["status"] == "failed",
+                        });
+                    }
+                }
+                "mcp_tool_call" | "web_search" => {
+                    self.done.tools.push(ToolCall {
+                        name: item["type"].as_str().unwrap_or_default().to_owned(),
+                        input: Value::Null,
+                        exit_code: None,
+                        is_error: item["status"] == "failed",
+                    });
+                }
+                // `error` items are warnings (e.g. no metadata for the model).
+                _ => {}
+            },
+            "turn.completed" => {
+                self.done.usage = event["usage"].clone();
+                self.completed = true;
+            }
+            "turn.failed" => {
+                self.failure = Some(
+                    event["error"]["message"]
+                        .as_str()
+                        .unwrap_or("no reason given")
+                        .to_owned(),
+                );
+            }
+            "error" => {
+                self.failure.get_or_insert_with(|| {
+                    event["message"]
+                        .as_str()
+                        .unwrap_or("no reason given")
+                        .to_owned()
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Lines of stderr that say nothing about a failure.
