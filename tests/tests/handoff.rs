@@ -11,7 +11,7 @@ use crate::direct;
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use arbiter_protocol::{Handoff, LogBody, WireError};
+use arbiter_protocol::{Handoff, LogBody};
 use arbiter_tests::MockReply;
 use common::*;
 use serde_json::{Value, json};
@@ -232,74 +232,9 @@ async fn each_successor_gets_its_predecessors_packet_verbatim_and_the_arbiter_on
     );
 }
 
-/// A packet that never validates: the reply is sent back with the reason
-/// each time, then the Orchestrator stops with a `schema_violation` that
-/// the human sees in the log as an error entry, and the Arbiter is told it
-/// stopped. No report of it is ever logged or routed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_packet_that_fails_its_schema_is_repaired_then_fails_visibly() {
-    let sys = System::start_with(Options {
-        orch_context_budget: BUDGET,
-        ..Default::default()
-    })
-    .await;
-    let s = "s-handoff-bad";
-    let log = sys.watch_log(s).await;
-    let human = "Hand off badly.";
-    let arb = arbiter_lane(human);
-    let brief = "Work until full, then hand off.";
-    let lane = orch_lane(brief);
-    sys.mock.push(&arb, arbiter("summon_orchestrator", brief));
-    let mut twice = packet(1);
-    twice["open"][0]["id"] = json!("T1");
-    let mut extra = packet(1);
-    extra["mood"] = json!("tired");
-    let mut no_next = packet(1);
-    no_next.as_object_mut().unwrap().remove("next_step");
-    for bad in [twice, extra, no_next] {
-        sys.mock
-            .push(&lane, report("Full.", &bad).usage(900, 10, 0, 0));
-    }
-    sys.mock
-        .push(&arb, arbiter("address_human", "The Orchestrator failed."));
-    sys.send(s, human).await;
-
-    let requests = sys.mock.wait_for_requests(&lane, 3, WAIT).await;
-    assert!(requests[1].last_user_text().contains("used twice"));
-    assert!(
-        requests[2].last_user_text().contains("mood"),
-        "{}",
-        requests[2].last_user_text()
-    );
-    log.wait_for("the Arbiter's word", |b| matches!(b, LogBody::Arbiter(_)))
-        .await;
-    let bodies = log.bodies();
-    assert!(
-        !bodies.iter().any(|b| matches!(b, LogBody::Orchestrator(_))),
-        "a half-formed report was routed: {bodies:?}"
-    );
-    // What the human sees: an error entry naming the Orchestrator and the schema.
-    let failed = bodies
-        .iter()
-        .find_map(|b| match b {
-            LogBody::Error(e) => Some(e.error.clone()),
-            _ => None,
-        })
-        .unwrap();
-    match &failed {
-        WireError::OrchestratorFailed { number, message } => {
-            assert_eq!(*number, 1);
-            assert!(message.contains("schema"), "{message}");
-            assert!(message.contains("next_step"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    let told = sys.mock.requests_for(&arb)[1].last_user_text();
-    assert!(
-        told.starts_with("System: Orchestrator I has stopped and is no longer active"),
-        "{told}"
-    );
-}
+// A malformed packet repaired, then failing: a table case of the worker's core,
+// `agent::core::tests::a_malformed_packet_is_repaired_with_what_is_wrong_then_fails`; the
+// failure's wiring is `bad_input::an_orchestrator_that_never_matches_its_schema_…`.
 
 /// kill -9 of the worker while the predecessor writes its packet (its model
 /// call in flight): another worker takes the Orchestrator over and makes the

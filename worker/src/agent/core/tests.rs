@@ -367,6 +367,40 @@ fn past_the_critical_threshold_an_output_without_a_packet_goes_back_for_repair()
     assert!(core.check_handoff(message("done")).is_ok());
 }
 
+/// Moved down from e2e `handoff::a_packet_that_fails_its_schema_is_repaired_…`
+/// (the failure's wiring to the human and the Arbiter stays in
+/// `bad_input::an_orchestrator_that_never_matches_its_schema_…`): each
+/// malformed packet goes back with what is wrong, then the Orchestrator fails.
+#[test]
+fn a_malformed_packet_is_repaired_with_what_is_wrong_then_fails() {
+    let mut core = core();
+    let mut twice = packet();
+    twice["open"] = json!([{"id": "T1", "what": "a"}, {"id": "T1", "what": "b"}]);
+    let mut extra = packet();
+    extra["mood"] = json!("tired");
+    let mut no_next = packet();
+    no_next.as_object_mut().unwrap().remove("next_step");
+    let mut said = Vec::new();
+    for bad in [twice, extra, no_next] {
+        let reply = json!({"expects_response": true, "message": "Full.", "handoff": bad});
+        let Replied::Output(parsed) =
+            core.take_reply(text_reply(&reply.to_string(), StopReason::EndTurn))
+        else {
+            panic!("no tools")
+        };
+        let detail = parsed.as_ref().unwrap_err().clone();
+        said.push(detail);
+        match core.take_output(parsed) {
+            Taken::Repair => {}
+            Taken::Fail(WireError::SchemaViolation { attempts, .. }) => assert_eq!(attempts, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(said[0].contains("used twice"), "{}", said[0]);
+    assert!(said[1].contains("mood"), "{}", said[1]);
+    assert!(said[2].contains("next_step"), "{}", said[2]);
+}
+
 #[test]
 fn a_packet_that_fails_its_check_goes_back_for_repair_whatever_the_context() {
     let core = core();
@@ -447,6 +481,8 @@ fn a_call_that_waited_for_approval_before_a_takeover_is_not_counted_again() {
     );
 }
 
+/// Moved down from e2e `runaway::an_orchestrator_whose_calls_keep_failing_…`
+/// (the wiring of a stop on a circle stays there, in the repeated call's test).
 #[test]
 fn twelve_failures_in_a_row_stop_the_work_and_the_calls_after_are_not_run() {
     let mut core = core();
@@ -454,22 +490,32 @@ fn twelve_failures_in_a_row_stop_the_work_and_the_calls_after_are_not_run() {
     for i in 0..12 {
         let c = call(
             &format!("c{i}"),
-            "bash",
-            json!({"command": format!("false {i}")}),
+            "read",
+            json!({"path": format!("notes-{i}.txt")}),
         );
         let rest = [call("after", "bash", json!({"command": "true"}))];
         let cleared = core.clear(&c, &rest).unwrap();
-        last = core.called(&c, cleared, true, failed("exit 1"), &rest);
-        if i == 5 {
-            assert!(
-                last_texts(&core)
-                    .iter()
-                    .any(|t| t.contains("tool calls all failed"))
-            );
-        }
+        last = core.called(&c, cleared, true, failed("no such file"), &rest);
+        // The results merge into one user message: the warning is in it
+        // once from the 6th failure on.
+        let warned = last_texts(&core)
+            .iter()
+            .filter(|t| t.contains("Your last 6 tool calls all failed"))
+            .count();
+        assert_eq!(
+            warned,
+            usize::from(i >= 5),
+            "told at the 6th failure, call {i}"
+        );
     }
     match last {
-        AfterCall::Circling(report) => assert!(report.contains("12 tool calls"), "{report}"),
+        AfterCall::Circling(report) => assert!(
+            report.starts_with(
+                "Stopped: my last 12 tool calls all failed (the last was read \
+                 {\"path\":\"notes-11.txt\"})"
+            ),
+            "{report}"
+        ),
         other => panic!("{other:?}"),
     }
     let not_run = core
@@ -659,25 +705,73 @@ fn notes_past_the_limit_go_to_the_arbiter_as_a_message() {
     assert_eq!(core.snap.notes_in_a_row, 0);
 }
 
+/// Moved down from e2e `runaway::an_orchestrator_that_only_writes_notes_…`:
+/// a claim with nothing behind it is answered with that fact, the second
+/// note in a row without a tool call is told notes do no work, a note after
+/// a write is answered with what the worker sees, and four notes in a row
+/// with no tool call go to the Arbiter as a report that it is stuck.
 #[test]
 fn notes_with_no_tool_call_between_them_are_warned_then_stop_the_work() {
     let mut core = core();
-    let mut settings = settings(Runtime::Native);
-    settings.max_consecutive_notes = 10;
-    core.settings = settings;
+    core.settings.max_consecutive_notes = 10;
+    // What the model is told after each note (the text appended last).
+    let told = |core: &Core| last_texts(core).last().cloned().unwrap();
+    publish(&mut core, note("The file hello.py is now created."));
+    assert!(
+        told(&core).contains("it says work is done while the worker saw no tool call"),
+        "{}",
+        told(&core)
+    );
+    publish(&mut core, note("Working on hello.py."));
+    assert!(
+        told(&core).contains("That is 2 notes in a row with no tool call"),
+        "{}",
+        told(&core)
+    );
+    let write = call(
+        "w",
+        "write",
+        json!({"path": "hello.py", "content": "print('hello')\n"}),
+    );
+    let cleared = core.clear(&write, &[]).unwrap();
+    core.called(&write, cleared, true, ok("written"), &[]);
+    let shaped = core.shape(note("hello.py is written."));
+    let files = FileChanges {
+        created: vec!["hello.py".into()],
+        ..FileChanges::default()
+    };
+    let evidence = evidence(&core, files);
+    core.publish(shaped, evidence, now());
+    let after_write = told(&core);
+    assert!(
+        after_write.contains(
+            "The worker sees this work so far: 1 tool call (write 1), 1 file changed \
+             (created: hello.py)"
+        ) && after_write.contains("check it and report to the Arbiter now"),
+        "{after_write}"
+    );
     let mut stopped = None;
-    for i in 1..=4 {
-        let sent = publish(&mut core, note(&format!("working on it {i}")));
+    for text in [
+        "Still checking.",
+        "Checking more.",
+        "Almost there.",
+        "All good.",
+    ] {
+        let sent = publish(&mut core, note(text));
         if let OrchestratorEvent::Output(o) = &sent.event
             && o.expects_response
         {
-            stopped = Some((i, o.message.clone()));
+            stopped = Some(o.message.clone());
             break;
         }
     }
-    let (at, said) = stopped.expect("the idle notes stop the work");
-    assert_eq!(at, super::repeats::IDLE_STOP);
-    assert!(said.ends_with("working on it 4"), "{said}");
+    assert_eq!(
+        stopped.expect("the idle notes stop the work"),
+        "[system] Stopped: I sent 4 notes in a row without calling a tool between them, so \
+         my work has not moved. Tell me exactly which tool to call next, or release me. My \
+         last note: All good."
+    );
+    assert_eq!(core.snap.phase, Phase::Waiting);
 }
 
 #[test]
