@@ -30,6 +30,13 @@ pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
         console_caps: arbiter_coordinator::ConsoleCaps::off(),
         // The teams part runs teams of 10.
         team_cap: 16,
+        // A saturation session is an Arbiter and an Orchestrator echoing
+        // each other (`relay k`, `done k`) with no tool call, 50 exchanges
+        // without the human: the guard that holds such a loop after 3
+        // rounds (and a turn cap after 100 turns) would stop every one
+        // of them in the warm-up and leave nothing to measure.
+        loop_rounds: 0,
+        max_turns_per_message: 0,
         hooks: match &args.hook_url {
             Some(url) => {
                 let secret = arbiter_coordinator::notify::Secret::parse("bench-secret")

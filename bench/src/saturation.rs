@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use anyhow::bail;
+
 use crate::ctx::Ctx;
 use crate::load;
 use crate::model::Recorder;
@@ -117,6 +119,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Saturation> {
     .await;
     system.stop().await;
     let seconds = after.2.duration_since(before.2).as_secs_f64();
+    if after.0 == before.0 {
+        bail!(
+            "saturation: no message was routed in {seconds:.0} s: the {sessions} sessions \
+             stopped answering each other (held by a guard, or stalled; see the logs \
+             with --keep)"
+        );
+    }
     Ok(Saturation {
         sessions,
         seconds,

@@ -15,6 +15,7 @@ mod approvals;
 mod approvals_worker;
 mod arbiter_handoff;
 mod bad_input;
+mod bench;
 mod binaries;
 mod budget;
 mod checkpoints;

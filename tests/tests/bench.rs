@@ -1,0 +1,60 @@
+//! `arbiter-bench` itself at small counts, so that a phase cannot rot into
+//! measuring nothing unnoticed: its saturation part once printed
+//! `routed messages/s per coordinator: 0` for weeks after the coordinator
+//! learned to hold an exchange that repeats itself, which every saturation
+//! session does on purpose.
+
+use std::time::Duration;
+
+use arbiter_tests::bin;
+
+/// The saturation part: 4 sessions whose Arbiter and Orchestrator answer
+/// each other for 3 s, against the real coordinator and worker (run by the
+/// bench binary) and a real nats-server. Messages are routed throughout
+/// the window: a guard that held the sessions would leave it empty, and
+/// the bench now fails then instead of printing 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_saturation_part_routes_messages_throughout_its_window() {
+    let mut command = tokio::process::Command::new(bin("arbiter-bench"));
+    command
+        .args(["--phases", "saturation", "--saturation-sessions", "4"])
+        .args(["--saturation-duration", "3", "--warmup", "1"])
+        // Fewer exchanges than the window holds, so sessions also end and
+        // are replaced while it is measured.
+        .args(["--exchanges", "5"])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("arbiter-bench ran for over 2 minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "arbiter-bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let routed: f64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("routed messages/s per coordinator: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no saturation figure in:\n{stdout}"));
+    // 4 sessions of a zero-latency model route hundreds a second even in a
+    // debug build on a loaded machine; a stalled run routes none.
+    assert!(routed >= 20.0, "routed {routed} messages/s:\n{stdout}");
+    let started: f64 = stdout
+        .lines()
+        .find_map(|l| {
+            l.split("releases its Orchestrator and is replaced (")
+                .nth(1)
+        })
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no replacement rate in:\n{stdout}"));
+    assert!(
+        started > 0.0,
+        "no session ended and was replaced:\n{stdout}"
+    );
+}
