@@ -5,13 +5,13 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod connect;
 pub mod direct;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod memory;
 pub mod metrics;
 pub mod retention;

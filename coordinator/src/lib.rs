@@ -4,13 +4,13 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz;
 mod caps;
 mod cluster;
 mod delta;
 mod fleet;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod notify;
 pub mod prompt;
 pub use cluster::retention;

@@ -5,15 +5,15 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz;
 mod anthropic;
 pub mod budget;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod http;
 pub mod meter;
 mod model_config;

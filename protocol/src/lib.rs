@@ -6,14 +6,14 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz;
 pub mod approval;
 pub mod arbiter_handoff;
 pub mod budget;
 pub mod error;
 pub mod evidence;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod handoff;
 pub mod memory;
 pub mod notify;

@@ -8,11 +8,11 @@
 
 #![deny(clippy::print_stderr)]
 
+pub mod auth;
+pub mod fleet;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzz;
-pub mod auth;
-pub mod fleet;
 pub mod hub;
 mod live;
 pub mod metrics;

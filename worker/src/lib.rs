@@ -11,15 +11,15 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz;
 mod agent;
 mod approval;
 pub mod checkpoint;
 mod contain;
 pub mod context;
 mod evidence;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod inputs;
 mod lease;
 pub mod mcp;
