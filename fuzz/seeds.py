@@ -6,9 +6,10 @@ and lines in the formats the CLI runtimes print (docs/runtimes.md). Each
 seed starts with the byte(s) its target reads first (which type, which
 side, the chunk size); they are chosen printable so that the seeds stay
 text. Run from anywhere: `python3 fuzz/seeds.py`. The protocol_records
-seeds of the worker's and the coordinator's records are written by those
-crates' `write_seed_records` tests (`cargo test -p <crate> --lib
-write_seed_records -- --ignored`), from their own types."""
+seeds of the worker's and the coordinator's records come from those
+crates' own types: their `the_record_seeds_are_what_is_written_today` tests
+check them, and write them with `ARBITER_WRITE_SEEDS=1 cargo test -p <crate>
+--lib the_record_seeds`."""
 
 import gzip
 import json

@@ -311,6 +311,28 @@ mod tests {
         out
     }
 
+    /// The seed `name` of `target` is `data`, its JSON compared as JSON
+    /// after the first byte. With `ARBITER_WRITE_SEEDS` set it is written
+    /// instead (fuzz/seeds.py writes the other seeds).
+    fn seed_is(target: &str, name: &str, data: &[u8]) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus")
+            .join(target)
+            .join(name);
+        if std::env::var_os("ARBITER_WRITE_SEEDS").is_some() {
+            assert!(std::fs::write(&path, data).is_ok(), "{}", path.display());
+            return;
+        }
+        let json = |d: &[u8]| serde_json::from_slice::<serde_json::Value>(d.get(1..)?).ok();
+        let seed = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            seed.first() == data.first() && json(&seed).is_some() && json(&seed) == json(data),
+            "{} is not the record written today: write the seeds again \
+             (ARBITER_WRITE_SEEDS=1, see this test's comment)",
+            path.display()
+        );
+    }
+
     #[test]
     fn the_seed_corpus_replays_cleanly() {
         for target in [
@@ -365,13 +387,14 @@ mod tests {
             assert!(!reading.done.thread_id.is_empty(), "{name}");
         }
     }
-    /// Writes the worker's seeds of `protocol_records` (run by hand:
-    /// `cargo test -p arbiter-worker --lib write_seed_records -- --ignored`):
-    /// an Orchestrator's state records as the worker writes them, their
-    /// transcript the recorded tool-use turn of `llm/tests/fixtures`.
+    /// The worker's seeds of `protocol_records` are an Orchestrator's state
+    /// records as the worker writes them today (their transcript the
+    /// recorded tool-use turn of `llm/tests/fixtures`): a change of the
+    /// record fails here until the seeds are written again, with
+    /// `ARBITER_WRITE_SEEDS=1 cargo test -p arbiter-worker --lib
+    /// the_record_seeds`.
     #[test]
-    #[ignore = "writes the seed corpus"]
-    fn write_seed_records() {
+    fn the_record_seeds_are_what_is_written_today() {
         use crate::state::{CliTranscript, Record, Snapshot};
         use arbiter_llm::{Block, Message, MessageRole};
         let message = seeds("protocol_messages")
@@ -432,15 +455,13 @@ mod tests {
             }),
             ..step.clone()
         };
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus/protocol_records");
         for (name, record) in [
             ("orchestrator-step-record.json", step),
             ("orchestrator-rollup-record.json", rollup),
         ] {
             let mut data = b"0".to_vec();
             data.extend(serde_json::to_vec(&record).unwrap_or_default());
-            assert!(std::fs::write(dir.join(name), data).is_ok());
+            seed_is("protocol_records", name, &data);
         }
     }
 }
