@@ -92,6 +92,14 @@ impl Assembler {
                     "redacted_thinking" => Partial::Redacted(str_of("data").to_owned()),
                     _ => Partial::Ignored,
                 };
+                // An index names one block of the reply: a second start
+                // would replace a block (or a tool call already yielded)
+                // in the reply while what was yielded kept it.
+                if self.open.contains_key(&index) || self.done.contains_key(&index) {
+                    return Err(LlmError::Stream(format!(
+                        "content block {index} started twice"
+                    )));
+                }
                 self.open.insert(index, partial);
             }
             "content_block_delta" => {
@@ -316,6 +324,41 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, LlmError::Overloaded { .. }), "{err:?}");
         assert!(err.is_retryable());
+    }
+
+    /// Found by the `anthropic_sse` fuzz target: a stream that started
+    /// and stopped block 2 twice yielded two tool calls, and the reply
+    /// kept one. Its input, shortened: the second start is refused.
+    #[test]
+    fn a_block_started_twice_is_a_stream_error() {
+        let start = r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_1","name":"read","input":{}}}"#;
+        let stop = r#"{"type":"content_block_stop","index":2}"#;
+        let events = [
+            (
+                "message_start",
+                r#"{"message":{"usage":{"input_tokens":1}}}"#,
+            ),
+            ("content_block_start", start),
+            ("message", stop),
+            ("content_block_start", start),
+            ("message", stop),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+        ];
+        let err = feed(&events).unwrap_err();
+        assert!(
+            matches!(&err, LlmError::Stream(m) if m == "content block 2 started twice"),
+            "{err:?}"
+        );
+        // While the first is still open, too.
+        let err = feed(
+            &events[..2]
+                .iter()
+                .chain(&events[3..4])
+                .copied()
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, LlmError::Stream(_)), "{err:?}");
     }
 
     #[test]
