@@ -114,12 +114,14 @@ pub struct Rule {
 
 impl Rule {
     /// The rule that allows exactly this call again (the human's "allow for
-    /// this session"): its command or path, escaped, as the pattern.
+    /// this session"): its command or path, escaped, as the pattern. A
+    /// backslash is doubled: patterns read `\` as an escape
+    /// (`backslash_escape`), which `globset::escape` leaves alone.
     pub fn exactly(tool: &str, input: &serde_json::Value) -> Rule {
         Rule {
             action: Action::Allow,
             tool: tool.to_owned(),
-            pattern: subject(tool, input).map(|s| globset::escape(&s)),
+            pattern: subject(tool, input).map(|s| globset::escape(&s.replace('\\', "\\\\"))),
         }
     }
 

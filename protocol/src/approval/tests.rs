@@ -342,6 +342,39 @@ fn allowed_for_the_session_turns_an_ask_into_an_allow_never_a_deny() {
     assert!(rule.matches("bash", Some("ls *.rs")));
 }
 
+/// Found by the `tool_args` fuzz target: a command with a backslash
+/// (`\\cd repo`, `grep 'a\|b' x`) was not covered by its own "allow for
+/// this session" rule, since a pattern reads `\` as an escape, so the
+/// human was asked again for the very call they had allowed.
+#[test]
+fn allowed_for_the_session_covers_a_command_with_backslashes() {
+    for command in [
+        r"\\cd repo && git push origin main",
+        r"grep 'a\|b' x",
+        r"printf 'x\n' \*",
+    ] {
+        let call = json!({ "command": command });
+        let rule = Rule::exactly("bash", &call);
+        assert!(
+            rule.covers("bash", &call),
+            "{rule} does not cover {command}"
+        );
+        let mut layers = Layers::new(policy("mode ask"), vec![]).unwrap();
+        assert_eq!(layers.decide("bash", &call).action, Action::Ask);
+        layers.allowed.push(rule);
+        assert_eq!(
+            layers.decide("bash", &call).action,
+            Action::Allow,
+            "{command}"
+        );
+    }
+    // Still exactly that call: the backslash is literal, not an escape.
+    let rule = Rule::exactly("bash", &json!({"command": r"ls \*"}));
+    assert!(!rule.matches("bash", Some(r"ls *")));
+    assert!(!rule.matches("bash", Some(r"ls \x")));
+    assert!(rule.matches("bash", Some(r"ls \*")));
+}
+
 #[test]
 fn parse_errors_name_the_item() {
     let rows = [
