@@ -13,6 +13,7 @@ use std::time::Duration;
 use arbiter_protocol::{LogBody, subjects};
 use arbiter_tests::{Gate, eventually};
 use common::*;
+use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 
 /// A coordinator's config under a fixed id.
@@ -489,10 +490,12 @@ async fn a_paused_coordinator_that_wakes_is_fenced_out_and_writes_nothing() {
     first.start_kill().unwrap();
 }
 
-/// Idle sessions cost no lease writes: 50 sessions, each answered once and
-/// then left idle, owned by two coordinators. Over 10 s the lease bucket's
-/// stream gets only the coordinators' own liveness renewals (one every third
-/// of the 4 s TTL each, about 8 per coordinator), however many sessions they own.
+/// Idle sessions cost no lease writes and no status messages: 50 sessions,
+/// each answered once and then left idle, owned by two coordinators. Over
+/// 10 s the lease bucket's stream gets only the coordinators' own liveness
+/// renewals (one every third of the 4 s TTL each, about 8 per coordinator),
+/// however many sessions they own, and no session republishes its status;
+/// a message to one of them brings its status back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sessions_cost_no_lease_writes() {
     let mut sys = System::start_with(Options {
@@ -537,9 +540,21 @@ async fn idle_sessions_cost_no_lease_writes() {
         let mut stream = sys.bus.js.get_stream(&stream).await.unwrap();
         stream.info().await.unwrap().state.last_sequence
     };
+    // Nor a status message: a settled session's status is not republished.
+    let mut statuses = sys
+        .bus
+        .client
+        .subscribe(subjects::ALL_SESSION_STATUS)
+        .await
+        .unwrap();
+    sys.bus.client.flush().await.unwrap();
     let first = last_seq().await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let writes = last_seq().await - first;
+    let mut heartbeats = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, statuses.next()).await {
+        heartbeats += 1;
+    }
     let a = before.values().filter(|o| *o == "c-idle-a").count();
     println!(
         "{} idle sessions (c-idle-a {a}, c-idle-b {}): {writes} lease bucket writes in 10 s (target: a handful per coordinator, <= 10 each)",
@@ -550,9 +565,24 @@ async fn idle_sessions_cost_no_lease_writes() {
         writes <= 20,
         "idle sessions cost lease writes: {writes} in 10 s"
     );
+    assert_eq!(
+        heartbeats, 0,
+        "settled sessions published their status {heartbeats} times in 10 s"
+    );
     // Nothing moved and nothing more was said while idle.
     assert_eq!(owners(&sys, &sessions).await, before);
     assert_eq!(sys.mock.requests().len(), sessions.len());
+    // A message wakes the session: its status goes out again.
+    sys.send(&sessions[0], "One more question").await;
+    let woken = tokio::time::timeout(WAIT, async {
+        while let Some(msg) = statuses.next().await {
+            if msg.subject.as_str() == subjects::session_status(&sessions[0]) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(woken.is_ok(), "no status after the session was written to");
 }
 
 /// The only coordinator is paused (SIGSTOP) mid-turn past its liveness

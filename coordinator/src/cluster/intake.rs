@@ -41,6 +41,8 @@ const HAND_OVER_AT_ONCE: usize = 16;
 /// How long a coordinator over its share (or that handed the session over
 /// itself) waits before taking a free session, leaving it to the others first.
 const BUSY_TAKE_DELAY: Duration = Duration::from_secs(1);
+/// Free sessions whose takes are written to the bucket at once.
+const TAKE_AT_ONCE: usize = 256;
 /// How long start-up waits for the lease bucket to be read before routing.
 const WATCH_READY_WAIT: Duration = Duration::from_secs(10);
 /// How long a coordinator remembers that it handed a session over.
@@ -263,62 +265,93 @@ impl Registry {
         }
     }
 
-    /// A session whose lease ran out or was handed over: taken at once by
-    /// a coordinator under its share, after [`BUSY_TAKE_DELAY`] by the others
-    /// (`again`: this is that second try).
+    /// Sessions whose lease ran out or was handed over: taken at once by
+    /// a coordinator under its share (as many as its share has room for),
+    /// after [`BUSY_TAKE_DELAY`] by the others (`again`: this is that second
+    /// try). The takes of a batch are written to the bucket concurrently: a
+    /// dead coordinator's thousands of sessions move in a few round trips,
+    /// not one each.
     async fn on_free(
         &mut self,
-        session_id: String,
-        expect: u64,
+        batch: Vec<(String, u64)>,
         again: bool,
         retry: &mpsc::Sender<(String, u64)>,
     ) {
-        if self.handing_over.contains(&session_id) {
-            return;
-        }
-        if self.sessions.contains_key(&session_id) {
-            if !self.leases.holds(&session_id) {
-                // Its actor here was told to stop (this coordinator lost
-                // its liveness) and has not ended yet: looked at again later.
-                let retry = retry.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(BUSY_TAKE_DELAY).await;
-                    let _ = retry.send((session_id, expect)).await;
-                });
-            }
-            return;
-        }
-        // Sessions this coordinator handed over itself are left to the
-        // others first (if there are others); so are all while it owns more
-        // than its share.
-        let handed_over_here = self.leases.live() > 1
-            && self
-                .handed_over
-                .get(&session_id)
-                .is_some_and(|at| at.elapsed() < HANDED_OVER_MEMORY);
-        if !again && (handed_over_here || self.leases.count() > self.leases.fair_share()) {
+        let later = |session_id: String, expect: u64| {
             let retry = retry.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(BUSY_TAKE_DELAY).await;
                 let _ = retry.send((session_id, expect)).await;
             });
-            return;
+        };
+        // Room under this coordinator's share, once for the batch (the
+        // share is a count over the whole bucket).
+        let mut room = self.leases.fair_share().saturating_sub(self.leases.count());
+        let several = self.leases.live() > 1;
+        let mut candidates = Vec::with_capacity(batch.len());
+        for (session_id, expect) in batch {
+            if self.handing_over.contains(&session_id) {
+                continue;
+            }
+            if self.sessions.contains_key(&session_id) {
+                if !self.leases.holds(&session_id) {
+                    // Its actor here was told to stop (this coordinator lost
+                    // its liveness) and has not ended yet: looked at again later.
+                    later(session_id, expect);
+                }
+                continue;
+            }
+            // Sessions this coordinator handed over itself are left to the
+            // others first (if there are others); so are all past its share.
+            let handed_over_here = several
+                && self
+                    .handed_over
+                    .get(&session_id)
+                    .is_some_and(|at| at.elapsed() < HANDED_OVER_MEMORY);
+            if !again && (handed_over_here || room == 0) {
+                later(session_id, expect);
+                continue;
+            }
+            room = room.saturating_sub(1);
+            candidates.push((session_id, expect));
         }
-        // A later try looks again (another may have taken it, or its owner
-        // come back); a take the fence refused has read the key afresh.
+        let this = &*self;
+        let taken = futures::future::join_all(
+            candidates
+                .iter()
+                .map(|(session_id, expect)| this.claim(session_id, *expect, again)),
+        )
+        .await;
+        for ((session_id, _), lost) in candidates.into_iter().zip(taken) {
+            if let Some(lost) = lost {
+                tracing::info!(session.id = %session_id, "took over a session whose lease was free");
+                self.start(&session_id, lost);
+            }
+        }
+    }
+
+    /// Takes a free session's lease, fenced on `expect`; a later try
+    /// (`again`) reads the key first (another may have taken it, or its
+    /// owner come back), and a take the fence refused reads it afresh and
+    /// tries once more. The token to start its actor with, if taken.
+    async fn claim(&self, session_id: &str, expect: u64, again: bool) -> Option<CancellationToken> {
         let mut expect = expect;
         for attempt in 0..2 {
             if again || attempt > 0 {
-                match self.leases.owner(&session_id) {
+                match self.leases.owner(session_id) {
                     Owner::Free(now) => expect = now,
-                    _ => return,
+                    _ => return None,
                 }
             }
-            if self.take(&session_id, expect).await {
-                tracing::info!(session.id = %session_id, "took over a session whose lease was free");
-                return;
+            match self.leases.take(session_id, expect, &self.cancel).await {
+                Ok(Some(lost)) => return Some(lost),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(session.id = %session_id, error = %e, "could not take the session's lease");
+                }
             }
         }
+        None
     }
 
     /// A session actor ended: its lease is handed over if it was asked to
@@ -788,11 +821,11 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
                     None => tracing::warn!(subject, "a forwarded message without its subject, sequence or reply subject; dropped (its sender puts it back after its wait)"),
                 }
             }
-            Some((session_id, expect)) = free_rx.recv() => {
-                registry.on_free(session_id, expect, false, &retry_tx).await;
+            Some(first) = free_rx.recv() => {
+                registry.on_free(batch_of(first, &mut free_rx), false, &retry_tx).await;
             }
-            Some((session_id, expect)) = retry_rx.recv() => {
-                registry.on_free(session_id, expect, true, &retry_tx).await;
+            Some(first) = retry_rx.recv() => {
+                registry.on_free(batch_of(first, &mut retry_rx), true, &retry_tx).await;
             }
             Some(session_id) = ended_rx.recv() => registry.on_ended(session_id).await,
             _ = rebalance.tick() => registry.rebalance(),
@@ -815,6 +848,18 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     // coordinator's key makes the others take its sessions at once.
     registry.leases.withdraw().await;
     result
+}
+
+/// `first` and what else the channel holds now, up to [`TAKE_AT_ONCE`].
+fn batch_of<T>(first: T, rx: &mut mpsc::Receiver<T>) -> Vec<T> {
+    let mut batch = vec![first];
+    while batch.len() < TAKE_AT_ONCE {
+        match rx.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    batch
 }
 
 /// Puts back the message of an input that cannot be taken here now.
