@@ -60,6 +60,14 @@ pub struct RoleArgs {
     /// A webhook the coordinator POSTs every event type to (the hooks part).
     #[arg(long)]
     pub hook_url: Option<String>,
+    /// The coordinator's id (the levels' takeover names the one it starts);
+    /// a fresh one when not given.
+    #[arg(long)]
+    pub coordinator_id: Option<String>,
+    /// Milliseconds an Orchestrator waits for the Arbiter before it parks
+    /// (the worker's `--park-after`); the worker's default when not given.
+    #[arg(long)]
+    pub park_after_ms: Option<u64>,
 }
 
 /// Which parts to run and how hard. The defaults take about three minutes.
@@ -82,6 +90,23 @@ pub struct RunOptions {
         default_value = "1,100,1000"
     )]
     pub levels: Vec<u32>,
+    /// Seconds an Orchestrator of a level waits for the Arbiter before it
+    /// parks (the worker's `--park-after`, 120 s in a deployment): short,
+    /// so that a level's idle Orchestrators are parked when its idle cost
+    /// and memory are read, as a deployment's are after two minutes.
+    #[arg(long, env = "ARBITER_BENCH_LEVEL_PARK_AFTER", default_value_t = 10)]
+    pub level_park_after: u64,
+    /// Sessions of a level that the load is spread over, at most; a larger
+    /// level's other sessions are set up the same way and then stay idle
+    /// (their Orchestrators park), so its messages meet the same per-session
+    /// pace as this level's and what grows is the idle population.
+    #[arg(long, env = "ARBITER_BENCH_LEVEL_ACTIVE", default_value_t = 1000)]
+    pub level_active: u32,
+    /// A level of N sessions also holds N / this many team sessions, each
+    /// a parallel team of three Orchestrators that reported and waits (0:
+    /// none).
+    #[arg(long, env = "ARBITER_BENCH_LEVEL_TEAM_EVERY", default_value_t = 100)]
+    pub level_team_every: u32,
     /// Seconds measured per level (after the warm-up).
     #[arg(long, env = "ARBITER_BENCH_DURATION", default_value_t = 20)]
     pub duration: u64,

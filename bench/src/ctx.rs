@@ -72,6 +72,19 @@ impl Ctx {
         workers: usize,
         slots_per_worker: usize,
     ) -> anyhow::Result<System> {
+        self.system_parking(name, workers, slots_per_worker, None)
+            .await
+    }
+
+    /// [`Ctx::system`] whose Orchestrators park after `park_after` waiting
+    /// (`None`: the worker's default).
+    pub async fn system_parking(
+        &self,
+        name: &str,
+        workers: usize,
+        slots_per_worker: usize,
+        park_after: Option<std::time::Duration>,
+    ) -> anyhow::Result<System> {
         self.recorder.reset()?;
         let runtime = *self
             .runtime
@@ -101,6 +114,7 @@ impl Ctx {
                 runtime,
                 claude_bin: self.opts.claude_bin.as_deref(),
                 codex_bin: self.opts.codex_bin.as_deref(),
+                park_after,
             },
         )
         .await

@@ -73,8 +73,12 @@ pub async fn start_these(
     rate: f64,
 ) -> anyhow::Result<()> {
     let target = recorder.ready.load(Ordering::SeqCst) + openings.len() as u64;
+    // As long again as the sending took, and a minute: a system that falls
+    // behind the pace catches up after it.
+    let limit =
+        Duration::from_secs(60) + Duration::from_secs_f64(openings.len() as f64 / rate.max(0.001));
     send_paced(&system.bus, openings, rate).await?;
-    wait_for(system, "sessions ready", Duration::from_secs(60), || {
+    wait_for(system, "sessions ready", limit, || {
         recorder.ready.load(Ordering::SeqCst) >= target
     })
     .await

@@ -28,6 +28,7 @@ mod roles;
 mod run;
 mod runtimes;
 mod saturation;
+mod scale;
 mod start;
 mod system;
 mod teams;

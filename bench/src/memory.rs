@@ -67,7 +67,7 @@ impl Memory {
     }
 }
 
-async fn read(system: &System) -> anyhow::Result<Readings> {
+pub async fn read(system: &System) -> anyhow::Result<Readings> {
     tokio::time::sleep(SETTLE).await;
     Ok(Readings {
         coordinator: system.coordinator.rss()?,

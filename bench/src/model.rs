@@ -15,6 +15,9 @@
 //!   reports come in, in one input, it relays `relay 1` to member 1 (the
 //!   whole team live) and releases the team on `team done` (the teams
 //!   phase). `tm1-<i>` is a solo Orchestrator, for comparison.
+//!   `crew <id>`: summons a parallel team of three and, once their reports
+//!   come in, counts the session ready and leaves the team waiting (a
+//!   level's teams).
 //! - Orchestrator (`bench-orch`): its brief → `ready`; `relay k` → `done k`;
 //!   `work` → a reply held at a gate (an Orchestrator with a model call open);
 //!   `chain-brief <id> g` → a final report with generation g's packet.
@@ -326,6 +329,9 @@ impl Recorder {
         if kind == "team" {
             return self.team_arbiter(session, request);
         }
+        if kind == "crew" {
+            return self.crew_arbiter(session, request);
+        }
         if request.messages().len() == 1 {
             let reply = arbiter("summon_orchestrator", &format!("brief {session}"));
             let session = session.to_owned();
@@ -570,6 +576,28 @@ impl Recorder {
         arbiter("address_human", "waiting")
     }
 
+    /// A `crew` session's Arbiter (a level's team): the parallel summons of
+    /// three members; once their reports come in it speaks to the human and
+    /// counts the session ready, leaving the team waiting (and so parking).
+    fn crew_arbiter(&self, session: &str, request: &RecordedRequest) -> MockReply {
+        if request.messages().len() == 1 {
+            let briefs: Vec<String> = (1..=CREW)
+                .map(|k| format!("team-brief {session} {k}"))
+                .collect();
+            return MockReply::json(&json!({
+                "intent": "summon_orchestrator",
+                "message": format!("crew {session}"),
+                "strategy": "parallel",
+                "briefs": briefs,
+            }));
+        }
+        // The first input after the summons carries the reports.
+        if request.messages().len() == 3 && request.last_user_text().contains("team report") {
+            self.ready.fetch_add(1, Ordering::SeqCst);
+        }
+        arbiter("address_human", "crew live")
+    }
+
     /// A team member (`<session> <k>` after `team-brief`): its first request
     /// is timed against the summons; it reports at once.
     fn team_member(&self, rest: &str, cli: bool, arrived: Instant) -> MockReply {
@@ -609,6 +637,9 @@ impl Recorder {
         orchestrator(cli, &format!("team report {rest}"))
     }
 }
+
+/// Members of a level's team (`crew <id>`).
+pub const CREW: u32 = 3;
 
 /// The size of team session `tm<N>-<i>`.
 fn team_size(session: &str) -> u32 {

@@ -204,6 +204,12 @@ impl Proc {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// Kills the process with SIGKILL and waits for it; when it was dead.
+    pub async fn kill(mut self) -> Instant {
+        let _ = self.child.kill().await;
+        Instant::now()
+    }
+
     /// Asks the process to stop (stdin closed), then kills it after 5 s.
     pub async fn stop(mut self) {
         drop(self.stdin.take());

@@ -210,8 +210,13 @@ impl Report {
                 )
             })
             .unwrap_or_default();
+        let idle = if level.active < level.sessions {
+            format!(", the load on {} of them", count(u64::from(level.active)))
+        } else {
+            String::new()
+        };
         header(&format!(
-            "Routing overhead, {} session{}",
+            "Routing overhead, {} session{}{idle}",
             count(u64::from(level.sessions)),
             if level.sessions == 1 { "" } else { "s" }
         ));
@@ -244,14 +249,35 @@ impl Report {
             cpu_line(&level.idle_cpu)
         );
         println!(
-            "  setup: {} sessions ({} per slot, each sends up to {} ticks) in {:.1} s; Orchestrator start meanwhile p50 {} p99 {}",
-            count(u64::from(level.sessions) * level.generations),
+            "  setup: {} sessions ({} per loaded slot, each sends up to {} ticks; teams included) in {:.1} s; Orchestrator start meanwhile p50 {} p99 {}",
+            count(level.all_sessions()),
             level.generations,
             self.ticks_per_session,
             level.setup_secs,
             micros(level.setup_start.p50()),
             micros(level.setup_start.p99()),
         );
+        let unit = crate::scale::PerUnit::of(level);
+        println!(
+            "  memory, every session set up and idle: coordinator {} per session, nats-server {} per session, worker {} per Orchestrator; {} team sessions of 3; Orchestrators held {}, parked {}",
+            bytes(unit.coordinator_per_session),
+            bytes(unit.nats_per_session),
+            bytes(unit.worker_per_orchestrator),
+            level.crews,
+            count(level.orchestrators),
+            count(level.parked),
+        );
+        if let Some(t) = &level.takeover {
+            let secs =
+                |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64()));
+            println!(
+                "  takeover: the coordinator killed, a new one owns {} of its {} sessions; first after {}, all after {}",
+                count(t.taken),
+                count(t.sessions),
+                secs(t.first),
+                secs(t.all),
+            );
+        }
     }
 
     pub fn print_start(&self) {
@@ -619,6 +645,33 @@ pub fn targets(report: &Report) -> Vec<String> {
                 hop.len() > 0 && level.probe.js_ack.len() > 0 && ratio <= HOP_OVER_ACK,
             ));
         }
+    }
+    if let Some((top, ratio)) = crate::scale::flatness(&report.levels) {
+        lines.push(line(
+            &format!(
+                "CPU per routed message at {} sessions ÷ at {}",
+                count(u64::from(top)),
+                count(u64::from(crate::scale::FLAT_FROM))
+            ),
+            format!("{ratio:.2}×"),
+            "≤ 1.5×",
+            ratio <= crate::scale::FLATNESS,
+        ));
+    }
+    if let Some(level) = report.levels.iter().max_by_key(|l| l.sessions)
+        && level.sessions > crate::scale::FLAT_FROM
+        && let Some(t) = &level.takeover
+    {
+        lines.push(line(
+            &format!(
+                "takeover of {} sessions: kill → a new coordinator owns all",
+                count(t.sessions)
+            ),
+            t.all
+                .map_or("not all".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            "< 30 s",
+            t.all.is_some_and(|d| d < crate::scale::TAKEOVER),
+        ));
     }
     if let Some((off, on, _)) = &report.otel {
         let change = tick_change(off, on);

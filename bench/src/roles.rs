@@ -24,6 +24,10 @@ fn model(args: &RoleArgs, name: &str) -> ModelConfig {
 
 pub async fn coordinator(args: RoleArgs) -> anyhow::Result<()> {
     let config = arbiter_coordinator::Config {
+        id: args
+            .coordinator_id
+            .clone()
+            .unwrap_or_else(arbiter_coordinator::new_id),
         nats: arbiter_bus::NatsOptions::url(args.nats_url.clone()),
         model: model(&args, ARBITER_MODEL),
         // The benchmark is one console opening sessions as fast as it can.
@@ -69,6 +73,10 @@ pub async fn worker(args: RoleArgs) -> anyhow::Result<()> {
             model(&args, ORCH_MODEL)
         },
         worker_id: args.worker_id.clone(),
+        park_after: match args.park_after_ms {
+            Some(ms) => Some(std::time::Duration::from_millis(ms)),
+            None => arbiter_worker::Config::default().park_after,
+        },
         runtime: args.runtime,
         claude_code: arbiter_worker::ClaudeCodeConfig {
             bin: args.claude_bin.clone().unwrap_or_else(|| "claude".into()),
@@ -112,8 +120,13 @@ pub struct CliBins<'a> {
     pub codex: Option<&'a std::path::Path>,
 }
 
-/// The command line that starts a coordinator.
-pub fn coordinator_args(nats_url: &str, llm_url: &str, hook_url: Option<&str>) -> Vec<String> {
+/// The command line that starts a coordinator (`id`: its coordinator id).
+pub fn coordinator_args(
+    nats_url: &str,
+    llm_url: &str,
+    hook_url: Option<&str>,
+    id: Option<&str>,
+) -> Vec<String> {
     let mut args = vec![
         "coordinator".into(),
         "--nats-url".into(),
@@ -124,19 +137,25 @@ pub fn coordinator_args(nats_url: &str, llm_url: &str, hook_url: Option<&str>) -
     if let Some(url) = hook_url {
         args.extend(["--hook-url".into(), url.into()]);
     }
+    if let Some(id) = id {
+        args.extend(["--coordinator-id".into(), id.into()]);
+    }
     args
 }
 
+/// How a worker of the benchmark runs, beside where it connects.
+pub struct WorkerShape<'a> {
+    pub slots: usize,
+    pub workspace_root: &'a std::path::Path,
+    pub worker_id: &'a str,
+    pub runtime: arbiter_worker::Runtime,
+    pub clis: CliBins<'a>,
+    /// How long an Orchestrator waits before it parks; `None`: the worker's default.
+    pub park_after: Option<std::time::Duration>,
+}
+
 /// The command line that starts a worker.
-pub fn worker_args(
-    nats_url: &str,
-    llm_url: &str,
-    slots: usize,
-    workspace_root: &std::path::Path,
-    worker_id: &str,
-    runtime: arbiter_worker::Runtime,
-    clis: CliBins<'_>,
-) -> Vec<String> {
+pub fn worker_args(nats_url: &str, llm_url: &str, worker: &WorkerShape<'_>) -> Vec<String> {
     let mut args = vec![
         "worker".into(),
         "--nats-url".into(),
@@ -144,19 +163,22 @@ pub fn worker_args(
         "--llm-url".into(),
         llm_url.into(),
         "--max-orchestrators".into(),
-        slots.to_string(),
+        worker.slots.to_string(),
         "--workspace-root".into(),
-        workspace_root.display().to_string(),
+        worker.workspace_root.display().to_string(),
         "--worker-id".into(),
-        worker_id.into(),
+        worker.worker_id.into(),
         "--runtime".into(),
-        runtime.name().into(),
+        worker.runtime.name().into(),
     ];
-    if let Some(bin) = clis.claude {
+    if let Some(bin) = worker.clis.claude {
         args.extend(["--claude-bin".into(), bin.display().to_string()]);
     }
-    if let Some(bin) = clis.codex {
+    if let Some(bin) = worker.clis.codex {
         args.extend(["--codex-bin".into(), bin.display().to_string()]);
+    }
+    if let Some(after) = worker.park_after {
+        args.extend(["--park-after-ms".into(), after.as_millis().to_string()]);
     }
     args
 }

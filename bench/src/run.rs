@@ -61,6 +61,7 @@ pub async fn run(mut opts: RunOptions) -> anyhow::Result<()> {
             report.print_level(&level);
             report.levels.push(level);
         }
+        crate::scale::print(&report.levels);
     }
     if ctx.opts.has(Phase::Start) {
         let start: Start = start::run(&ctx).await?;

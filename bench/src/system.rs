@@ -29,6 +29,10 @@ pub struct System {
     /// With a webhook: the events stored for it as the sessions run (see
     /// `hooks.rs`).
     events: Option<tokio::task::JoinHandle<()>>,
+    /// How the coordinator was started, to start another in its place.
+    coordinator_args: Vec<String>,
+    dir: std::path::PathBuf,
+    otlp: Option<String>,
 }
 
 /// How a phase wants its system.
@@ -44,6 +48,8 @@ pub struct Shape<'a> {
     pub runtime: arbiter_worker::Runtime,
     pub claude_bin: Option<&'a Path>,
     pub codex_bin: Option<&'a Path>,
+    /// How long an Orchestrator waits before it parks; `None`: the worker's default.
+    pub park_after: Option<Duration>,
 }
 
 impl System {
@@ -58,25 +64,24 @@ impl System {
         let bus = Bus::setup(client.clone()).await?;
         let watcher = watch_summons(&client, recorder.clone()).await?;
         let llm = mock.base_url();
-        let coordinator = Proc::spawn(
-            "coordinator",
-            &roles::coordinator_args(nats.url(), &llm, shape.hook_url),
-            shape.dir,
-            shape.otlp,
-        )?;
+        let coordinator_args = roles::coordinator_args(nats.url(), &llm, shape.hook_url, None);
+        let coordinator = Proc::spawn("coordinator", &coordinator_args, shape.dir, shape.otlp)?;
         let mut workers = Vec::new();
         for i in 0..shape.workers {
             let root = shape.dir.join("workspaces");
             let args = roles::worker_args(
                 nats.url(),
                 &llm,
-                shape.slots_per_worker,
-                &root,
-                &format!("bench-worker-{i}"),
-                shape.runtime,
-                roles::CliBins {
-                    claude: shape.claude_bin,
-                    codex: shape.codex_bin,
+                &roles::WorkerShape {
+                    slots: shape.slots_per_worker,
+                    workspace_root: &root,
+                    worker_id: &format!("bench-worker-{i}"),
+                    runtime: shape.runtime,
+                    clis: roles::CliBins {
+                        claude: shape.claude_bin,
+                        codex: shape.codex_bin,
+                    },
+                    park_after: shape.park_after,
                 },
             );
             workers.push(Proc::spawn(
@@ -95,6 +100,9 @@ impl System {
             ready_after: Vec::new(),
             watcher,
             events: None,
+            coordinator_args,
+            dir: shape.dir.to_owned(),
+            otlp: shape.otlp.map(str::to_owned),
         };
         system.wait_ready().await?;
         if shape.hook_url.is_some() {
@@ -143,6 +151,23 @@ impl System {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(())
+    }
+
+    /// Kills the coordinator with SIGKILL and starts a new one, whose
+    /// coordinator id is `id`, in its place; returns when the old one was
+    /// dead.
+    pub async fn replace_coordinator(&mut self, id: &str) -> anyhow::Result<Instant> {
+        let mut args = self.coordinator_args.clone();
+        args.extend(["--coordinator-id".into(), id.into()]);
+        let new = Proc::spawn(
+            &format!("coordinator-{id}"),
+            &args,
+            &self.dir,
+            self.otlp.as_deref(),
+        );
+        // Killed first: the new one is spawned after the old one is gone.
+        let old = std::mem::replace(&mut self.coordinator, new?);
+        Ok(old.kill().await)
     }
 
     /// Fails if a child has died.

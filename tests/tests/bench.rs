@@ -58,3 +58,59 @@ async fn the_saturation_part_routes_messages_throughout_its_window() {
         "no session ended and was replaced:\n{stdout}"
     );
 }
+
+/// A figure after `prefix` on the line that holds it, as a number.
+fn figure(stdout: &str, prefix: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.split(prefix).nth(1))
+        .and_then(|rest| {
+            rest.trim_start()
+                .split(|c: char| !c.is_ascii_digit() && c != ',')
+                .next()
+        })
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no `{prefix}` in:\n{stdout}"))
+}
+
+/// The levels part at 20 sessions, 10 of them loaded, with 2 teams of 3
+/// beside them: every Orchestrator is held and has parked before the load,
+/// and once it is over a coordinator started after a kill -9 of the first
+/// owns every session. The scale table prints the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_levels_part_parks_its_idle_orchestrators_and_times_a_takeover() {
+    let mut command = tokio::process::Command::new(bin("arbiter-bench"));
+    command
+        .args([
+            "--phases",
+            "levels",
+            "--levels",
+            "20",
+            "--level-active",
+            "10",
+        ])
+        .args(["--level-team-every", "10", "--level-park-after", "2"])
+        .args(["--rate", "20", "--duration", "2", "--warmup", "1"])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(180), command.output())
+        .await
+        .expect("arbiter-bench ran for over 3 minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "arbiter-bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    // 20 sessions and 2 team sessions; an Orchestrator each, 3 per team.
+    assert_eq!(figure(&stdout, "Orchestrators held "), 26, "{stdout}");
+    assert_eq!(figure(&stdout, ", parked "), 26, "{stdout}");
+    assert_eq!(figure(&stdout, "a new one owns "), 22, "{stdout}");
+    assert_eq!(figure(&stdout, " of its "), 22, "{stdout}");
+    let all = figure(&stdout, "takeover: kill → new coordinator owns all");
+    // Its liveness key lives 4 s: no takeover comes sooner, nor (with 22
+    // sessions) much later.
+    assert!((4..60).contains(&all), "takeover after {all} s:\n{stdout}");
+}
