@@ -114,3 +114,82 @@ async fn the_levels_part_parks_its_idle_orchestrators_and_times_a_takeover() {
     // sessions) much later.
     assert!((4..60).contains(&all), "takeover after {all} s:\n{stdout}");
 }
+
+/// Runs the bench with `args` (at most `limit`), and its report.
+async fn run_bench(args: &[&str], limit: Duration) -> String {
+    let mut command = tokio::process::Command::new(bin("arbiter-bench"));
+    command
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("arbiter-bench {args:?} ran for over {limit:?}"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "arbiter-bench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The samples (`n`, the last column) of the latency row labelled `label`.
+fn samples(stdout: &str, label: &str) -> u64 {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .and_then(|l| l.split_whitespace().last())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no row `{label}` in:\n{stdout}"))
+}
+
+/// The handoff part at one session of 3 generations: each generation's
+/// report carries a packet its successor gets, so there are two gaps to
+/// time, and the packets and the Arbiter's growth are measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handoff_part_times_each_generation_handed_on() {
+    let stdout = run_bench(
+        &[
+            "--phases",
+            "handoff",
+            "--handoff-sessions",
+            "1",
+            "--handoff-generations",
+            "3",
+        ],
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(
+        samples(&stdout, "report handed back → successor's 1st request"),
+        2,
+        "{stdout}"
+    );
+    let packet = figure(&stdout, "tokens carried per packet, past the Arbiter: ~");
+    assert!(packet > 0, "{stdout}");
+}
+
+/// The teams part at two teams per size: every team of 3 and of 10 (and
+/// the solo Orchestrator beside them) is timed to its last member's first
+/// request, and then for a hop with the team live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_teams_part_times_every_team_it_starts() {
+    let stdout = run_bench(
+        &["--phases", "teams", "--team-sessions", "2"],
+        Duration::from_secs(180),
+    )
+    .await;
+    for label in [
+        "summons → a solo Orchestrator's 1st request",
+        "summons → all 3 members' 1st request",
+        "summons → all 10 members' 1st request",
+        "Arbiter → a solo Orchestrator (hop)",
+        "Arbiter → one of 3 live members (hop)",
+        "Arbiter → one of 10 live members (hop)",
+    ] {
+        assert_eq!(samples(&stdout, label), 2, "{label}:\n{stdout}");
+    }
+}
