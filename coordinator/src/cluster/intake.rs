@@ -266,7 +266,7 @@ impl Registry {
     }
 
     /// Sessions whose lease ran out or was handed over: taken at once by
-    /// a coordinator under its share (as many as its share has room for),
+    /// a coordinator not over its share (counting those it takes),
     /// after [`BUSY_TAKE_DELAY`] by the others (`again`: this is that second
     /// try). The takes of a batch are written to the bucket concurrently: a
     /// dead coordinator's thousands of sessions move in a few round trips,
@@ -284,9 +284,10 @@ impl Registry {
                 let _ = retry.send((session_id, expect)).await;
             });
         };
-        // Room under this coordinator's share, once for the batch (the
-        // share is a count over the whole bucket).
-        let mut room = self.leases.fair_share().saturating_sub(self.leases.count());
+        // The share is a count over the whole bucket: read once for the
+        // batch, and counted on as its sessions are taken (as if taken one
+        // at a time).
+        let mut share = self.leases.share();
         let several = self.leases.live() > 1;
         let mut candidates = Vec::with_capacity(batch.len());
         for (session_id, expect) in batch {
@@ -308,11 +309,11 @@ impl Registry {
                     .handed_over
                     .get(&session_id)
                     .is_some_and(|at| at.elapsed() < HANDED_OVER_MEMORY);
-            if !again && (handed_over_here || room == 0) {
+            if !again && (handed_over_here || share.over()) {
                 later(session_id, expect);
                 continue;
             }
-            room = room.saturating_sub(1);
+            share.took();
             candidates.push((session_id, expect));
         }
         let this = &*self;

@@ -54,6 +54,33 @@ pub(crate) enum Owner {
     Free(u64),
 }
 
+/// The sessions this coordinator owns, those the other live coordinators
+/// own, and the coordinators up (this one included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub(crate) mine: usize,
+    pub(crate) others: usize,
+    pub(crate) live: usize,
+}
+
+impl Share {
+    /// The sessions of live coordinators over the coordinators up, rounded up.
+    pub(crate) fn fair(self) -> usize {
+        (self.mine + self.others).div_ceil(self.live.max(1))
+    }
+
+    /// This coordinator owns more than its fair share: a free session is
+    /// left to the others first.
+    pub(crate) fn over(self) -> bool {
+        self.mine > self.fair()
+    }
+
+    /// One more session taken here.
+    pub(crate) fn took(&mut self) {
+        self.mine += 1;
+    }
+}
+
 struct Held {
     /// Revision of the session's key as this coordinator wrote it.
     rev: u64,
@@ -299,6 +326,11 @@ impl Leases {
     /// This coordinator's fair share: the sessions owned by all live
     /// coordinators, over the coordinators up.
     pub(crate) fn fair_share(&self) -> usize {
+        self.share().fair()
+    }
+
+    /// What the fair share is made of, now (one pass over the bucket).
+    pub(crate) fn share(&self) -> Share {
         let mine = self.count();
         let map = lock(&self.map);
         let others = map
@@ -311,7 +343,7 @@ impl Leases {
             })
             .count();
         let live = map.live.keys().filter(|id| **id != self.id).count() + 1;
-        (mine + others).div_ceil(live)
+        Share { mine, others, live }
     }
 
     /// Hands a session over (after its actor stopped): its key is deleted,
@@ -550,5 +582,55 @@ impl Leases {
         if let Err(e) = self.kv.delete(&key).await {
             tracing::warn!(error = %e, "could not withdraw this coordinator; its sessions move when its key runs out");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Share;
+
+    /// How many of `free` sessions a coordinator takes at once, one at a
+    /// time, before it is over its share.
+    fn taken_at_once(mut share: Share, free: usize) -> usize {
+        let mut taken = 0;
+        while taken < free && !share.over() {
+            share.took();
+            taken += 1;
+        }
+        taken
+    }
+
+    #[test]
+    fn a_lone_coordinator_takes_every_free_session_at_once() {
+        // The dead coordinator's sessions count for nobody: its key is gone.
+        let share = Share {
+            mine: 0,
+            others: 0,
+            live: 1,
+        };
+        assert!(!share.over());
+        assert_eq!(taken_at_once(share, 10_000), 10_000);
+    }
+
+    #[test]
+    fn beside_a_busier_coordinator_one_takes_until_it_is_past_its_share() {
+        // B owns 100; A owns none and 300 sessions are free. A takes one
+        // while what it owns is no more than (its own + 100) / 2, rounded
+        // up: at 101 it still is (101 of 201), at 102 not (102 > 101).
+        let share = Share {
+            mine: 0,
+            others: 100,
+            live: 2,
+        };
+        assert_eq!(taken_at_once(share, 300), 102);
+        // One already over its share takes none at once.
+        let over = Share {
+            mine: 60,
+            others: 10,
+            live: 2,
+        };
+        assert!(over.over());
+        assert_eq!(taken_at_once(over, 5), 0);
+        assert_eq!(over.fair(), 35);
     }
 }
