@@ -205,7 +205,7 @@ impl Proc {
     }
 
     /// Kills the process with SIGKILL and waits for it; when it was dead.
-    pub async fn kill(mut self) -> Instant {
+    pub async fn kill(&mut self) -> Instant {
         let _ = self.child.kill().await;
         Instant::now()
     }

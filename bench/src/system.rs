@@ -159,15 +159,15 @@ impl System {
     pub async fn replace_coordinator(&mut self, id: &str) -> anyhow::Result<Instant> {
         let mut args = self.coordinator_args.clone();
         args.extend(["--coordinator-id".into(), id.into()]);
-        let new = Proc::spawn(
+        // Killed first: the new one is spawned after the old one is gone.
+        let killed = self.coordinator.kill().await;
+        self.coordinator = Proc::spawn(
             &format!("coordinator-{id}"),
             &args,
             &self.dir,
             self.otlp.as_deref(),
-        );
-        // Killed first: the new one is spawned after the old one is gone.
-        let old = std::mem::replace(&mut self.coordinator, new?);
-        Ok(old.kill().await)
+        )?;
+        Ok(killed)
     }
 
     /// Fails if a child has died.
